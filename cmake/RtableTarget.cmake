@@ -1,0 +1,30 @@
+# Warnings as errors on our own code only (third-party headers come in as SYSTEM).
+function(rtable_compile_options target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+endfunction()
+
+# rtable_library(<name> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# One component library: target rtable_<name>, alias rtable::<name>, public headers in include/.
+function(rtable_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(rtable_${name} ${ARG_SOURCES})
+  add_library(rtable::${name} ALIAS rtable_${name})
+  target_include_directories(rtable_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  target_link_libraries(rtable_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  rtable_compile_options(rtable_${name})
+endfunction()
+
+# rtable_test(<name> SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
+# One ctest test per binary, so an integration binary starts its real servers once for all its
+# cases. Labels: unit (in-memory fakes), integration (real servers and processes).
+function(rtable_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  rtable_compile_options(${name})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+endfunction()

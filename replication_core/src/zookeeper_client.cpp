@@ -1,0 +1,334 @@
+#include "rtable/replication_core/zookeeper_client.h"
+
+#include <fmt/format.h>
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+namespace rtable::core {
+namespace {
+
+KeeperCode toKeeperCode(int rc) {
+  switch (rc) {
+    case ZOK: return KeeperCode::kOk;
+    case ZCONNECTIONLOSS: return KeeperCode::kConnectionLoss;
+    case ZOPERATIONTIMEOUT: return KeeperCode::kOperationTimeout;
+    case ZSESSIONEXPIRED: return KeeperCode::kSessionExpired;
+    // The handle is unusable after expiry; the C client then answers ZINVALIDSTATE.
+    case ZINVALIDSTATE: return KeeperCode::kSessionExpired;
+    case ZNONODE: return KeeperCode::kNoNode;
+    case ZNODEEXISTS: return KeeperCode::kNodeExists;
+    case ZBADVERSION: return KeeperCode::kBadVersion;
+    case ZNOTEMPTY: return KeeperCode::kNotEmpty;
+    case ZNOCHILDRENFOREPHEMERALS: return KeeperCode::kNoChildrenForEphemerals;
+    case ZBADARGUMENTS: return KeeperCode::kBadArguments;
+    case ZRUNTIMEINCONSISTENCY: return KeeperCode::kRuntimeInconsistency;
+    default: return KeeperCode::kOther;
+  }
+}
+
+KeeperError toError(int rc, const std::string& path) {
+  KeeperCode code = toKeeperCode(rc);
+  return KeeperError{code, path, code == KeeperCode::kOther ? zerror(rc) : std::string{}, {}};
+}
+
+Stat toStat(const struct ::Stat& s) {
+  return Stat{s.czxid,          s.mzxid,      s.ctime,       s.mtime,
+              s.version,        s.cversion,   s.aversion,    s.ephemeralOwner,
+              s.dataLength,     s.numChildren, s.pzxid};
+}
+
+int toZooMode(CreateMode mode) {
+  switch (mode) {
+    case CreateMode::kPersistent: return ZOO_PERSISTENT;
+    case CreateMode::kEphemeral: return ZOO_EPHEMERAL;
+    case CreateMode::kPersistentSequential: return ZOO_PERSISTENT_SEQUENTIAL;
+    case CreateMode::kEphemeralSequential: return ZOO_EPHEMERAL_SEQUENTIAL;
+  }
+  return ZOO_PERSISTENT;
+}
+
+// Room for the sequence suffix ZooKeeper appends ("%010d", or 11 chars once negative).
+std::size_t createdPathCapacity(const std::string& path) { return path.size() + 16; }
+
+class ZooKeeperClientImpl;
+
+// One registered watch. The C client calls it once for its node event, and for every session
+// event until then.
+struct WatchContext {
+  ZooKeeperClientImpl* client;
+  WatchCallback callback;
+};
+
+class ZooKeeperClientImpl final : public ZooKeeperClient {
+ public:
+  explicit ZooKeeperClientImpl(ZooKeeperConfig config) : config_(std::move(config)) {}
+
+  ~ZooKeeperClientImpl() override {
+    if (handle_) zookeeper_close(handle_);
+    // After zookeeper_close no callback runs any more.
+    for (WatchContext* ctx : watches_) delete ctx;
+  }
+
+  KeeperStatus start() {
+    static std::once_flag quiet_logs;
+    // The C client logs every reconnect attempt at INFO to stderr; errors are ours to report.
+    std::call_once(quiet_logs, [] { zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR); });
+    handle_ = zookeeper_init(config_.connect_string.c_str(), &ZooKeeperClientImpl::sessionWatcher,
+                             static_cast<int>(config_.session_timeout.count()), nullptr, this, 0);
+    if (!handle_) {
+      return std::unexpected(KeeperError{KeeperCode::kBadArguments, "",
+                                         fmt::format("invalid connect string '{}': {}",
+                                                     config_.connect_string, strerror(errno)),
+                                         {}});
+    }
+    std::unique_lock lock(mu_);
+    if (!state_changed_.wait_for(lock, config_.connect_timeout,
+                                 [this] { return connected_ || expired_; }) ||
+        expired_) {
+      return std::unexpected(KeeperError{
+          KeeperCode::kConnectionLoss, "",
+          fmt::format("could not connect to ZooKeeper at {} within {} ms", config_.connect_string,
+                      config_.connect_timeout.count()),
+          {}});
+    }
+    return {};
+  }
+
+  KeeperResult<GetResult> get(const std::string& path, WatchCallback watch) override {
+    // Try a buffer that fits most nodes; the Stat says when the data was longer.
+    std::string buffer(64 * 1024, '\0');
+    for (;;) {
+      struct ::Stat stat {};
+      int len = static_cast<int>(buffer.size());
+      WatchContext* ctx = registerWatch(std::move(watch));
+      const int rc = zoo_wget(handle_, path.c_str(), ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr,
+                              ctx, buffer.data(), &len, &stat);
+      if (rc != ZOK) {
+        unregisterWatch(ctx);
+        return std::unexpected(toError(rc, path));
+      }
+      if (stat.dataLength <= static_cast<int>(buffer.size())) {
+        buffer.resize(len < 0 ? 0 : static_cast<std::size_t>(len));
+        return GetResult{std::move(buffer), toStat(stat)};
+      }
+      // The data grew past the buffer: read again with room for all of it. The watch set by the
+      // first read stays and fires for the next change, which is what the caller asked for.
+      watch = {};
+      buffer.assign(static_cast<std::size_t>(stat.dataLength), '\0');
+    }
+  }
+
+  KeeperResult<std::optional<Stat>> exists(const std::string& path, WatchCallback watch) override {
+    struct ::Stat stat {};
+    WatchContext* ctx = registerWatch(std::move(watch));
+    const int rc = zoo_wexists(handle_, path.c_str(), ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr,
+                               ctx, &stat);
+    if (rc == ZNONODE) return std::optional<Stat>{};  // the watch stays, for the creation
+    if (rc != ZOK) {
+      unregisterWatch(ctx);
+      return std::unexpected(toError(rc, path));
+    }
+    return std::optional<Stat>{toStat(stat)};
+  }
+
+  KeeperResult<ChildrenResult> children(const std::string& path, WatchCallback watch) override {
+    struct String_vector names {};
+    struct ::Stat stat {};
+    WatchContext* ctx = registerWatch(std::move(watch));
+    const int rc = zoo_wget_children2(handle_, path.c_str(),
+                                      ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr, ctx,
+                                      &names, &stat);
+    if (rc != ZOK) {
+      unregisterWatch(ctx);
+      return std::unexpected(toError(rc, path));
+    }
+    ChildrenResult result{{}, toStat(stat)};
+    result.names.reserve(static_cast<std::size_t>(names.count));
+    for (int i = 0; i < names.count; ++i) result.names.emplace_back(names.data[i]);
+    deallocate_String_vector(&names);
+    return result;
+  }
+
+  KeeperResult<std::string> create(const std::string& path, const std::string& data,
+                                   CreateMode mode) override {
+    std::string created(createdPathCapacity(path), '\0');
+    const int rc = zoo_create(handle_, path.c_str(), data.data(), static_cast<int>(data.size()),
+                              &ZOO_OPEN_ACL_UNSAFE, toZooMode(mode), created.data(),
+                              static_cast<int>(created.size()));
+    if (rc != ZOK) return std::unexpected(toError(rc, path));
+    created.resize(std::strlen(created.c_str()));
+    return created;
+  }
+
+  KeeperResult<Stat> set(const std::string& path, const std::string& data,
+                         int32_t version) override {
+    struct ::Stat stat {};
+    const int rc = zoo_set2(handle_, path.c_str(), data.data(), static_cast<int>(data.size()),
+                            version, &stat);
+    if (rc != ZOK) return std::unexpected(toError(rc, path));
+    return toStat(stat);
+  }
+
+  KeeperStatus remove(const std::string& path, int32_t version) override {
+    const int rc = zoo_delete(handle_, path.c_str(), version);
+    if (rc != ZOK) return std::unexpected(toError(rc, path));
+    return {};
+  }
+
+  bool expired() const override {
+    std::lock_guard lock(mu_);
+    return expired_;
+  }
+
+  int64_t sessionId() const override { return zoo_client_id(handle_)->client_id; }
+
+  KeeperResult<std::unique_ptr<Keeper>> startNewSession() const override {
+    auto client = ZooKeeperClient::connect(config_);
+    if (!client) return std::unexpected(client.error());
+    return std::unique_ptr<Keeper>(std::move(*client));
+  }
+
+  SessionCredentials sessionCredentialsForTest() const override {
+    const clientid_t* id = zoo_client_id(handle_);
+    return SessionCredentials{id->client_id, std::string(id->passwd, sizeof(id->passwd))};
+  }
+
+ protected:
+  KeeperResult<std::vector<OpResult>> multiImpl(const std::vector<Op>& ops) override {
+    if (ops.empty()) return std::vector<OpResult>{};
+    const std::size_t n = ops.size();
+    std::vector<zoo_op_t> zoo_ops(n);
+    std::vector<zoo_op_result_t> zoo_results(n);
+    std::vector<std::string> created(n);
+    std::vector<struct ::Stat> stats(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::visit(
+          [&](const auto& o) {
+            using T = std::decay_t<decltype(o)>;
+            if constexpr (std::is_same_v<T, op::Create>) {
+              created[i].assign(createdPathCapacity(o.path), '\0');
+              zoo_create_op_init(&zoo_ops[i], o.path.c_str(), o.data.data(),
+                                 static_cast<int>(o.data.size()), &ZOO_OPEN_ACL_UNSAFE,
+                                 toZooMode(o.mode), created[i].data(),
+                                 static_cast<int>(created[i].size()));
+            } else if constexpr (std::is_same_v<T, op::Remove>) {
+              zoo_delete_op_init(&zoo_ops[i], o.path.c_str(), o.version);
+            } else if constexpr (std::is_same_v<T, op::Set>) {
+              zoo_set_op_init(&zoo_ops[i], o.path.c_str(), o.data.data(),
+                              static_cast<int>(o.data.size()), o.version, &stats[i]);
+            } else if constexpr (std::is_same_v<T, op::Check>) {
+              zoo_check_op_init(&zoo_ops[i], o.path.c_str(), o.version);
+            } else {
+              static_assert(std::is_same_v<T, op::CheckNotExists>);
+              // Expanded by Keeper::multi; a check of "-2" versions can never pass.
+              zoo_check_op_init(&zoo_ops[i], o.path.c_str(), -2);
+            }
+          },
+          ops[i]);
+    }
+    const int rc = zoo_multi(handle_, static_cast<int>(n), zoo_ops.data(), zoo_results.data());
+    if (rc != ZOK) {
+      // The failed op is the first whose result is neither ok nor "not executed".
+      for (std::size_t i = 0; i < n; ++i) {
+        const int err = zoo_results[i].err;
+        if (err != ZOK && err != ZRUNTIMEINCONSISTENCY) {
+          KeeperError error = toError(err, std::visit([](const auto& o) { return o.path; }, ops[i]));
+          error.failed_op_index = i;
+          return std::unexpected(std::move(error));
+        }
+      }
+      // No per-op verdict: the whole request failed (connection loss, expiry).
+      return std::unexpected(toError(rc, ""));
+    }
+    std::vector<OpResult> results(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::holds_alternative<op::Create>(ops[i])) {
+        results[i].path_created = created[i].c_str();
+      } else if (std::holds_alternative<op::Set>(ops[i])) {
+        results[i].stat = toStat(stats[i]);
+      }
+    }
+    return results;
+  }
+
+ private:
+  static void sessionWatcher(zhandle_t*, int type, int state, const char*, void* context) {
+    if (type != ZOO_SESSION_EVENT) return;
+    auto* self = static_cast<ZooKeeperClientImpl*>(context);
+    std::lock_guard lock(self->mu_);
+    if (state == ZOO_CONNECTED_STATE) self->connected_ = true;
+    if (state == ZOO_EXPIRED_SESSION_STATE) self->expired_ = true;
+    self->state_changed_.notify_all();
+  }
+
+  static void nodeWatcher(zhandle_t*, int type, int state, const char* path, void* context) {
+    auto* ctx = static_cast<WatchContext*>(context);
+    WatchEvent event{WatchEvent::Type::kChanged, path ? path : ""};
+    if (type == ZOO_SESSION_EVENT) {
+      // Disconnects and reconnects keep the watch; only expiry ends it.
+      if (state != ZOO_EXPIRED_SESSION_STATE) return;
+      event.type = WatchEvent::Type::kSessionExpired;
+    } else if (type == ZOO_CREATED_EVENT) {
+      event.type = WatchEvent::Type::kCreated;
+    } else if (type == ZOO_DELETED_EVENT) {
+      event.type = WatchEvent::Type::kDeleted;
+    } else if (type == ZOO_CHILD_EVENT) {
+      event.type = WatchEvent::Type::kChild;
+    } else if (type != ZOO_CHANGED_EVENT) {
+      return;  // ZOO_NOTWATCHING_EVENT: removed watches are not used here
+    }
+    WatchCallback callback = std::move(ctx->callback);
+    ctx->callback = nullptr;
+    // A node event removes the watcher from the C client's tables, so the context can go. After
+    // expiry the C client may still hold it: it stays (spent) until the client is destroyed.
+    if (event.type != WatchEvent::Type::kSessionExpired) ctx->client->unregisterWatch(ctx);
+    if (callback) callback(event);
+  }
+
+  WatchContext* registerWatch(WatchCallback callback) {
+    if (!callback) return nullptr;
+    auto* ctx = new WatchContext{this, std::move(callback)};
+    std::lock_guard lock(mu_);
+    watches_.insert(ctx);
+    return ctx;
+  }
+
+  void unregisterWatch(WatchContext* ctx) {
+    if (!ctx) return;
+    {
+      std::lock_guard lock(mu_);
+      watches_.erase(ctx);
+    }
+    delete ctx;
+  }
+
+  const ZooKeeperConfig config_;
+  zhandle_t* handle_ = nullptr;
+  mutable std::mutex mu_;
+  std::condition_variable state_changed_;
+  bool connected_ = false;
+  bool expired_ = false;
+  std::set<WatchContext*> watches_;
+};
+
+}  // namespace
+
+void ZooKeeperClient::silenceLibraryLog() {
+  static FILE* const null_stream = std::fopen("/dev/null", "w");
+  if (null_stream) zoo_set_log_stream(null_stream);
+}
+
+KeeperResult<std::unique_ptr<ZooKeeperClient>> ZooKeeperClient::connect(
+    const ZooKeeperConfig& config) {
+  auto client = std::make_unique<ZooKeeperClientImpl>(config);
+  if (auto started = client->start(); !started) return std::unexpected(started.error());
+  return std::unique_ptr<ZooKeeperClient>(std::move(client));
+}
+
+}  // namespace rtable::core

@@ -1,0 +1,55 @@
+// Child processes for tests and the local launcher: real servers (ZooKeeper, ClickHouse) and the
+// project's own binaries. A child dies with its parent (PR_SET_PDEATHSIG), so a crashed test leaves
+// no server behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <expected>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rtable::core::testing {
+
+using TestStatus = std::expected<void, std::string>;
+
+class Subprocess {
+ public:
+  // Starts argv (argv[0] looked up in PATH) with stdout and stderr appended to `log_file`.
+  static std::expected<Subprocess, std::string> start(const std::vector<std::string>& argv,
+                                                      const std::filesystem::path& log_file);
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  ~Subprocess();  // kills a child that is still running
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  // SIGTERM, then SIGKILL after `grace`. Returns the wait status, or nullopt if already reaped.
+  std::optional<int> stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+  void kill();
+
+ private:
+  explicit Subprocess(pid_t pid) : pid_(pid) {}
+  pid_t pid_ = -1;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  std::string out;
+  std::string err;
+};
+
+// Runs argv to completion and captures its output; killed after `timeout`.
+std::expected<CommandResult, std::string> runCommand(const std::vector<std::string>& argv,
+                                                     std::chrono::milliseconds timeout);
+
+// A loopback TCP port that was free a moment ago (bind to port 0, read it, close).
+std::expected<int, std::string> findFreeLoopbackPort();
+
+// The last `max_bytes` of a file, for error messages about a server that would not start.
+std::string tailOfFile(const std::filesystem::path& path, std::size_t max_bytes = 2000);
+
+}  // namespace rtable::core::testing

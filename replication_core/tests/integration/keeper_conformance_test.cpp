@@ -1,0 +1,478 @@
+// One suite, two servers: every case runs against the in-memory fake and against a real
+// ZooKeeper 3.8. Where they differ, the fake is wrong.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/sequential_counter.h"
+#include "rtable/replication_core/testing/fake_keeper.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/zookeeper_client.h"
+
+namespace rtable::core {
+namespace {
+
+using testing::FakeKeeperServer;
+using testing::LocalZooKeeper;
+
+class KeeperEnvironment {
+ public:
+  virtual ~KeeperEnvironment() = default;
+  virtual std::unique_ptr<Keeper> connect() = 0;
+  virtual void expire(Keeper& keeper) = 0;
+  virtual void setSequentialCounter(const std::string& path, int32_t counter) = 0;
+};
+
+class FakeEnvironment : public KeeperEnvironment {
+ public:
+  std::unique_ptr<Keeper> connect() override { return server_->connect(); }
+  void expire(Keeper& keeper) override { server_->expireSession(keeper.sessionId()); }
+  void setSequentialCounter(const std::string& path, int32_t counter) override {
+    ASSERT_TRUE(server_->setSequentialCounterForTest(path, counter));
+  }
+
+ private:
+  std::shared_ptr<FakeKeeperServer> server_ = FakeKeeperServer::create();
+};
+
+class RealEnvironment : public KeeperEnvironment {
+ public:
+  RealEnvironment() {
+    auto zk = LocalZooKeeper::start();
+    if (!zk) throw std::runtime_error("local ZooKeeper did not start: " + zk.error());
+    zk_ = std::move(*zk);
+  }
+  std::unique_ptr<Keeper> connect() override {
+    auto client = zk_->connect();
+    EXPECT_TRUE(client) << client.error().toString();
+    return client ? std::move(*client) : nullptr;
+  }
+  void expire(Keeper& keeper) override {
+    auto& client = dynamic_cast<ZooKeeperClient&>(keeper);
+    ASSERT_TRUE(zk_->expireSession(client.sessionCredentialsForTest()));
+  }
+  void setSequentialCounter(const std::string& path, int32_t counter) override {
+    auto set = zk_->setSequentialCounter(path, counter);
+    ASSERT_TRUE(set) << set.error();
+  }
+  LocalZooKeeper& server() { return *zk_; }
+
+ private:
+  std::unique_ptr<LocalZooKeeper> zk_;
+};
+
+// One real server for the whole binary: a JVM start per case would dominate the run time.
+RealEnvironment& realEnvironment() {
+  static RealEnvironment env;
+  return env;
+}
+
+template <class Predicate>
+bool waitFor(Predicate predicate, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return predicate();
+}
+
+// Collects watch events from any thread.
+class EventLog {
+ public:
+  WatchCallback callback() {
+    return [this](const WatchEvent& event) {
+      std::lock_guard lock(mu_);
+      events_.push_back(event);
+    };
+  }
+  std::vector<WatchEvent> events() const {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+  std::size_t size() const { return events().size(); }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<WatchEvent> events_;
+};
+
+class KeeperConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "fake") {
+      fake_ = std::make_unique<FakeEnvironment>();
+      env_ = fake_.get();
+    } else {
+      env_ = &realEnvironment();
+    }
+    keeper_ = env_->connect();
+    ASSERT_NE(keeper_, nullptr);
+    // Each case works under its own root, so cases share one real server without interfering.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fmt::format("/conformance/{}", info->name());
+    std::replace(root_.begin() + 1, root_.end(), '/', '_');
+    ASSERT_TRUE(createAncestorsAndSelf(*keeper_, root_));
+  }
+
+  std::string path(std::string_view child) const { return joinPath(root_, child); }
+
+  std::unique_ptr<FakeEnvironment> fake_;
+  KeeperEnvironment* env_ = nullptr;
+  std::unique_ptr<Keeper> keeper_;
+  std::string root_;
+};
+
+TEST_P(KeeperConformance, CreateGetSetRemoveWithVersions) {
+  auto created = keeper_->create(path("a"), "one", CreateMode::kPersistent);
+  ASSERT_TRUE(created) << created.error().toString();
+  EXPECT_EQ(*created, path("a"));
+
+  auto got = keeper_->get(path("a"));
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->data, "one");
+  EXPECT_EQ(got->stat.version, 0);
+  EXPECT_EQ(got->stat.data_length, 3);
+  EXPECT_EQ(got->stat.ephemeral_owner, 0);
+
+  auto set = keeper_->set(path("a"), "two", 0);
+  ASSERT_TRUE(set);
+  EXPECT_EQ(set->version, 1);
+  EXPECT_GT(set->mzxid, got->stat.mzxid);
+  EXPECT_EQ(keeper_->get(path("a"))->data, "two");
+
+  auto stale = keeper_->set(path("a"), "three", 0);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code, KeeperCode::kBadVersion);
+  EXPECT_FALSE(stale.error().isConnectionLevel());
+
+  auto stale_remove = keeper_->remove(path("a"), 0);
+  ASSERT_FALSE(stale_remove);
+  EXPECT_EQ(stale_remove.error().code, KeeperCode::kBadVersion);
+
+  ASSERT_TRUE(keeper_->remove(path("a"), 1));
+  auto gone = keeper_->exists(path("a"));
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value());
+}
+
+TEST_P(KeeperConformance, LargeValuesRoundTrip) {
+  const std::string big(300 * 1024, 'x');
+  ASSERT_TRUE(keeper_->create(path("big"), big, CreateMode::kPersistent));
+  auto got = keeper_->get(path("big"));
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->data, big);
+  ASSERT_TRUE(keeper_->create(path("empty"), "", CreateMode::kPersistent));
+  EXPECT_EQ(keeper_->get(path("empty"))->data, "");
+}
+
+TEST_P(KeeperConformance, SemanticErrorsAreAnswers) {
+  auto no_node = keeper_->get(path("missing"));
+  ASSERT_FALSE(no_node);
+  EXPECT_EQ(no_node.error().code, KeeperCode::kNoNode);
+  EXPECT_EQ(no_node.error().path, path("missing"));
+  EXPECT_FALSE(no_node.error().isConnectionLevel());
+
+  auto orphan = keeper_->create(path("missing/child"), "", CreateMode::kPersistent);
+  ASSERT_FALSE(orphan);
+  EXPECT_EQ(orphan.error().code, KeeperCode::kNoNode);
+
+  ASSERT_TRUE(keeper_->create(path("p"), "", CreateMode::kPersistent));
+  auto twice = keeper_->create(path("p"), "", CreateMode::kPersistent);
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, KeeperCode::kNodeExists);
+
+  ASSERT_TRUE(keeper_->create(path("p/c"), "", CreateMode::kPersistent));
+  auto not_empty = keeper_->remove(path("p"));
+  ASSERT_FALSE(not_empty);
+  EXPECT_EQ(not_empty.error().code, KeeperCode::kNotEmpty);
+
+  ASSERT_TRUE(keeper_->create(path("eph"), "", CreateMode::kEphemeral));
+  auto under_ephemeral = keeper_->create(path("eph/c"), "", CreateMode::kPersistent);
+  ASSERT_FALSE(under_ephemeral);
+  EXPECT_EQ(under_ephemeral.error().code, KeeperCode::kNoChildrenForEphemerals);
+
+  auto listed_missing = keeper_->children(path("missing"));
+  ASSERT_FALSE(listed_missing);
+  EXPECT_EQ(listed_missing.error().code, KeeperCode::kNoNode);
+}
+
+TEST_P(KeeperConformance, SequentialNamesComeFromTheParentsCounter) {
+  ASSERT_TRUE(keeper_->create(path("log"), "", CreateMode::kPersistent));
+  for (int i = 0; i < 3; ++i) {
+    auto created = keeper_->create(path("log/log-"), "", CreateMode::kPersistentSequential);
+    ASSERT_TRUE(created);
+    EXPECT_EQ(*created, path(fmt::format("log/log-{:010d}", i)));
+  }
+  // A delete does not lower the counter; a plain create raises it too.
+  ASSERT_TRUE(keeper_->remove(path("log/log-0000000002")));
+  ASSERT_TRUE(keeper_->create(path("log/plain"), "", CreateMode::kPersistent));
+  auto next = keeper_->create(path("log/log-"), "", CreateMode::kPersistentSequential);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(*next, path("log/log-0000000004"));
+
+  // Four creates, one delete: counter 5, numChildren 4, reported cversion 5 * 2 - 4.
+  auto stat = keeper_->exists(path("log"));
+  ASSERT_TRUE(stat && *stat);
+  EXPECT_EQ((*stat)->num_children, 4);
+  EXPECT_EQ((*stat)->cversion, 6);
+  EXPECT_EQ(SequentialCounter::fromStat(**stat).counter(), 5);
+  EXPECT_EQ(SequentialCounter::fromStat(**stat).maxIndex(), 4);
+
+  auto listed = keeper_->children(path("log"));
+  ASSERT_TRUE(listed);
+  std::sort(listed->names.begin(), listed->names.end());
+  EXPECT_EQ(listed->names, (std::vector<std::string>{"log-0000000000", "log-0000000001",
+                                                     "log-0000000004", "plain"}));
+  EXPECT_EQ(listed->stat.num_children, 4);
+}
+
+TEST_P(KeeperConformance, EphemeralNodesLiveAndDieWithTheirSession) {
+  auto other = env_->connect();
+  ASSERT_TRUE(other->create(path("lock-"), "", CreateMode::kEphemeralSequential));
+  auto owned = keeper_->children(root_);
+  ASSERT_TRUE(owned);
+  ASSERT_EQ(owned->names.size(), 1u);
+  auto stat = keeper_->exists(path(owned->names[0]));
+  ASSERT_TRUE(stat && *stat);
+  EXPECT_EQ((*stat)->ephemeral_owner, other->sessionId());
+  EXPECT_NE(other->sessionId(), keeper_->sessionId());
+
+  other.reset();  // closes the session
+  EXPECT_TRUE(waitFor([&] { return keeper_->children(root_)->names.empty(); }));
+}
+
+TEST_P(KeeperConformance, MultiIsAtomicAndNamesTheFailedOp) {
+  ASSERT_TRUE(keeper_->create(path("v"), "", CreateMode::kPersistent));
+  auto failed = keeper_->multi({
+      op::Create{path("x"), "", CreateMode::kPersistent},
+      op::Create{path("seq-"), "", CreateMode::kPersistentSequential},
+      op::Set{path("v"), "new", 7},
+      op::Create{path("y"), "", CreateMode::kPersistent},
+  });
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code, KeeperCode::kBadVersion);
+  ASSERT_TRUE(failed.error().failed_op_index.has_value());
+  EXPECT_EQ(*failed.error().failed_op_index, 2u);
+  EXPECT_EQ(failed.error().path, path("v"));
+  EXPECT_FALSE(keeper_->exists(path("x"))->has_value());
+  EXPECT_EQ(keeper_->children(root_)->names, std::vector<std::string>{"v"});
+  // Nothing of the failed multi stayed, not even the counter bump of its sequential create.
+  auto counter = SequentialCounter::fromStat(**keeper_->exists(root_));
+  EXPECT_EQ(counter.counter(), 1);
+
+  auto applied = keeper_->multi({
+      op::Create{path("seq-"), "a", CreateMode::kPersistentSequential},
+      op::Set{path("v"), "new", 0},
+      op::Check{path("v"), 1},
+      op::Remove{path("seq-0000000001"), -1},
+  });
+  ASSERT_TRUE(applied) << applied.error().toString();
+  ASSERT_EQ(applied->size(), 4u);
+  EXPECT_EQ((*applied)[0].path_created, path("seq-0000000001"));
+  EXPECT_EQ((*applied)[1].stat.version, 1);
+  EXPECT_FALSE(keeper_->exists(path("seq-0000000001"))->has_value());
+
+  // One transaction, one zxid.
+  auto v = keeper_->exists(path("v"));
+  EXPECT_EQ((*v)->mzxid, (*keeper_->exists(root_))->pzxid);
+}
+
+TEST_P(KeeperConformance, CheckNotExistsGuardsABlockNumberAllocation) {
+  // The insert path's first multi (DESIGN.md 2.3): dedup check + block number in one request.
+  ASSERT_TRUE(createAncestorsAndSelf(*keeper_, path("deduplication_hashes")));
+  ASSERT_TRUE(createAncestorsAndSelf(*keeper_, path("block_numbers/202612")));
+  const std::string dedup = path("deduplication_hashes/202612_1_2");
+  const std::vector<Op> allocate = {
+      op::CheckNotExists{dedup},
+      op::Create{path("block_numbers/202612/block-"), "", CreateMode::kEphemeralSequential},
+  };
+  auto first = keeper_->multi(allocate);
+  ASSERT_TRUE(first) << first.error().toString();
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].path_created, "");
+  EXPECT_EQ((*first)[1].path_created, path("block_numbers/202612/block-0000000000"));
+  EXPECT_FALSE(keeper_->exists(dedup)->has_value());
+  // The emulation is a real create + delete: the dedup parent's counter moved by one.
+  EXPECT_EQ(SequentialCounter::fromStat(**keeper_->exists(path("deduplication_hashes"))).counter(), 1);
+
+  ASSERT_TRUE(keeper_->create(dedup, "202612_0_0_0", CreateMode::kPersistent));
+  auto duplicate = keeper_->multi(allocate);
+  ASSERT_FALSE(duplicate);
+  EXPECT_EQ(duplicate.error().code, KeeperCode::kNodeExists);
+  EXPECT_EQ(duplicate.error().failed_op_index, std::optional<std::size_t>(0));
+  EXPECT_EQ(duplicate.error().path, dedup);
+  EXPECT_EQ(keeper_->children(path("block_numbers/202612"))->names.size(), 1u);
+
+  // The op index maps back to the caller's numbering past an expanded check.
+  auto later = keeper_->multi({
+      op::CheckNotExists{path("deduplication_hashes/other")},
+      op::Create{path("block_numbers/202612/block-"), "", CreateMode::kEphemeralSequential},
+      op::Check{path("nowhere")},
+  });
+  ASSERT_FALSE(later);
+  EXPECT_EQ(later.error().code, KeeperCode::kNoNode);
+  EXPECT_EQ(later.error().failed_op_index, std::optional<std::size_t>(2));
+}
+
+TEST_P(KeeperConformance, WatchesFireOnceForTheirEvent) {
+  ASSERT_TRUE(keeper_->create(path("w"), "", CreateMode::kPersistent));
+  auto writer = env_->connect();
+
+  EventLog data_events;
+  ASSERT_TRUE(keeper_->get(path("w"), data_events.callback()));
+  ASSERT_TRUE(writer->set(path("w"), "1"));
+  ASSERT_TRUE(waitFor([&] { return data_events.size() == 1; }));
+  EXPECT_EQ(data_events.events()[0].type, WatchEvent::Type::kChanged);
+  EXPECT_EQ(data_events.events()[0].path, path("w"));
+  ASSERT_TRUE(writer->set(path("w"), "2"));  // one-shot: no second event
+
+  EventLog child_events;
+  ASSERT_TRUE(keeper_->children(path("w"), child_events.callback()));
+  ASSERT_TRUE(writer->create(path("w/c"), "", CreateMode::kPersistent));
+  ASSERT_TRUE(waitFor([&] { return child_events.size() == 1; }));
+  EXPECT_EQ(child_events.events()[0].type, WatchEvent::Type::kChild);
+
+  EventLog creation_events;
+  auto absent = keeper_->exists(path("later"), creation_events.callback());
+  ASSERT_TRUE(absent);
+  EXPECT_FALSE(absent->has_value());
+  ASSERT_TRUE(writer->create(path("later"), "", CreateMode::kPersistent));
+  ASSERT_TRUE(waitFor([&] { return creation_events.size() == 1; }));
+  EXPECT_EQ(creation_events.events()[0].type, WatchEvent::Type::kCreated);
+
+  EventLog deletion_events;
+  ASSERT_TRUE(keeper_->exists(path("later"), deletion_events.callback()));
+  ASSERT_TRUE(writer->remove(path("later")));
+  ASSERT_TRUE(waitFor([&] { return deletion_events.size() == 1; }));
+  EXPECT_EQ(deletion_events.events()[0].type, WatchEvent::Type::kDeleted);
+
+  // A get on a missing node fails and sets no watch.
+  EventLog none;
+  ASSERT_FALSE(keeper_->get(path("never"), none.callback()));
+  ASSERT_TRUE(writer->create(path("never"), "", CreateMode::kPersistent));
+  // A round trip on the watching session orders it after any event the server would have sent.
+  ASSERT_TRUE(keeper_->exists(path("never")));
+  EXPECT_EQ(data_events.size(), 1u);
+  EXPECT_EQ(none.size(), 0u);
+}
+
+TEST_P(KeeperConformance, AnExpiredSessionIsDetectedAndReplaced) {
+  ASSERT_TRUE(keeper_->create(path("mine"), "", CreateMode::kEphemeral));
+  EventLog watch;
+  ASSERT_TRUE(keeper_->exists(path("nothing-yet"), watch.callback()));
+  auto observer = env_->connect();
+
+  env_->expire(*keeper_);
+  ASSERT_TRUE(waitFor([&] { return keeper_->expired(); }));
+  auto refused = keeper_->get(root_);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, KeeperCode::kSessionExpired);
+  EXPECT_TRUE(refused.error().isConnectionLevel());
+  ASSERT_TRUE(waitFor([&] { return watch.size() == 1; }));
+  EXPECT_EQ(watch.events()[0].type, WatchEvent::Type::kSessionExpired);
+  EXPECT_TRUE(waitFor([&] { return !observer->exists(path("mine"))->has_value(); }));
+
+  auto fresh = keeper_->startNewSession();
+  ASSERT_TRUE(fresh) << fresh.error().toString();
+  EXPECT_FALSE((*fresh)->expired());
+  EXPECT_NE((*fresh)->sessionId(), keeper_->sessionId());
+  EXPECT_TRUE((*fresh)->create(path("mine"), "", CreateMode::kEphemeral));
+}
+
+// Seed 002 on the real server: the counter raised to 2147483644 gives exactly four more names,
+// then every create fails with "node exists" on log/log-.
+TEST_P(KeeperConformance, TheLogCounterStallsAtInt32Max) {
+  ASSERT_TRUE(keeper_->create(path("log"), "", CreateMode::kPersistent));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(keeper_->create(path("log/log-"), "", CreateMode::kPersistentSequential));
+  }
+  keeper_.reset();
+  env_->setSequentialCounter(path("log"), 2147483644);
+  keeper_ = env_->connect();
+
+  auto stat = keeper_->exists(path("log"));
+  ASSERT_TRUE(stat && *stat);
+  // The seed's figures: zkCli shows cversion = -18, numChildren = 10.
+  EXPECT_EQ((*stat)->cversion, -18);
+  EXPECT_EQ((*stat)->num_children, 10);
+  auto before = SequentialCounter::read(*keeper_, path("log"), "log-");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->counter(), 2147483644);
+  EXPECT_EQ(before->createsLeft(), 4);
+  EXPECT_EQ(before->maxIndex(), 2147483643);
+
+  for (int64_t expected = 2147483644; expected <= 2147483647; ++expected) {
+    auto created = keeper_->create(path("log/log-"), "", CreateMode::kPersistentSequential);
+    ASSERT_TRUE(created) << created.error().toString();
+    EXPECT_EQ(*created, path(fmt::format("log/log-{}", expected)));
+  }
+  auto fifth = keeper_->create(path("log/log-"), "", CreateMode::kPersistentSequential);
+  ASSERT_FALSE(fifth);
+  EXPECT_EQ(fifth.error().code, KeeperCode::kNodeExists);
+  EXPECT_EQ(fifth.error().path, path("log/log-"));
+  // The same in a multi, as ClickHouse's commit fails: op #0 names log/log-.
+  auto commit = keeper_->multi({op::Create{path("log/log-"), "", CreateMode::kPersistentSequential},
+                                op::Create{path("part"), "", CreateMode::kPersistent}});
+  ASSERT_FALSE(commit);
+  EXPECT_EQ(commit.error().code, KeeperCode::kNodeExists);
+  EXPECT_EQ(commit.error().failed_op_index, std::optional<std::size_t>(0));
+
+  auto after = keeper_->exists(path("log"));
+  EXPECT_LT((*after)->cversion, 0);
+  auto stuck = SequentialCounter::read(*keeper_, path("log"), "log-");
+  ASSERT_TRUE(stuck);
+  EXPECT_EQ(stuck->counter(), 2147483647);
+  EXPECT_TRUE(stuck->exhausted());
+  EXPECT_EQ(stuck->maxIndex(), 2147483647);
+  EXPECT_EQ(stuck->createsLeft(), 0);
+  EXPECT_EQ(stuck->headroomRatio(), 0.0);
+  // Reads still work.
+  EXPECT_EQ(keeper_->children(path("log"))->names.size(), 14u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, KeeperConformance, ::testing::Values("fake", "zookeeper"),
+                         [](const auto& info) { return info.param; });
+
+// Real-server behaviour the fake does not model: the server going away and coming back.
+TEST(RealZooKeeper, RequestsFailAtConnectionLevelWhileTheServerIsDownAndTheSessionSurvives) {
+  auto& env = realEnvironment();
+  auto client = env.server().connect(std::chrono::seconds(10));
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(createAncestorsAndSelf(**client, "/restart"));
+  ASSERT_TRUE((*client)->create("/restart/eph", "", CreateMode::kEphemeral));
+  const int64_t session = (*client)->sessionId();
+
+  ASSERT_TRUE(env.server().stop());
+  auto during = (*client)->get("/restart");
+  ASSERT_FALSE(during);
+  EXPECT_TRUE(during.error().isConnectionLevel()) << during.error().toString();
+  EXPECT_FALSE(during.error().code == KeeperCode::kSessionExpired);
+
+  auto restarted = env.server().restart();
+  ASSERT_TRUE(restarted) << restarted.error();
+  // The client reconnects with its session; the ephemeral node is still there.
+  ASSERT_TRUE(waitFor([&] { return (*client)->exists("/restart/eph").has_value(); }));
+  EXPECT_EQ((*client)->sessionId(), session);
+  EXPECT_FALSE((*client)->expired());
+  EXPECT_TRUE((*(*client)->exists("/restart/eph")).has_value());
+}
+
+TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {
+  auto port = testing::findFreeLoopbackPort();
+  ASSERT_TRUE(port);
+  const auto started = std::chrono::steady_clock::now();
+  auto client = ZooKeeperClient::connect(ZooKeeperConfig{
+      fmt::format("127.0.0.1:{}", *port), std::chrono::seconds(4), std::chrono::milliseconds(500)});
+  ASSERT_FALSE(client);
+  EXPECT_EQ(client.error().code, KeeperCode::kConnectionLoss);
+  EXPECT_NE(client.error().detail.find("127.0.0.1"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace rtable::core

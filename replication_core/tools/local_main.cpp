@@ -1,0 +1,171 @@
+// rtable-local: runs rtable on an embedded default. For now: a local ZooKeeper 3.8, a demo tree
+// of replicated tables (rtable's layout and ClickHouse's), and rtable-inspect over it. One table is
+// pushed to the seed-002 failure (the log counter at 2147483647, inserts fail with "node exists"),
+// one is close to it, one is healthy.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+
+namespace {
+
+using rtable::core::CreateMode;
+using rtable::core::Keeper;
+using rtable::core::createAncestorsAndSelf;
+namespace testing = rtable::core::testing;
+
+constexpr const char* kUsage =
+    "usage: rtable-local [--work-dir DIR] [--keep-running]\n"
+    "Starts a local ZooKeeper, creates a demo tree of replicated tables and runs rtable-inspect.\n"
+    "--keep-running leaves ZooKeeper up (Ctrl-C to stop) so you can run rtable-inspect yourself.\n";
+
+struct Failure {
+  std::string message;
+};
+using Step = std::expected<void, Failure>;
+
+Step check(const rtable::core::KeeperStatus& status, const std::string& what) {
+  if (!status) return std::unexpected(Failure{what + ": " + status.error().toString()});
+  return {};
+}
+
+// A table's nodes as ClickHouse's createTableIfNotExists lays them out (reference notes 1.1).
+Step createTableTree(Keeper& keeper, const std::string& path, int replicas) {
+  for (const char* child : {"metadata", "columns", "log", "block_numbers", "blocks", "quorum",
+                            "leader_election", "temp", "replicas"}) {
+    if (auto s = check(createAncestorsAndSelf(keeper, path + "/" + child), path); !s) return s;
+  }
+  for (int r = 1; r <= replicas; ++r) {
+    const std::string replica = fmt::format("{}/replicas/r{}", path, r);
+    for (const char* child : {"queue", "parts", "log_pointer", "is_lost"}) {
+      if (auto s = check(createAncestorsAndSelf(keeper, replica + "/" + child), replica); !s) return s;
+    }
+  }
+  return {};
+}
+
+// A `get` entry in ClickHouse's log entry text format (reference notes 2).
+std::string getEntry(int block) {
+  return fmt::format(
+      "format version: 4\ncreate_time: 2026-12-01 03:00:00\nsource replica: r1\n"
+      "block_id: 202612_{}_{}\nget\n202612_{}_{}_0\npart_type: Compact\n",
+      block * 7919, block * 104729, block, block);
+}
+
+Step appendLogEntries(Keeper& keeper, const std::string& table, int count, int first_block,
+                      int* created) {
+  for (int i = 0; i < count; ++i) {
+    auto made = keeper.create(table + "/log/log-", getEntry(first_block + i),
+                              CreateMode::kPersistentSequential);
+    if (!made) return std::unexpected(Failure{"create " + table + "/log/log-: " + made.error().toString()});
+    if (created) ++*created;
+  }
+  return {};
+}
+
+volatile sig_atomic_t g_stop = 0;
+void onSignal(int) { g_stop = 1; }
+
+Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
+  fmt::print("Starting ZooKeeper 3.8 ...\n");
+  auto zk = testing::LocalZooKeeper::start(zk_options);
+  if (!zk) return std::unexpected(Failure{"ZooKeeper did not start: " + zk.error()});
+  fmt::print("ZooKeeper is serving at {} (data in {})\n\n", (*zk)->connectString(),
+             (*zk)->workDir().string());
+
+  const std::string healthy = "/rtable/tables/3f2a9c1e-events/1";
+  const std::string near_limit = "/rtable/tables/8b41d07a-metrics/1";
+  const std::string stuck = "/clickhouse/tables/01/seq_flow";
+  {
+    auto keeper = (*zk)->connect();
+    if (!keeper) return std::unexpected(Failure{"connect: " + keeper.error().toString()});
+    auto& k = **keeper;
+    if (auto s = check(createAncestorsAndSelf(k, "/rtable/tables/3f2a9c1e-events/active"), "active"); !s) return s;
+    if (auto set = k.set("/rtable/tables/3f2a9c1e-events/active", "1"); !set) {
+      return std::unexpected(Failure{"set active: " + set.error().toString()});
+    }
+    for (const auto& table : {healthy, near_limit, stuck}) {
+      if (auto s = createTableTree(k, table, 3); !s) return s;
+    }
+    if (auto s = appendLogEntries(k, healthy, 120, 1, nullptr); !s) return s;
+    if (auto s = appendLogEntries(k, near_limit, 10, 1, nullptr); !s) return s;
+    if (auto s = appendLogEntries(k, stuck, 10, 1, nullptr); !s) return s;
+  }
+
+  // Jump two counters forward in the stopped server's snapshot, as if billions of inserts ran.
+  fmt::print("Raising log counters in the snapshot (ZooKeeper restarts twice) ...\n");
+  if (auto s = (*zk)->setSequentialCounter(near_limit + "/log", 2100000000); !s) return std::unexpected(Failure{s.error()});
+  if (auto s = (*zk)->setSequentialCounter(stuck + "/log", 2147483644); !s) return std::unexpected(Failure{s.error()});
+
+  auto keeper = (*zk)->connect();
+  if (!keeper) return std::unexpected(Failure{"connect: " + keeper.error().toString()});
+  fmt::print("\nInserting into {}: each insert creates one log/log- entry\n", stuck);
+  for (int insert = 1; insert <= 5; ++insert) {
+    auto made = (*keeper)->create(stuck + "/log/log-", getEntry(100 + insert),
+                                  CreateMode::kPersistentSequential);
+    if (made) {
+      fmt::print("  insert {}: created {}\n", insert, *made);
+    } else {
+      fmt::print("  insert {}: FAILED: {}  <- the int32 counter is exhausted (seed 002)\n", insert,
+                 made.error().toString());
+    }
+  }
+
+  fmt::print("\n$ rtable-inspect --zookeeper {} --root /\n", (*zk)->connectString());
+  std::fflush(stdout);
+  auto inspected = testing::runCommand(
+      {RTABLE_INSPECT_BINARY, "--zookeeper", (*zk)->connectString(), "--root", "/"},
+      std::chrono::seconds(60));
+  if (!inspected) return std::unexpected(Failure{"rtable-inspect: " + inspected.error()});
+  fmt::print("{}{}", inspected->out, inspected->err);
+  fmt::print("(rtable-inspect exited {}: {})\n", inspected->exit_code,
+             inspected->exit_code == 1 ? "a table is under the 5% headroom threshold, as intended"
+             : inspected->exit_code == 0 ? "every table has headroom"
+                                         : "error");
+  if (inspected->exit_code != 0 && inspected->exit_code != 1) {
+    return std::unexpected(Failure{"rtable-inspect failed"});
+  }
+
+  if (keep_running) {
+    fmt::print("\nZooKeeper keeps running at {}. Try:\n  {} --zookeeper {} --format json\n"
+               "Ctrl-C stops it.\n",
+               (*zk)->connectString(), RTABLE_INSPECT_BINARY, (*zk)->connectString());
+    std::fflush(stdout);
+    signal(SIGINT, onSignal);
+    signal(SIGTERM, onSignal);
+    while (!g_stop && (*zk)->running()) pause();
+  }
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Restarts make the C client log refused connections; the steps below report what matters.
+  rtable::core::ZooKeeperClient::silenceLibraryLog();
+  testing::LocalZooKeeperOptions zk_options;
+  bool keep_running = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--keep-running") {
+      keep_running = true;
+    } else if (arg == "--work-dir" && i + 1 < argc) {
+      zk_options.work_dir = argv[++i];
+    } else if (arg == "--help" || arg == "-h") {
+      fmt::print("{}", kUsage);
+      return 0;
+    } else {
+      fmt::print(stderr, "rtable-local: unknown argument '{}' (see --help)\n", arg);
+      return 2;
+    }
+  }
+  if (auto done = run(zk_options, keep_running); !done) {
+    fmt::print(stderr, "rtable-local: {}\n", done.error().message);
+    return 1;
+  }
+  return 0;
+}
