@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Configures and builds one flavour of rtable into its own folder.
+#   scripts/build.sh [release|asan|tsan]     (default release)  ->  build/, build-asan/, build-tsan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+flavour="${1:-release}"
+case "$flavour" in
+  release) dir=build; flags=() ;;
+  asan) dir=build-asan; flags=(-DRTABLE_SANITIZE=ON) ;;
+  tsan) dir=build-tsan; flags=(-DRTABLE_TSAN=ON) ;;
+  *) echo "build.sh: unknown flavour '$flavour' (release, asan or tsan)" >&2; exit 2 ;;
+esac
+
+if [[ ! -f "$dir/build.ninja" ]]; then
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}"
+fi
+# Two cores: -j2 keeps the machine responsive.
+cmake --build "$dir" -j2

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs what rtable needs to build, run and test, from Debian 12's packages. Idempotent: a
+# package already installed is left alone, and apt is not touched when nothing is missing.
+#   scripts/install-deps.sh          build and run (ZooKeeper, the C++ libraries, a JDK)
+#   scripts/install-deps.sh --test   also what the tests compare against (ClickHouse 18.16)
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake ninja-build pkg-config openjdk-17-jdk-headless
+  # C++ libraries (DESIGN.md 1)
+  libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev
+  # ZooKeeper 3.8 server and its jars (the local server, the snapshot tool)
+  zookeeper libslf4j-java
+)
+if [[ "${1:-}" == "--test" ]]; then
+  # The side-by-side reference: ClickHouse 18.16's ReplicatedMergeTree on our ZooKeeper.
+  packages+=(clickhouse-server clickhouse-client)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+# Services that packages would start (ZooKeeper, ClickHouse) are not used: rtable starts its own
+# on free loopback ports. policy-rc.d keeps invoke-rc.d from starting them where an init runs.
+policy=/usr/sbin/policy-rc.d
+created_policy=""
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee $policy >/dev/null
+  $sudo chmod +x $policy
+  created_policy=1
+fi
+cleanup() { if [[ -n "$created_policy" ]]; then $sudo rm -f "$policy"; fi; }
+trap cleanup EXIT
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
