@@ -9,6 +9,7 @@
 #include <string>
 
 #include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/log_entry.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 
 namespace {
@@ -48,12 +49,15 @@ Step createTableTree(Keeper& keeper, const std::string& path, int replicas) {
   return {};
 }
 
-// A `get` entry in ClickHouse's log entry text format (reference notes 2).
+// What an insert of one block into partition 202612 writes to the log.
 std::string getEntry(int block) {
-  return fmt::format(
-      "format version: 4\ncreate_time: 2026-12-01 03:00:00\nsource replica: r1\n"
-      "block_id: 202612_{}_{}\nget\n202612_{}_{}_0\npart_type: Compact\n",
-      block * 7919, block * 104729, block, block);
+  rtable::core::LogEntry entry;
+  entry.type = rtable::core::LogEntry::Type::kGetPart;
+  entry.create_time = 1764558000;
+  entry.source_replica = "r1";
+  entry.block_id = fmt::format("202612_{}_{}", block * 7919, block * 104729);
+  entry.new_part_name = fmt::format("202612_{}_{}_0", block, block);
+  return entry.format();
 }
 
 Step appendLogEntries(Keeper& keeper, const std::string& table, int count, int first_block,

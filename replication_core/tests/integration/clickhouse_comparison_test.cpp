@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "rtable/replication_core/log_entry.h"
+#include "rtable/replication_core/part_name.h"
 #include "rtable/replication_core/testing/local_clickhouse.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 
@@ -84,6 +86,45 @@ TEST_F(ClickHouseComparison, InspectReportsClickHousesLogMaxIndex) {
   EXPECT_EQ(table["log_max_index"], clickhouse);
   EXPECT_EQ(table["log_counter"], clickhouse + 1);
   EXPECT_EQ(table["replicas"], nlohmann::json::array({"r1"}));
+}
+
+// The log entries ClickHouse writes parse as rtable's LogEntry: the format is shared.
+TEST_F(ClickHouseComparison, RtableParsesClickHousesLogEntries) {
+  query("INSERT INTO default.events VALUES ('2026-01-05', 1)");
+  query("INSERT INTO default.events VALUES ('2026-01-06', 2)");
+  query("OPTIMIZE TABLE default.events PARTITION 202601 FINAL");
+  const std::string active_part =
+      query("SELECT name FROM system.parts WHERE table = 'events' AND active");
+
+  auto keeper = zk_->connect();
+  ASSERT_TRUE(keeper);
+  const std::string log = std::string(kTablePath) + "/log";
+  // OPTIMIZE returns once the merge entry is in the log.
+  auto names = (*keeper)->children(log);
+  ASSERT_TRUE(names);
+  std::sort(names->names.begin(), names->names.end());
+  ASSERT_EQ(names->names.size(), 3u);
+  std::vector<LogEntry> entries;
+  for (const auto& name : names->names) {
+    auto text = (*keeper)->get(log + "/" + name);
+    ASSERT_TRUE(text);
+    auto entry = LogEntry::parse(text->data);
+    ASSERT_TRUE(entry) << entry.error() << "\n" << text->data;
+    // Nothing lost: formatting it again gives ClickHouse's text back.
+    EXPECT_EQ(entry->format(), text->data);
+    entries.push_back(*entry);
+  }
+  EXPECT_EQ(entries[0].type, LogEntry::Type::kGetPart);
+  EXPECT_EQ(entries[0].source_replica, "r1");
+  EXPECT_TRUE(entries[0].block_id.starts_with("202601_")) << entries[0].block_id;
+  EXPECT_EQ(entries[0].new_part_name, "202601_0_0_0");
+  EXPECT_EQ(entries[1].new_part_name, "202601_1_1_0");
+  EXPECT_EQ(entries[2].type, LogEntry::Type::kMergeParts);
+  EXPECT_EQ(entries[2].source_parts, (std::vector<std::string>{"202601_0_0_0", "202601_1_1_0"}));
+  EXPECT_EQ(entries[2].new_part_name + "\n", active_part);
+  auto merged = PartName::parse(entries[2].new_part_name);
+  ASSERT_TRUE(merged);
+  for (const auto& source : entries[2].source_parts) EXPECT_TRUE(merged->contains(*PartName::parse(source)));
 }
 
 // Seed 002, experiment 28, on ClickHouse 18.16: the counter raised to 2147483644, four inserts
