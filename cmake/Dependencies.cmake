@@ -7,6 +7,7 @@ find_package(prometheus-cpp REQUIRED COMPONENTS core pull)
 find_package(cpprestsdk REQUIRED)
 find_package(OpenSSL REQUIRED)
 find_package(GTest REQUIRED)
+find_package(zstd REQUIRED)
 find_package(Java 17 REQUIRED COMPONENTS Development)
 include(UseJava)
 
@@ -18,6 +19,14 @@ set_target_properties(ZooKeeper::zookeeper_mt PROPERTIES
   IMPORTED_LOCATION "${ZOOKEEPER_MT_LIBRARY}"
   INTERFACE_INCLUDE_DIRECTORIES "${ZOOKEEPER_INCLUDE_DIR}"
   INTERFACE_COMPILE_DEFINITIONS THREADED)
+
+# xxHash (XXH3-128 for part checksums, dedup ids and partition ids) ships no CMake file either.
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+add_library(xxHash::xxhash UNKNOWN IMPORTED)
+set_target_properties(xxHash::xxhash PROPERTIES
+  IMPORTED_LOCATION "${XXHASH_LIBRARY}"
+  INTERFACE_INCLUDE_DIRECTORIES "${XXHASH_INCLUDE_DIR}")
 
 # cpprestsdk: its `U` macro breaks fmt, spdlog and GoogleTest headers, and its target does not
 # pull OpenSSL in. Link rtable::cpprest instead of cpprestsdk::cpprest.

@@ -10,7 +10,7 @@ packages=(
   g++ cmake ninja-build pkg-config openjdk-17-jdk-headless
   # C++ libraries (DESIGN.md 1)
   libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev
-  libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev
   # ZooKeeper 3.8 server and its jars (the local server, the snapshot tool)
   zookeeper libslf4j-java
 )

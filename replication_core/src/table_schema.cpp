@@ -1,0 +1,226 @@
+#include "rtable/replication_core/table_schema.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <unordered_map>
+
+#include "rtable/replication_core/hash128.h"
+
+namespace rtable::core {
+namespace {
+
+bool isIdentifier(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+bool isDateLike(TypeId id) { return id == TypeId::kDate || id == TypeId::kDateTime; }
+
+// "YYYYMM" or "YYYYMMDD" of a day number, cached: a block's rows mostly share few days.
+class DayFormatter {
+ public:
+  explicit DayFormatter(bool with_day) : with_day_(with_day) {}
+  const std::string& operator()(int64_t days) {
+    if (days != last_days_ || last_.empty()) {
+      const std::chrono::year_month_day ymd{std::chrono::sys_days{std::chrono::days{days}}};
+      last_ = with_day_ ? fmt::format("{:04}{:02}{:02}", static_cast<int>(ymd.year()),
+                                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()))
+                        : fmt::format("{:04}{:02}", static_cast<int>(ymd.year()),
+                                      static_cast<unsigned>(ymd.month()));
+      last_days_ = days;
+    }
+    return last_;
+  }
+
+ private:
+  bool with_day_;
+  int64_t last_days_ = -1;
+  std::string last_;
+};
+
+// A three-way comparison of two rows of one column, NULLs and NaNs last.
+using RowComparator = std::function<int(std::size_t, std::size_t)>;
+
+RowComparator comparatorFor(const Column& column) {
+  RowComparator compare_values = std::visit(
+      [](const auto& values) -> RowComparator {
+        return [&values](std::size_t a, std::size_t b) {
+          const auto& x = values[a];
+          const auto& y = values[b];
+          if constexpr (std::is_floating_point_v<std::decay_t<decltype(x)>>) {
+            if (std::isnan(x) || std::isnan(y)) return std::isnan(x) - std::isnan(y);
+          }
+          return x < y ? -1 : (y < x ? 1 : 0);
+        };
+      },
+      column.values);
+  if (!column.type.nullable) return compare_values;
+  return [&column, compare_values](std::size_t a, std::size_t b) {
+    const bool null_a = column.null_map[a] != 0;
+    const bool null_b = column.null_map[b] != 0;
+    if (null_a || null_b) return int{null_a} - int{null_b};
+    return compare_values(a, b);
+  };
+}
+
+}  // namespace
+
+std::expected<PartitionKey, std::string> PartitionKey::parse(std::string_view text) {
+  PartitionKey key;
+  if (text.empty() || text == "tuple()") return key;
+  for (auto [prefix, kind] : {std::pair{std::string_view("toYYYYMM("), Kind::kToYYYYMM},
+                              std::pair{std::string_view("toYYYYMMDD("), Kind::kToYYYYMMDD}}) {
+    if (text.starts_with(prefix) && text.ends_with(')')) {
+      key.kind = kind;
+      key.column = std::string(text.substr(prefix.size(), text.size() - prefix.size() - 1));
+      break;
+    }
+  }
+  if (key.kind == Kind::kNone) {
+    key.kind = Kind::kColumn;
+    key.column = std::string(text);
+  }
+  if (!isIdentifier(key.column)) {
+    return std::unexpected(fmt::format(
+        "partition key '{}' must be a column, toYYYYMM(column), toYYYYMMDD(column) or tuple()", text));
+  }
+  return key;
+}
+
+std::string PartitionKey::format() const {
+  switch (kind) {
+    case Kind::kNone: return "tuple()";
+    case Kind::kColumn: return column;
+    case Kind::kToYYYYMM: return fmt::format("toYYYYMM({})", column);
+    case Kind::kToYYYYMMDD: return fmt::format("toYYYYMMDD({})", column);
+  }
+  return "tuple()";
+}
+
+std::expected<TableSchema, std::string> TableSchema::create(std::vector<ColumnSpec> columns,
+                                                            PartitionKey partition_by,
+                                                            std::vector<std::string> order_by) {
+  if (columns.empty()) return std::unexpected("a table needs at least one column");
+  std::set<std::string> names;
+  for (const auto& column : columns) {
+    if (!isIdentifier(column.name)) {
+      return std::unexpected(fmt::format(
+          "column name '{}' must be letters, digits and '_', not starting with a digit", column.name));
+    }
+    if (!names.insert(column.name).second) {
+      return std::unexpected(fmt::format("column '{}' is declared twice", column.name));
+    }
+  }
+  TableSchema schema;
+  schema.columns_ = std::move(columns);
+  if (partition_by.kind != PartitionKey::Kind::kNone) {
+    auto index = schema.columnIndex(partition_by.column);
+    if (!index) {
+      return std::unexpected(fmt::format("partition key {} names no column", partition_by.format()));
+    }
+    const DataType& type = schema.columns_[*index].type;
+    if (type.nullable) {
+      return std::unexpected(fmt::format("partition key column '{}' must not be Nullable", partition_by.column));
+    }
+    if (partition_by.kind != PartitionKey::Kind::kColumn && !isDateLike(type.id)) {
+      return std::unexpected(fmt::format("{} needs a Date or DateTime column, '{}' is {}",
+                                         partition_by.format(), partition_by.column, type.name()));
+    }
+  }
+  schema.partition_by_ = std::move(partition_by);
+  for (const auto& column : order_by) {
+    if (!schema.columnIndex(column)) {
+      return std::unexpected(fmt::format("ORDER BY column '{}' is not a column of the table", column));
+    }
+  }
+  schema.order_by_ = std::move(order_by);
+  return schema;
+}
+
+std::optional<std::size_t> TableSchema::columnIndex(std::string_view name) const {
+  for (std::size_t i = 0; i < columns_.size(); ++i) {
+    if (columns_[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+Block TableSchema::emptyBlock() const {
+  Block block;
+  for (const auto& column : columns_) block.columns.push_back(Column::empty(column.name, column.type));
+  return block;
+}
+
+std::vector<std::string> TableSchema::partitionIds(const Block& block) const {
+  const std::size_t rows = block.rows();
+  if (partition_by_.kind == PartitionKey::Kind::kNone) return std::vector<std::string>(rows, "all");
+  const Column& column = block.columns[*columnIndex(partition_by_.column)];
+  std::vector<std::string> ids;
+  ids.reserve(rows);
+  std::visit(
+      [&](const auto& values) {
+        using T = std::decay_t<decltype(values[0])>;
+        if (partition_by_.kind != PartitionKey::Kind::kColumn) {
+          DayFormatter day(partition_by_.kind == PartitionKey::Kind::kToYYYYMMDD);
+          const bool seconds = column.type.id == TypeId::kDateTime;
+          if constexpr (std::is_integral_v<T>) {
+            for (const auto& v : values) ids.push_back(day(seconds ? int64_t(v) / 86400 : int64_t(v)));
+          }
+        } else if (column.type.id == TypeId::kDate) {
+          DayFormatter day(true);
+          if constexpr (std::is_integral_v<T>) {
+            for (const auto& v : values) ids.push_back(day(int64_t(v)));
+          }
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          for (const auto& v : values) ids.push_back(hash128(v).hex());
+        } else if constexpr (std::is_floating_point_v<T>) {
+          for (const auto& v : values) ids.push_back(hash128({reinterpret_cast<const char*>(&v), sizeof(v)}).hex());
+        } else {
+          for (const auto& v : values) ids.push_back(fmt::format("{}", v));
+        }
+      },
+      column.values);
+  return ids;
+}
+
+std::vector<std::pair<std::string, Block>> TableSchema::splitByPartition(const Block& block) const {
+  const auto ids = partitionIds(block);
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> groups;
+  std::unordered_map<std::string, std::size_t> group_of;
+  for (std::size_t row = 0; row < ids.size(); ++row) {
+    auto [it, inserted] = group_of.try_emplace(ids[row], groups.size());
+    if (inserted) groups.emplace_back(ids[row], std::vector<std::size_t>{});
+    groups[it->second].second.push_back(row);
+  }
+  std::vector<std::pair<std::string, Block>> parts;
+  parts.reserve(groups.size());
+  if (groups.size() == 1) {
+    parts.emplace_back(std::move(groups[0].first), block);
+    return parts;
+  }
+  for (auto& [id, rows] : groups) parts.emplace_back(std::move(id), block.select(rows));
+  return parts;
+}
+
+std::vector<std::size_t> TableSchema::sortPermutation(const Block& block) const {
+  std::vector<std::size_t> order(block.rows());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<RowComparator> keys;
+  for (const auto& name : order_by_) keys.push_back(comparatorFor(*block.find(name)));
+  if (keys.empty()) return order;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    for (const auto& compare : keys) {
+      if (int c = compare(a, b); c != 0) return c < 0;
+    }
+    return false;
+  });
+  return order;
+}
+
+}  // namespace rtable::core
