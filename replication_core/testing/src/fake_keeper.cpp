@@ -11,12 +11,6 @@
 namespace rtable::core::testing {
 namespace {
 
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string parentOf(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == 0 ? "/" : path.substr(0, slash);
@@ -117,6 +111,16 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   void failNextRequestsForTest(int count) override {
     std::lock_guard lock(mu_);
     failures_to_inject_ = count;
+  }
+
+  void setTimeForTest(int64_t ms) override {
+    std::lock_guard lock(mu_);
+    fixed_time_ms_ = ms;
+  }
+
+  int64_t requestCountForTest() const override {
+    std::lock_guard lock(mu_);
+    return requests_;
   }
 
   KeeperResult<GetResult> get(int64_t session, const std::string& path, WatchCallback watch) {
@@ -245,7 +249,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
       Node& node = server.nodes_[path];
       node.data = o.data;
       node.stat.czxid = node.stat.mzxid = node.stat.pzxid = zxid;
-      node.stat.ctime = node.stat.mtime = nowMs();
+      node.stat.ctime = node.stat.mtime = server.nowMsLocked();
       node.stat.ephemeral_owner = isEphemeral(o.mode) ? session : 0;
 
       notify(server.data_watches_, path, WatchEvent::Type::kCreated);
@@ -290,7 +294,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
       node->data = o.data;
       node->stat.version++;
       node->stat.mzxid = zxid;
-      node->stat.mtime = nowMs();
+      node->stat.mtime = server.nowMsLocked();
       notify(server.data_watches_, o.path, WatchEvent::Type::kChanged);
       return OpResult{{}, visibleStat(*node)};
     }
@@ -331,6 +335,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
       --failures_to_inject_;
       return error(KeeperCode::kConnectionLoss, path);
     }
+    ++requests_;
     return std::nullopt;
   }
 
@@ -358,6 +363,15 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   int64_t zxid_ = 0;
   int64_t next_session_ = 0x100000000;
   int failures_to_inject_ = 0;
+  std::optional<int64_t> fixed_time_ms_;
+  int64_t requests_ = 0;
+
+  int64_t nowMsLocked() const {
+    if (fixed_time_ms_) return *fixed_time_ms_;
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
 
   friend class FakeKeeper;
 };

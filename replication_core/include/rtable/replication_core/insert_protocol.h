@@ -1,0 +1,87 @@
+// The two ZooKeeper round trips of an insert (DESIGN.md 2.3, ClickHouse's ReplicatedMergeTreeSink):
+//
+//   1. allocateBlockNumber: one multi = [check that deduplication_hashes/<id> does not exist,
+//      create the ephemeral-sequential block_numbers/<partition>/block-]. The sequence number is
+//      the part's block number; a collision on the check means the block is a duplicate.
+//   2. commitPart: one multi = [create log/log- (a `get` entry), create deduplication_hashes/<id>
+//      = part name, create replicas/<me>/parts/<part>, remove the block lock]. Only after it
+//      succeeds is the part made visible and the insert acknowledged.
+//
+// A crash between them leaves an ephemeral lock that goes with the session and a tmp part that is
+// removed on start: the block is neither visible nor remembered, so a client's retry inserts it.
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+
+#include "rtable/replication_core/block.h"
+#include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/log_entry.h"
+#include "rtable/replication_core/table_paths.h"
+
+namespace rtable::core {
+
+// `<partition>_<hi>_<lo>` (the hash's halves in decimal, as ClickHouse's block_id): the 128-bit hash of the block's values, column by column (name, type,
+// null map, values), in the order the part stores them. The same rows give the same id however
+// they were formatted on the wire.
+std::string blockDedupId(const std::string& partition, const Block& sorted_block);
+// With insert_deduplication_token the token decides, not the data: the n-th block (per partition,
+// in the order the insert produced them) of an insert gets the hash of "<token>_<n>".
+std::string tokenDedupId(const std::string& partition, const std::string& token, std::size_t n);
+
+struct BlockNumberLock {
+  std::string partition;
+  int64_t block_number = 0;
+  std::string path;  // the ephemeral block_numbers/<partition>/block-NNNNNNNNNN
+};
+
+struct Duplicate {
+  std::string existing_part;  // the value of deduplication_hashes/<id>: the part that has the rows
+};
+
+using Allocation = std::variant<BlockNumberLock, Duplicate>;
+
+// Allocates block numbers for one table generation. Remembers which partition nodes exist, so a
+// steady insert stream costs one request here. Thread-safe.
+class BlockNumberAllocator {
+ public:
+  explicit BlockNumberAllocator(TablePaths paths) : paths_(std::move(paths)) {}
+
+  KeeperResult<Allocation> allocate(Keeper& keeper, const std::string& partition,
+                                    const std::string& dedup_id);
+
+ private:
+  TablePaths paths_;
+  std::mutex mu_;
+  std::set<std::string> known_partitions_;
+};
+
+struct Committed {
+  std::string log_entry_path;  // log/log-NNNNNNNNNN
+};
+
+enum class CommitFailure {
+  kDuplicate,        // another insert committed the same dedup id after our allocation
+  kLockLost,         // our block lock is gone (session expired, or a drop range cleared it)
+  kLogExhausted,     // log/ hit the int32 counter limit: "node exists" on log/log- (seed 002)
+  kUnknownOutcome,   // connection-level error: the multi may or may not have been applied
+  kRejected,         // any other answer of the server (the cause says which); nothing applied
+};
+
+struct CommitError {
+  CommitFailure failure;
+  KeeperError cause;
+  std::optional<Duplicate> duplicate;  // for kDuplicate, when it could be read
+};
+
+// The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the part).
+std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
+                                                 const LogEntry& entry, const BlockNumberLock& lock);
+
+// After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
+KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, const std::string& part);
+
+}  // namespace rtable::core

@@ -1,0 +1,46 @@
+// Where a table generation and its replicas live in ZooKeeper (DESIGN.md 2.2). Every path the core
+// and the operator use is built here, so the layout is written down once.
+//
+//   <root>/active                                   the active generation (the table swap sets it)
+//   <root>/<generation>/{metadata, columns, log, block_numbers, deduplication_hashes, quorum,
+//                        leader_election, temp, replicas}
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rtable::core {
+
+struct TablePaths {
+  std::string table_root;  // /rtable/tables/<table-uid>
+  int64_t generation = 1;
+  std::string replica;     // this replica's name
+
+  std::string activeGeneration() const { return table_root + "/active"; }
+  std::string generationRoot() const { return table_root + "/" + std::to_string(generation); }
+  std::string metadata() const { return generationRoot() + "/metadata"; }
+  std::string columns() const { return generationRoot() + "/columns"; }
+  std::string log() const { return generationRoot() + "/log"; }
+  std::string logEntryPrefix() const { return log() + "/log-"; }
+  std::string blockNumbers() const { return generationRoot() + "/block_numbers"; }
+  std::string blockNumbers(const std::string& partition) const { return blockNumbers() + "/" + partition; }
+  std::string blockLockPrefix(const std::string& partition) const { return blockNumbers(partition) + "/block-"; }
+  std::string dedupHashes() const { return generationRoot() + "/deduplication_hashes"; }
+  std::string dedupHash(const std::string& id) const { return dedupHashes() + "/" + id; }
+  std::string quorum() const { return generationRoot() + "/quorum"; }
+  std::string leaderElection() const { return generationRoot() + "/leader_election"; }
+  std::string temp() const { return generationRoot() + "/temp"; }
+  std::string replicas() const { return generationRoot() + "/replicas"; }
+
+  std::string replicaRoot(const std::string& name) const { return replicas() + "/" + name; }
+  std::string replicaRoot() const { return replicaRoot(replica); }
+  std::string host() const { return replicaRoot() + "/host"; }
+  std::string isActive() const { return replicaRoot() + "/is_active"; }
+  std::string isLost() const { return replicaRoot() + "/is_lost"; }
+  std::string logPointer() const { return replicaRoot() + "/log_pointer"; }
+  std::string queue() const { return replicaRoot() + "/queue"; }
+  std::string parts() const { return replicaRoot() + "/parts"; }
+  std::string part(const std::string& name) const { return parts() + "/" + name; }
+};
+
+}  // namespace rtable::core

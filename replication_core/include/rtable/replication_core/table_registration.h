@@ -1,0 +1,30 @@
+// Creating a table generation's tree and a replica's nodes in ZooKeeper, idempotently and each in
+// one multi, as ClickHouse's createTableIfNotExists / createReplica do: a crash half-way leaves
+// either nothing or the whole tree.
+#pragma once
+
+#include <string>
+
+#include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/table_paths.h"
+
+namespace rtable::core {
+
+enum class Registration { kCreated, kAlreadyThere };
+
+// Creates <root>/<generation> with all its children (and <root>, <root>/active = generation when
+// missing). `metadata` describes the schema; an existing generation whose metadata differs is an
+// error (kBadArguments, naming both), since its replicas would disagree about the data.
+KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePaths& paths,
+                                                  const std::string& metadata);
+
+// Creates replicas/<name> with host, is_lost, log_pointer, queue, parts. A replica that joins a
+// table whose log already has entries starts lost (is_lost = 1) so that it clones the part set of
+// a healthy replica instead of replaying a log that may be trimmed.
+KeeperResult<Registration> createReplicaIfNotExists(Keeper& keeper, const TablePaths& paths);
+
+// Marks this replica live: the ephemeral is_active node (in this session) and its address in
+// host. An is_active left by this replica's previous session is replaced once that session ends.
+KeeperStatus activateReplica(Keeper& keeper, const TablePaths& paths, const std::string& address);
+
+}  // namespace rtable::core

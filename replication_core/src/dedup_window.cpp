@@ -1,0 +1,58 @@
+#include "rtable/replication_core/dedup_window.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace rtable::core {
+
+KeeperResult<DedupCleanupResult> DedupWindowCleaner::run(Keeper& keeper) {
+  auto listed = keeper.children(paths_.dedupHashes());
+  if (!listed) return std::unexpected(listed.error());
+  std::unordered_map<std::string, IdStat> current;
+  current.reserve(listed->names.size());
+  for (auto& name : listed->names) {
+    if (auto cached = stats_.find(name); cached != stats_.end()) {
+      current.emplace(std::move(name), cached->second);
+      continue;
+    }
+    auto stat = keeper.exists(paths_.dedupHash(name));
+    if (!stat) return std::unexpected(stat.error());
+    if (*stat) current.emplace(std::move(name), IdStat{(*stat)->ctime, (*stat)->version});
+  }
+  stats_ = std::move(current);
+
+  struct Id {
+    const std::string* name;
+    IdStat stat;
+  };
+  std::vector<Id> ids;
+  ids.reserve(stats_.size());
+  for (const auto& [name, stat] : stats_) ids.push_back(Id{&name, stat});
+  // Newest first; the name breaks ties so that any replica would choose the same ids.
+  std::sort(ids.begin(), ids.end(), [](const Id& a, const Id& b) {
+    return a.stat.ctime != b.stat.ctime ? a.stat.ctime > b.stat.ctime : *a.name > *b.name;
+  });
+  DedupCleanupResult result;
+  if (ids.empty()) return result;
+  const int64_t oldest_kept_ctime =
+      ids.front().stat.ctime -
+      std::chrono::duration_cast<std::chrono::milliseconds>(window_.max_age).count();
+  std::vector<std::string> removed_names;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i < window_.max_ids && ids[i].stat.ctime >= oldest_kept_ctime) {
+      ++result.kept;
+      continue;
+    }
+    auto removed = keeper.remove(paths_.dedupHash(*ids[i].name), ids[i].stat.version);
+    if (!removed && removed.error().code != KeeperCode::kNoNode &&
+        removed.error().code != KeeperCode::kBadVersion) {
+      return std::unexpected(removed.error());
+    }
+    if (removed) ++result.removed;
+    removed_names.push_back(*ids[i].name);
+  }
+  for (const auto& name : removed_names) stats_.erase(name);
+  return result;
+}
+
+}  // namespace rtable::core

@@ -1,0 +1,239 @@
+#include "rtable/replication_core/insert_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include "rtable/replication_core/dedup_window.h"
+#include "rtable/replication_core/part_name.h"
+#include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/testing/fake_keeper.h"
+
+namespace rtable::core {
+namespace {
+
+class InsertProtocol : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(createTableIfNotExists(*keeper_, paths_, "metadata v1"), Registration::kCreated);
+    ASSERT_EQ(createReplicaIfNotExists(*keeper_, paths_), Registration::kCreated);
+  }
+
+  LogEntry getEntry(const BlockNumberLock& lock, const std::string& dedup_id) {
+    LogEntry entry;
+    entry.create_time = 1764558000;
+    entry.source_replica = paths_.replica;
+    entry.block_id = dedup_id;
+    entry.new_part_name = PartName{lock.partition, lock.block_number, lock.block_number, 0, 0}.format();
+    return entry;
+  }
+
+  // Allocation + commit, as an insert of one block does.
+  std::string insert(const std::string& partition, const std::string& dedup_id) {
+    auto allocation = allocator_.allocate(*keeper_, partition, dedup_id);
+    EXPECT_TRUE(allocation) << allocation.error().toString();
+    if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) return "duplicate of " + duplicate->existing_part;
+    const auto& lock = std::get<BlockNumberLock>(*allocation);
+    const LogEntry entry = getEntry(lock, dedup_id);
+    auto committed = commitPart(*keeper_, paths_, entry, lock);
+    EXPECT_TRUE(committed);
+    return entry.new_part_name;
+  }
+
+  std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
+  std::unique_ptr<Keeper> keeper_ = server_->connect();
+  TablePaths paths_{"/rtable/tables/uid", 1, "r1"};
+  BlockNumberAllocator allocator_{paths_};
+};
+
+TEST_F(InsertProtocol, TableAndReplicaRegistrationIsIdempotent) {
+  EXPECT_EQ(keeper_->get(paths_.activeGeneration())->data, "1");
+  for (const auto& node : {paths_.log(), paths_.blockNumbers(), paths_.dedupHashes(),
+                           paths_.quorum(), paths_.leaderElection(), paths_.temp(), paths_.columns()}) {
+    EXPECT_TRUE(keeper_->exists(node)->has_value()) << node;
+  }
+  EXPECT_EQ(createTableIfNotExists(*keeper_, paths_, "metadata v1"), Registration::kAlreadyThere);
+  auto other = createTableIfNotExists(*keeper_, paths_, "metadata v2");
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, KeeperCode::kBadArguments);
+  EXPECT_NE(other.error().detail.find("metadata v1"), std::string::npos);
+
+  EXPECT_EQ(createReplicaIfNotExists(*keeper_, paths_), Registration::kAlreadyThere);
+  EXPECT_EQ(keeper_->get(paths_.isLost())->data, "0");
+  // A replica joining after the log has entries starts lost: it clones instead of replaying.
+  insert("all", "all_1_1");
+  TablePaths second = paths_;
+  second.replica = "r2";
+  EXPECT_EQ(createReplicaIfNotExists(*keeper_, second), Registration::kCreated);
+  EXPECT_EQ(keeper_->get(second.isLost())->data, "1");
+  EXPECT_EQ(keeper_->get(paths_.replicas())->data, "last added replica: r2");
+}
+
+TEST_F(InsertProtocol, ActivationIsExclusivePerLiveSession) {
+  ASSERT_TRUE(activateReplica(*keeper_, paths_, "host: 127.0.0.2\nport: 8123\n"));
+  ASSERT_TRUE(activateReplica(*keeper_, paths_, "host: 127.0.0.2\nport: 8123\n"));  // retried
+  EXPECT_EQ(keeper_->get(paths_.host())->data, "host: 127.0.0.2\nport: 8123\n");
+  auto second_process = server_->connect();
+  auto refused = activateReplica(*second_process, paths_, "host: 127.0.0.3\n");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().detail.find("second process"), std::string::npos);
+  keeper_.reset();  // the first process's session ends
+  EXPECT_TRUE(activateReplica(*second_process, paths_, "host: 127.0.0.3\n"));
+}
+
+TEST_F(InsertProtocol, AnInsertCommitsAGetEntryTheDedupIdAndThePart) {
+  auto allocation = allocator_.allocate(*keeper_, "202612", "202612_1_2");
+  ASSERT_TRUE(allocation);
+  const auto lock = std::get<BlockNumberLock>(*allocation);
+  EXPECT_EQ(lock.block_number, 0);
+  EXPECT_EQ(lock.path, paths_.blockNumbers("202612") + "/block-0000000000");
+  EXPECT_TRUE(keeper_->exists(lock.path)->has_value());
+
+  const LogEntry entry = getEntry(lock, "202612_1_2");
+  auto committed = commitPart(*keeper_, paths_, entry, lock);
+  ASSERT_TRUE(committed);
+  EXPECT_EQ(committed->log_entry_path, paths_.log() + "/log-0000000000");
+  EXPECT_EQ(LogEntry::parse(keeper_->get(committed->log_entry_path)->data), entry);
+  EXPECT_EQ(keeper_->get(paths_.dedupHash("202612_1_2"))->data, "202612_0_0_0");
+  EXPECT_TRUE(keeper_->exists(paths_.part("202612_0_0_0"))->has_value());
+  EXPECT_FALSE(keeper_->exists(lock.path)->has_value());
+  EXPECT_EQ(partIsCommitted(*keeper_, paths_, "202612_0_0_0"), true);
+
+  // Block numbers grow per partition.
+  EXPECT_EQ(insert("202612", "202612_3_4"), "202612_1_1_0");
+  EXPECT_EQ(insert("202611", "202611_5_6"), "202611_0_0_0");
+}
+
+TEST_F(InsertProtocol, SteadyInsertsCostTwoRequests) {
+  insert("all", "all_0_1");  // creates the partition node once
+  const int64_t before = server_->requestCountForTest();
+  insert("all", "all_0_2");
+  EXPECT_EQ(server_->requestCountForTest() - before, 2);
+}
+
+TEST_F(InsertProtocol, TheSameIdAgainIsADuplicateOfTheFirstPart) {
+  EXPECT_EQ(insert("all", "all_7_7"), "all_0_0_0");
+  EXPECT_EQ(insert("all", "all_7_7"), "duplicate of all_0_0_0");
+  EXPECT_EQ(keeper_->children(paths_.log())->names.size(), 1u);
+  // The duplicate allocated no block number.
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("all"))->names.empty());
+  EXPECT_EQ(insert("all", "all_7_8"), "all_1_1_0");
+}
+
+TEST_F(InsertProtocol, ARaceOnOneIdCommitsOnceAndTheLoserLearnsThePart) {
+  auto first = allocator_.allocate(*keeper_, "all", "all_9_9");
+  auto second = allocator_.allocate(*keeper_, "all", "all_9_9");  // both pass the check
+  ASSERT_TRUE(first && second);
+  const auto lock1 = std::get<BlockNumberLock>(*first);
+  const auto lock2 = std::get<BlockNumberLock>(*second);
+  ASSERT_TRUE(commitPart(*keeper_, paths_, getEntry(lock1, "all_9_9"), lock1));
+  auto lost = commitPart(*keeper_, paths_, getEntry(lock2, "all_9_9"), lock2);
+  ASSERT_FALSE(lost);
+  EXPECT_EQ(lost.error().failure, CommitFailure::kDuplicate);
+  ASSERT_TRUE(lost.error().duplicate);
+  EXPECT_EQ(lost.error().duplicate->existing_part, "all_0_0_0");
+  // Nothing of the loser's commit was applied: its lock is still there, for it to remove.
+  EXPECT_TRUE(keeper_->exists(lock2.path)->has_value());
+  EXPECT_EQ(keeper_->children(paths_.log())->names.size(), 1u);
+}
+
+TEST_F(InsertProtocol, ALockLostWithTheSessionFailsTheCommit) {
+  auto allocation = allocator_.allocate(*keeper_, "all", "all_1_1");
+  const auto lock = std::get<BlockNumberLock>(*allocation);
+  server_->expireSession(keeper_->sessionId());
+  auto refused = commitPart(*keeper_, paths_, getEntry(lock, "all_1_1"), lock);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().failure, CommitFailure::kUnknownOutcome);
+  keeper_ = std::move(*keeper_->startNewSession());
+  EXPECT_EQ(partIsCommitted(*keeper_, paths_, "all_0_0_0"), false);
+  auto lost = commitPart(*keeper_, paths_, getEntry(lock, "all_1_1"), lock);
+  ASSERT_FALSE(lost);
+  EXPECT_EQ(lost.error().failure, CommitFailure::kLockLost);
+  EXPECT_FALSE(keeper_->exists(paths_.dedupHash("all_1_1"))->has_value());
+}
+
+TEST_F(InsertProtocol, AConnectionLossLeavesTheOutcomeToBeAsked) {
+  auto allocation = allocator_.allocate(*keeper_, "all", "all_1_1");
+  const auto lock = std::get<BlockNumberLock>(*allocation);
+  server_->failNextRequestsForTest(1);
+  auto unknown = commitPart(*keeper_, paths_, getEntry(lock, "all_1_1"), lock);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().failure, CommitFailure::kUnknownOutcome);
+  EXPECT_EQ(partIsCommitted(*keeper_, paths_, "all_0_0_0"), false);
+  ASSERT_TRUE(commitPart(*keeper_, paths_, getEntry(lock, "all_1_1"), lock));
+  EXPECT_EQ(partIsCommitted(*keeper_, paths_, "all_0_0_0"), true);
+}
+
+TEST_F(InsertProtocol, AnExhaustedLogCounterIsNamed) {
+  ASSERT_TRUE(server_->setSequentialCounterForTest(paths_.log(), 2147483647));
+  EXPECT_EQ(insert("all", "all_1_1"), "all_0_0_0");  // takes log-2147483647
+  auto allocation = allocator_.allocate(*keeper_, "all", "all_2_2");
+  const auto lock = std::get<BlockNumberLock>(*allocation);
+  auto stuck = commitPart(*keeper_, paths_, getEntry(lock, "all_2_2"), lock);
+  ASSERT_FALSE(stuck);
+  EXPECT_EQ(stuck.error().failure, CommitFailure::kLogExhausted);
+  EXPECT_EQ(stuck.error().cause.path, paths_.logEntryPrefix());
+}
+
+TEST(BlockDedupId, DependsOnTheValuesOnly) {
+  auto block = [](std::vector<uint32_t> values, std::vector<uint8_t> nulls) {
+    Block b;
+    Column c = Column::empty("x", *DataType::parse("Nullable(UInt32)"));
+    c.values = std::move(values);
+    c.null_map = std::move(nulls);
+    b.columns.push_back(std::move(c));
+    return b;
+  };
+  const std::string id = blockDedupId("202612", block({1, 2}, {0, 0}));
+  EXPECT_TRUE(id.starts_with("202612_"));
+  EXPECT_EQ(id, blockDedupId("202612", block({1, 2}, {0, 0})));
+  EXPECT_NE(id, blockDedupId("202612", block({1, 3}, {0, 0})));
+  EXPECT_NE(id, blockDedupId("202612", block({1, 2}, {0, 1})));
+  EXPECT_NE(id, blockDedupId("202611", block({1, 2}, {0, 0})));
+  EXPECT_EQ(tokenDedupId("all", "t", 0), tokenDedupId("all", "t", 0));
+  EXPECT_NE(tokenDedupId("all", "t", 0), tokenDedupId("all", "t", 1));
+}
+
+class DedupWindowTest : public InsertProtocol {
+ protected:
+  void createIdsAt(int count, int64_t first_ms, int64_t step_ms) {
+    for (int i = 0; i < count; ++i) {
+      server_->setTimeForTest(first_ms + i * step_ms);
+      ASSERT_TRUE(keeper_->create(paths_.dedupHash("all_" + std::to_string(next_id_++)), "p",
+                                  CreateMode::kPersistent));
+    }
+  }
+  std::vector<std::string> ids() {
+    auto names = keeper_->children(paths_.dedupHashes())->names;
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  int next_id_ = 10;
+};
+
+TEST_F(DedupWindowTest, KeepsTheNewestNThatAreYoungEnough) {
+  createIdsAt(8, 1'000'000, 1000);  // all_10 .. all_17, one a second
+  DedupWindowCleaner by_count(paths_, DedupWindow{5, std::chrono::seconds(3600)});
+  auto result = by_count.run(*keeper_);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->removed, 3u);
+  EXPECT_EQ(ids(), (std::vector<std::string>{"all_13", "all_14", "all_15", "all_16", "all_17"}));
+
+  // Age is measured from the newest id, not the clock: 2 s back from all_17 keeps 15, 16, 17.
+  DedupWindowCleaner by_age(paths_, DedupWindow{100, std::chrono::seconds(2)});
+  server_->setTimeForTest(9'999'999'999);
+  ASSERT_TRUE(by_age.run(*keeper_));
+  EXPECT_EQ(ids(), (std::vector<std::string>{"all_15", "all_16", "all_17"}));
+}
+
+TEST_F(DedupWindowTest, AQuietTableKeepsItsLastIdsAndRunsCostOneListing) {
+  createIdsAt(3, 1'000'000, 1000);
+  DedupWindowCleaner cleaner(paths_, DedupWindow{10, std::chrono::seconds(1)});
+  ASSERT_TRUE(cleaner.run(*keeper_));
+  EXPECT_EQ(ids(), (std::vector<std::string>{"all_11", "all_12"}));
+  const int64_t before = server_->requestCountForTest();
+  ASSERT_TRUE(cleaner.run(*keeper_));
+  EXPECT_EQ(server_->requestCountForTest() - before, 1);
+  EXPECT_EQ(ids().size(), 2u);
+}
+
+}  // namespace
+}  // namespace rtable::core
