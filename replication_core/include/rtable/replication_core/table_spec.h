@@ -1,0 +1,56 @@
+// The table spec one rtable-core process serves: the schema and settings a ReplicatedTable custom
+// resource carries, plus this replica's identity, ZooKeeper, storage and ports. Read from YAML at
+// start-up; a bad spec is refused with the field's path ("columns[2].type: unknown type 'Foo'").
+//
+//   table: events                 # the table's name
+//   uid: 3f2a9c1e                 # ZooKeeper identity (default: the name); the operator sets it
+//   columns:
+//     - {name: d, type: Date}
+//     - {name: user, type: String}
+//   partitionBy: toYYYYMM(d)      # optional: tuple() (one partition), col, toYYYYMM, toYYYYMMDD
+//   orderBy: [user, d]            # optional
+//   deduplication: {window: 10000, windowSeconds: 3600}
+//   zookeeper: {connect: "zk-0.zk:2181", root: /rtable/tables, sessionTimeoutMs: 30000}
+//   replica: {name: events-0, host: events-0.events-headless}
+//   dataDir: /var/lib/rtable
+//   listen: 0.0.0.0
+//   ports: {http: 8123, metrics: 9363}
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <string>
+
+#include "rtable/replication_core/dedup_window.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_schema.h"
+
+namespace rtable::core {
+
+struct TableSpec {
+  std::string table;
+  std::string uid;
+  TableSchema schema;
+  DedupWindow deduplication;
+  std::string zookeeper_connect;
+  std::string zookeeper_root = "/rtable/tables";
+  std::chrono::milliseconds zookeeper_session_timeout{30000};
+  std::string replica;
+  std::string replica_host = "127.0.0.1";  // how other replicas reach this one
+  std::filesystem::path data_dir;
+  std::string listen_address = "0.0.0.0";
+  uint16_t http_port = 8123;
+  uint16_t metrics_port = 9363;
+
+  static std::expected<TableSpec, std::string> parseYaml(const std::string& text);
+  static std::expected<TableSpec, std::string> load(const std::filesystem::path& file);
+
+  // The ZooKeeper tree's root for this table: <zookeeper_root>/<uid>.
+  std::string tableRoot() const { return zookeeper_root + "/" + uid; }
+  // The text stored in <generation>/metadata: replicas of one table must agree on it.
+  std::string metadataText() const;
+};
+
+}  // namespace rtable::core

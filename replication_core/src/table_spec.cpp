@@ -1,0 +1,187 @@
+#include "rtable/replication_core/table_spec.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace rtable::core {
+namespace {
+
+struct SpecError {
+  std::string message;
+};
+
+// Reads a mapping's fields by name and remembers which it saw, so unknown (misspelt) keys are
+// reported instead of silently ignored. yaml-cpp's exceptions end here.
+class Fields {
+ public:
+  Fields(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {
+    if (!node_.IsMap()) throw SpecError{fmt::format("{}: expected a mapping", where())};
+  }
+
+  std::string where(std::string_view key = {}) const {
+    if (key.empty()) return path_.empty() ? "spec" : path_;
+    return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+  }
+
+  bool has(const std::string& key) {
+    seen_.insert(key);
+    return node_[key].IsDefined() && !node_[key].IsNull();
+  }
+
+  YAML::Node node(const std::string& key) {
+    seen_.insert(key);
+    return node_[key];
+  }
+
+  std::string string(const std::string& key, std::optional<std::string> fallback = std::nullopt) {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      throw SpecError{fmt::format("{}: required", where(key))};
+    }
+    const YAML::Node value = node_[key];
+    if (!value.IsScalar()) throw SpecError{fmt::format("{}: expected a string", where(key))};
+    return value.Scalar();
+  }
+
+  template <class T>
+  T number(const std::string& key, T fallback, T min, T max) {
+    if (!has(key)) return fallback;
+    const std::string text = node_[key].IsScalar() ? node_[key].Scalar() : "";
+    int64_t value = 0;
+    std::istringstream in(text);
+    if (!(in >> value) || !in.eof() || value < static_cast<int64_t>(min) || value > static_cast<int64_t>(max)) {
+      throw SpecError{fmt::format("{}: expected a whole number from {} to {}, got '{}'", where(key),
+                                  min, max, text)};
+    }
+    return static_cast<T>(value);
+  }
+
+  void rejectUnknown() const {
+    for (const auto& entry : node_) {
+      const std::string key = entry.first.as<std::string>();
+      if (!seen_.contains(key)) throw SpecError{fmt::format("{}: unknown field", where(key))};
+    }
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+TableSpec parse(const YAML::Node& root) {
+  Fields spec(root, "");
+  TableSpec result;
+  result.table = spec.string("table");
+  result.uid = spec.string("uid", result.table);
+  if (result.uid.empty() || result.uid.find('/') != std::string::npos) {
+    throw SpecError{fmt::format("uid: '{}' must be non-empty and contain no '/'", result.uid)};
+  }
+
+  const YAML::Node columns = spec.node("columns");
+  if (!columns.IsSequence() || columns.size() == 0) {
+    throw SpecError{"columns: expected a non-empty list of {name, type}"};
+  }
+  std::vector<ColumnSpec> column_specs;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    Fields column(columns[i], fmt::format("columns[{}]", i));
+    ColumnSpec c;
+    c.name = column.string("name");
+    auto type = DataType::parse(column.string("type"));
+    if (!type) throw SpecError{fmt::format("{}: {}", column.where("type"), type.error())};
+    c.type = *type;
+    column.rejectUnknown();
+    column_specs.push_back(std::move(c));
+  }
+  auto partition = PartitionKey::parse(spec.string("partitionBy", ""));
+  if (!partition) throw SpecError{"partitionBy: " + partition.error()};
+  std::vector<std::string> order_by;
+  if (spec.has("orderBy")) {
+    const YAML::Node order = spec.node("orderBy");
+    if (!order.IsSequence()) throw SpecError{"orderBy: expected a list of column names"};
+    for (const auto& name : order) order_by.push_back(name.as<std::string>());
+  }
+  auto schema = TableSchema::create(std::move(column_specs), *partition, std::move(order_by));
+  if (!schema) throw SpecError{"columns: " + schema.error()};
+  result.schema = std::move(*schema);
+
+  if (spec.has("deduplication")) {
+    Fields dedup(spec.node("deduplication"), "deduplication");
+    result.deduplication.max_ids = dedup.number<std::size_t>("window", result.deduplication.max_ids, 0, 10'000'000);
+    result.deduplication.max_age = std::chrono::seconds(dedup.number<int64_t>(
+        "windowSeconds", result.deduplication.max_age.count(), 0, 365 * 86400));
+    dedup.rejectUnknown();
+  }
+
+  Fields zookeeper(spec.node("zookeeper"), "zookeeper");
+  result.zookeeper_connect = zookeeper.string("connect");
+  result.zookeeper_root = zookeeper.string("root", result.zookeeper_root);
+  if (!result.zookeeper_root.starts_with('/') || result.zookeeper_root.ends_with('/')) {
+    throw SpecError{fmt::format("zookeeper.root: '{}' must start with '/' and not end with it",
+                                result.zookeeper_root)};
+  }
+  result.zookeeper_session_timeout = std::chrono::milliseconds(
+      zookeeper.number<int64_t>("sessionTimeoutMs", result.zookeeper_session_timeout.count(), 1000, 600000));
+  zookeeper.rejectUnknown();
+
+  Fields replica(spec.node("replica"), "replica");
+  result.replica = replica.string("name");
+  if (result.replica.empty() || result.replica.find('/') != std::string::npos) {
+    throw SpecError{fmt::format("replica.name: '{}' must be non-empty and contain no '/'", result.replica)};
+  }
+  result.replica_host = replica.string("host", result.replica_host);
+  replica.rejectUnknown();
+
+  result.data_dir = spec.string("dataDir");
+  result.listen_address = spec.string("listen", result.listen_address);
+  if (spec.has("ports")) {
+    Fields ports(spec.node("ports"), "ports");
+    result.http_port = ports.number<uint16_t>("http", result.http_port, 1, 65535);
+    result.metrics_port = ports.number<uint16_t>("metrics", result.metrics_port, 1, 65535);
+    ports.rejectUnknown();
+  }
+  spec.rejectUnknown();
+  return result;
+}
+
+}  // namespace
+
+std::expected<TableSpec, std::string> TableSpec::parseYaml(const std::string& text) {
+  try {
+    return parse(YAML::Load(text));
+  } catch (const SpecError& e) {
+    return std::unexpected(e.message);
+  } catch (const YAML::Exception& e) {
+    return std::unexpected(fmt::format("not valid YAML: {}", e.what()));
+  }
+}
+
+std::expected<TableSpec, std::string> TableSpec::load(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::unexpected(fmt::format("cannot read {}", file.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = parseYaml(text.str());
+  if (!spec) return std::unexpected(fmt::format("{}: {}", file.string(), spec.error()));
+  return spec;
+}
+
+std::string TableSpec::metadataText() const {
+  // Like ClickHouse's <zp>/metadata: what replicas must agree on to hold the same data.
+  std::string text = "metadata format version: 1\n";
+  text += "columns:";
+  for (const auto& c : schema.columns()) text += fmt::format(" `{}` {},", c.name, c.type.name());
+  text.back() = '\n';
+  text += fmt::format("partition key: {}\n", schema.partitionBy().format());
+  text += "sorting key:";
+  for (const auto& c : schema.orderBy()) text += " " + c;
+  text += "\n";
+  return text;
+}
+
+}  // namespace rtable::core

@@ -1,0 +1,93 @@
+#include "rtable/replication_core/table_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace rtable::core {
+namespace {
+
+constexpr const char* kSpec = R"(
+table: events
+uid: 3f2a9c1e
+columns:
+  - {name: d, type: Date}
+  - {name: user, type: String}
+  - {name: n, type: Nullable(UInt32)}
+partitionBy: toYYYYMM(d)
+orderBy: [user, d]
+deduplication: {window: 100, windowSeconds: 60}
+zookeeper: {connect: "127.0.0.1:2181", root: /rtable/tables, sessionTimeoutMs: 10000}
+replica: {name: events-0, host: 127.0.0.2}
+dataDir: /tmp/x
+listen: 127.0.0.2
+ports: {http: 18123, metrics: 19363}
+)";
+
+TEST(TableSpec, ReadsEveryField) {
+  auto spec = TableSpec::parseYaml(kSpec);
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->table, "events");
+  EXPECT_EQ(spec->uid, "3f2a9c1e");
+  EXPECT_EQ(spec->schema.columns().size(), 3u);
+  EXPECT_EQ(spec->schema.columns()[2].type.name(), "Nullable(UInt32)");
+  EXPECT_EQ(spec->schema.partitionBy().format(), "toYYYYMM(d)");
+  EXPECT_EQ(spec->schema.orderBy(), (std::vector<std::string>{"user", "d"}));
+  EXPECT_EQ(spec->deduplication.max_ids, 100u);
+  EXPECT_EQ(spec->deduplication.max_age, std::chrono::seconds(60));
+  EXPECT_EQ(spec->zookeeper_connect, "127.0.0.1:2181");
+  EXPECT_EQ(spec->zookeeper_session_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(spec->replica, "events-0");
+  EXPECT_EQ(spec->replica_host, "127.0.0.2");
+  EXPECT_EQ(spec->data_dir, "/tmp/x");
+  EXPECT_EQ(spec->http_port, 18123);
+  EXPECT_EQ(spec->metrics_port, 19363);
+  EXPECT_EQ(spec->tableRoot(), "/rtable/tables/3f2a9c1e");
+  EXPECT_EQ(spec->metadataText(),
+            "metadata format version: 1\ncolumns: `d` Date, `user` String, `n` Nullable(UInt32)\n"
+            "partition key: toYYYYMM(d)\nsorting key: user d\n");
+}
+
+TEST(TableSpec, DefaultsApply) {
+  auto spec = TableSpec::parseYaml(R"(
+table: t
+columns: [{name: x, type: UInt64}]
+zookeeper: {connect: "zk:2181"}
+replica: {name: r1}
+dataDir: /data
+)");
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->uid, "t");
+  EXPECT_EQ(spec->schema.partitionBy().format(), "tuple()");
+  EXPECT_EQ(spec->deduplication.max_ids, 10000u);
+  EXPECT_EQ(spec->deduplication.max_age, std::chrono::seconds(3600));
+  EXPECT_EQ(spec->http_port, 8123);
+  EXPECT_EQ(spec->metrics_port, 9363);
+  EXPECT_EQ(spec->zookeeper_root, "/rtable/tables");
+}
+
+TEST(TableSpec, ErrorsNameTheField) {
+  const std::string base = "table: t\nzookeeper: {connect: zk}\nreplica: {name: r1}\ndataDir: /d\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {base, "columns: expected a non-empty list"},
+      {base + "columns: [{name: x, type: Foo}]\n", "columns[0].type: unknown type 'Foo'"},
+      {base + "columns: [{name: x}]\n", "columns[0].type: required"},
+      {base + "columns: [{name: x, type: UInt8, size: 3}]\n", "columns[0].size: unknown field"},
+      {base + "columns: [{name: x, type: UInt8}]\npartitionBy: toYYYYMM(x)\n",
+       "needs a Date or DateTime column"},
+      {base + "columns: [{name: x, type: UInt8}]\nports: {http: 70000}\n",
+       "ports.http: expected a whole number from 1 to 65535, got '70000'"},
+      {base + "columns: [{name: x, type: UInt8}]\ndedupliction: {window: 1}\n",
+       "dedupliction: unknown field"},
+      {"table: t\ncolumns: [{name: x, type: UInt8}]\nreplica: {name: r1}\ndataDir: /d\n",
+       "zookeeper: expected a mapping"},
+      {base + "columns: [{name: x, type: UInt8}]\nuid: a/b\n", "uid: 'a/b'"},
+      {"table: [unclosed\n", "not valid YAML"},
+  };
+  for (const auto& [text, why] : cases) {
+    auto spec = TableSpec::parseYaml(text);
+    ASSERT_FALSE(spec) << text;
+    EXPECT_NE(spec.error().find(why), std::string::npos) << spec.error();
+  }
+}
+
+}  // namespace
+}  // namespace rtable::core
