@@ -1,0 +1,72 @@
+// The metrics one replica exports on its /metrics port (DESIGN.md 4). Names are in the `rtable_`
+// namespace; every series carries the labels table, replica and generation.
+//
+// Thread safety: prometheus-cpp metrics may be updated from any thread.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace rtable::metrics {
+
+struct ReplicaLabels {
+  std::string table;
+  std::string replica;
+  int64_t generation = 1;
+};
+
+class ReplicaMetrics {
+ public:
+  ReplicaMetrics(prometheus::Registry& registry, const ReplicaLabels& labels);
+
+  // The table's log counter (DESIGN.md 2.5).
+  prometheus::Gauge& log_max_index;
+  prometheus::Gauge& log_counter;
+  prometheus::Gauge& log_counter_headroom_ratio;
+  // Projected seconds until the counter reaches 2147483647 at the recent rate; +Inf when idle.
+  prometheus::Gauge& log_counter_exhaustion_seconds;
+
+  prometheus::Counter& inserts;
+  prometheus::Counter& inserted_rows;
+  prometheus::Counter& insert_deduplicated_blocks;
+  prometheus::Counter& insert_errors;
+  prometheus::Gauge& parts;
+  prometheus::Counter& merges;
+  prometheus::Counter& merged_rows;
+  prometheus::Counter& broken_parts;  // parts found broken on start and moved to detached/
+  prometheus::Gauge& replica_readonly;
+
+  // Latency of one ZooKeeper request by operation (get, exists, children, create, set, remove, multi).
+  prometheus::Histogram& zookeeperRequestDuration(const std::string& operation);
+  prometheus::Counter& zookeeperErrors(const std::string& operation, const std::string& code);
+
+ private:
+  ReplicaLabels labels_;
+  prometheus::Family<prometheus::Histogram>& zookeeper_duration_family_;
+  prometheus::Family<prometheus::Counter>& zookeeper_errors_family_;
+};
+
+// Exhaustion projection from counter samples over a sliding window: counter growth per second and
+// the seconds left at that rate. Not thread-safe.
+class CounterRateEstimator {
+ public:
+  explicit CounterRateEstimator(double window_seconds = 3600) : window_seconds_(window_seconds) {}
+  void addSample(double time_seconds, int64_t counter);
+  // Growth per second over the window; 0 with fewer than two samples.
+  double ratePerSecond() const;
+  // Seconds until `creates_left` is used up at ratePerSecond(); +Inf when the rate is 0.
+  double secondsToExhaustion(int64_t creates_left) const;
+
+ private:
+  double window_seconds_;
+  std::map<double, int64_t> samples_;
+};
+
+}  // namespace rtable::metrics

@@ -1,0 +1,97 @@
+#include "rtable/metrics/replica_metrics.h"
+
+#include <limits>
+#include <string>
+
+namespace rtable::metrics {
+namespace {
+
+prometheus::Labels base(const ReplicaLabels& l) {
+  return {{"table", l.table}, {"replica", l.replica}, {"generation", std::to_string(l.generation)}};
+}
+
+prometheus::Gauge& gauge(prometheus::Registry& r, const ReplicaLabels& l, const std::string& name,
+                         const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(base(l));
+}
+
+prometheus::Counter& counter(prometheus::Registry& r, const ReplicaLabels& l,
+                             const std::string& name, const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(base(l));
+}
+
+}  // namespace
+
+ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
+    : log_max_index(gauge(r, l, "rtable_log_max_index",
+                          "Highest log entry number handed out (ClickHouse's log_max_index)")),
+      log_counter(gauge(r, l, "rtable_log_counter",
+                        "The log node's int32 sequential counter: the next entry's number")),
+      log_counter_headroom_ratio(gauge(r, l, "rtable_log_counter_headroom_ratio",
+                                       "Log entries left before 2147483647, as a share of 2^31")),
+      log_counter_exhaustion_seconds(gauge(
+          r, l, "rtable_log_counter_exhaustion_seconds",
+          "Projected seconds until the log counter is exhausted at the recent rate")),
+      inserts(counter(r, l, "rtable_inserts_total", "Acknowledged insert requests")),
+      inserted_rows(counter(r, l, "rtable_inserted_rows_total", "Rows of acknowledged inserts")),
+      insert_deduplicated_blocks(counter(r, l, "rtable_insert_deduplicated_blocks_total",
+                                         "Blocks skipped as duplicates of committed ones")),
+      insert_errors(counter(r, l, "rtable_insert_errors_total", "Insert requests that failed")),
+      parts(gauge(r, l, "rtable_parts", "Active parts of this replica")),
+      merges(counter(r, l, "rtable_merges_total", "Merges executed by this replica")),
+      merged_rows(counter(r, l, "rtable_merged_rows_total", "Rows written by merges")),
+      broken_parts(counter(r, l, "rtable_broken_parts_total",
+                           "Parts that failed verification and were moved to detached/")),
+      replica_readonly(gauge(r, l, "rtable_replica_readonly",
+                             "1 while the replica cannot write (no ZooKeeper session)")),
+      labels_(l),
+      zookeeper_duration_family_(prometheus::BuildHistogram()
+                                     .Name("rtable_zookeeper_request_duration_seconds")
+                                     .Help("Latency of ZooKeeper requests by operation")
+                                     .Register(r)),
+      zookeeper_errors_family_(prometheus::BuildCounter()
+                                   .Name("rtable_zookeeper_errors_total")
+                                   .Help("ZooKeeper requests that failed, by operation and code")
+                                   .Register(r)) {
+  log_counter_exhaustion_seconds.Set(std::numeric_limits<double>::infinity());
+}
+
+prometheus::Histogram& ReplicaMetrics::zookeeperRequestDuration(const std::string& operation) {
+  // 0.1 ms .. ~3 s: loopback requests take well under a millisecond, a struggling ensemble seconds.
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+  auto labels = base(labels_);
+  labels["operation"] = operation;
+  return zookeeper_duration_family_.Add(labels, kBuckets);
+}
+
+prometheus::Counter& ReplicaMetrics::zookeeperErrors(const std::string& operation,
+                                                     const std::string& code) {
+  auto labels = base(labels_);
+  labels["operation"] = operation;
+  labels["code"] = code;
+  return zookeeper_errors_family_.Add(labels);
+}
+
+void CounterRateEstimator::addSample(double time_seconds, int64_t counter) {
+  samples_[time_seconds] = counter;
+  while (samples_.size() > 2 && samples_.begin()->first < time_seconds - window_seconds_) {
+    samples_.erase(samples_.begin());
+  }
+}
+
+double CounterRateEstimator::ratePerSecond() const {
+  if (samples_.size() < 2) return 0;
+  const auto& [t0, c0] = *samples_.begin();
+  const auto& [t1, c1] = *samples_.rbegin();
+  if (t1 <= t0 || c1 <= c0) return 0;
+  return static_cast<double>(c1 - c0) / (t1 - t0);
+}
+
+double CounterRateEstimator::secondsToExhaustion(int64_t creates_left) const {
+  const double rate = ratePerSecond();
+  if (rate <= 0) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(creates_left) / rate;
+}
+
+}  // namespace rtable::metrics
