@@ -64,6 +64,11 @@ std::expected<PartName, std::string> PartName::parse(std::string_view name) {
     if (!mutation) return std::unexpected(mutation.error());
     part.mutation = *mutation;
   }
+  // One part, one name: "all_01_1_0" or an explicit "_0" mutation would alias "all_1_1_0".
+  if (part.format() != name) {
+    return std::unexpected(fmt::format("part name '{}' is not canonical (it would be '{}')", name,
+                                       part.format()));
+  }
   if (part.min_block > part.max_block) {
     return std::unexpected(
         fmt::format("part name '{}': min block {} is above max block {}", name, part.min_block, part.max_block));

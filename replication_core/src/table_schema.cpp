@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -180,7 +181,12 @@ std::vector<std::string> TableSchema::partitionIds(const Block& block) const {
         } else if constexpr (std::is_same_v<T, std::string>) {
           for (const auto& v : values) ids.push_back(hash128(v).hex());
         } else if constexpr (std::is_floating_point_v<T>) {
-          for (const auto& v : values) ids.push_back(hash128({reinterpret_cast<const char*>(&v), sizeof(v)}).hex());
+          for (T v : values) {
+            // Equal values, one partition: -0.0 is 0.0, and every NaN is the same NaN.
+            if (v == 0) v = 0;
+            if (std::isnan(v)) v = std::numeric_limits<T>::quiet_NaN();
+            ids.push_back(hash128({reinterpret_cast<const char*>(&v), sizeof(v)}).hex());
+          }
         } else {
           for (const auto& v : values) ids.push_back(fmt::format("{}", v));
         }

@@ -38,6 +38,8 @@ TEST(PartName, RejectsMalformedNamesAndSaysWhy) {
       {"all_1_1_", "level ''"},
       {"all_1_1_0_z", "mutation 'z'"},
       {"all_5_4_0", "min block 5 is above max block 4"},
+      {"all_01_1_0", "not canonical (it would be 'all_1_1_0')"},
+      {"all_1_1_0_0", "not canonical"},
   };
   for (const auto& [name, why] : cases) {
     auto parsed = PartName::parse(name);

@@ -65,7 +65,8 @@ struct Block {
 
   // The rows at `rows` (in that order) as a new block with the same columns.
   Block select(const std::vector<std::size_t>& rows) const;
-  // Appends `other`'s rows; the columns must match by position and type.
+  // Appends `other`'s rows. Both come from one schema: the columns match by position and type
+  // (a mismatch is a bug, and throws std::bad_variant_access).
   void append(const Block& other);
 
   friend bool operator==(const Block&, const Block&) = default;

@@ -45,12 +45,14 @@ class TableSchema {
   // An empty block with this schema's columns.
   Block emptyBlock() const;
 
-  // The partition id of every row: "all", "202612", "20261201", the integer value, or the hex
-  // hash of a String or Float value (ClickHouse's rules). `block` has this schema's columns.
+  // The partition id of every row: "all", "202612", "20261201", the integer value (as ClickHouse
+  // names them), or for a String or Float key the XXH3-128 hex of the value (ClickHouse hashes
+  // with SipHash there, so those ids differ from ClickHouse's). `block` has this schema's columns.
   std::vector<std::string> partitionIds(const Block& block) const;
   // The block's rows grouped by partition id, in first-seen order, each group in input order.
   std::vector<std::pair<std::string, Block>> splitByPartition(const Block& block) const;
   // Row order by the ORDER BY key (ascending, NULLs last), stable: equal keys keep input order.
+  // `block` has this schema's columns.
   std::vector<std::size_t> sortPermutation(const Block& block) const;
 
   friend bool operator==(const TableSchema&, const TableSchema&) = default;

@@ -1,0 +1,1081 @@
+#include "rtable/replication_core/part_format.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <set>
+#include <system_error>
+
+namespace rtable::core {
+namespace fs = std::filesystem;
+
+static_assert(std::endian::native == std::endian::little,
+              "column files hold raw little-endian arrays");
+
+namespace {
+
+using Status = std::expected<void, std::string>;
+template <class T>
+using Result = std::expected<T, std::string>;
+
+// zstd's default level. Part of the format: another level gives other bytes, and replicas that
+// merge the same parts must write byte-identical results.
+constexpr int kZstdLevel = 3;
+// Uncompressed bytes per compressed block (ClickHouse's max_compress_block_size): bounds the
+// memory of writers, readers and verifiers.
+constexpr std::size_t kBlockBytes = 1 << 20;
+// Each block starts with method (1 byte, ClickHouse's byte for ZSTD), compressed size and
+// uncompressed size (u32 little-endian each).
+constexpr uint8_t kMethodZstd = 0x90;
+constexpr std::size_t kBlockHeaderBytes = 9;
+// A bigger columns.txt, count.txt or checksums.txt is not one we wrote.
+constexpr std::size_t kMaxTextFileBytes = 16 << 20;
+constexpr std::size_t kReadChunkBytes = 1 << 16;
+
+constexpr std::string_view kChecksumsFile = "checksums.txt";
+constexpr std::string_view kColumnsFile = "columns.txt";
+constexpr std::string_view kCountFile = "count.txt";
+constexpr std::string_view kReasonFile = "reason.txt";
+constexpr std::string_view kTemporaryPrefix = "tmp_";
+constexpr std::string_view kDetachedDir = "detached";
+constexpr std::string_view kBrokenPrefix = "broken_";
+constexpr std::string_view kChecksumsHeader = "rtable checksums format version: 1";
+
+std::string errnoText(int error) {
+  return std::generic_category().message(error);
+}
+
+std::string fileError(const fs::path& part_dir, std::string_view file, std::string_view what) {
+  return fmt::format("part {}: {}: {}", part_dir.string(), file, what);
+}
+
+// Text from a file for an error message: at most 80 bytes, non-printable bytes as \xNN.
+std::string shown(std::string_view text) {
+  constexpr std::size_t kMaxShown = 80;
+  std::string out = "'";
+  for (char c : text.substr(0, kMaxShown)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    }
+  }
+  out += text.size() > kMaxShown ? "'..." : "'";
+  return out;
+}
+
+template <class T>
+std::optional<T> parseDecimal(std::string_view text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<Hash128> parseHashHex(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  }
+  Hash128 hash;
+  std::from_chars(text.data(), text.data() + 16, hash.high, 16);
+  std::from_chars(text.data() + 16, text.data() + 32, hash.low, 16);
+  return hash;
+}
+
+// --- Files -----------------------------------------------------------------------------------
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+  // close(2)'s own error matters for files just written (a deferred write error).
+  Status close() {
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) return std::unexpected(fmt::format("close failed: {}", errnoText(errno)));
+    return {};
+  }
+
+ private:
+  int fd_;
+};
+
+Result<Fd> openFd(const fs::path& path, int flags, mode_t mode = 0) {
+  for (;;) {
+    const int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    if (fd >= 0) return Fd(fd);
+    if (errno != EINTR) return std::unexpected(fmt::format("cannot open: {}", errnoText(errno)));
+  }
+}
+
+Status fsyncFd(int fd) {
+  while (::fsync(fd) != 0) {
+    if (errno != EINTR) return std::unexpected(fmt::format("fsync failed: {}", errnoText(errno)));
+  }
+  return {};
+}
+
+// Makes a directory's entries (created, renamed, removed files) durable.
+Status fsyncDirectory(const fs::path& dir) {
+  auto fd = openFd(dir, O_RDONLY | O_DIRECTORY);
+  if (!fd) return std::unexpected(fmt::format("directory {}: {}", dir.string(), fd.error()));
+  if (auto synced = fsyncFd(fd->get()); !synced) {
+    return std::unexpected(fmt::format("directory {}: {}", dir.string(), synced.error()));
+  }
+  return {};
+}
+
+// rename(2) that never replaces `to`: plain rename would replace an empty directory.
+Status renameNoReplace(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return {};
+  int error = errno;
+  if (error == EINVAL || error == ENOSYS) {
+    // A file system without RENAME_NOREPLACE. Check, then rename: a part directory is never
+    // empty, so rename(2) itself refuses an existing part that appears in between (ENOTEMPTY).
+    std::error_code ec;
+    if (fs::exists(to, ec)) {
+      error = EEXIST;
+    } else if (::rename(from.c_str(), to.c_str()) == 0) {
+      return {};
+    } else {
+      error = errno;
+    }
+  }
+  return std::unexpected(fmt::format("cannot rename {} to {}: {}", from.string(), to.string(),
+                                     error == ENOTEMPTY ? errnoText(EEXIST) : errnoText(error)));
+}
+
+// A new file, hashed as it is written; finish() fsyncs and closes it.
+class FileWriter {
+ public:
+  static Result<FileWriter> create(const fs::path& path, bool replace = false) {
+    auto fd = openFd(path, O_WRONLY | O_CREAT | (replace ? O_TRUNC : O_EXCL), 0644);
+    if (!fd) return std::unexpected(fd.error());
+    return FileWriter(path.filename().string(), std::move(*fd));
+  }
+
+  Status write(const void* data, std::size_t size) {
+    hasher_.update(data, size);
+    size_ += size;
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::write(fd_.get(), p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return std::unexpected(fmt::format("write failed: {}", errnoText(errno)));
+      p += n;
+      size -= static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+
+  Result<PartChecksums::File> finish() {
+    if (auto synced = fsyncFd(fd_.get()); !synced) return std::unexpected(synced.error());
+    if (auto closed = fd_.close(); !closed) return std::unexpected(closed.error());
+    return PartChecksums::File{name_, size_, hasher_.digest()};
+  }
+
+ private:
+  FileWriter(std::string name, Fd fd) : name_(std::move(name)), fd_(std::move(fd)) {}
+
+  std::string name_;
+  Fd fd_;
+  Hasher128 hasher_;
+  uint64_t size_ = 0;
+};
+
+// Reads a file front to back, hashing every byte it hands out.
+class FileReader {
+ public:
+  static Result<FileReader> open(const fs::path& path) {
+    auto fd = openFd(path, O_RDONLY);
+    if (!fd) return std::unexpected(fd.error());
+    return FileReader(std::move(*fd));
+  }
+
+  // Up to `size` bytes; fewer only at the end of the file.
+  Result<std::size_t> read(void* data, std::size_t size) {
+    char* p = static_cast<char*>(data);
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::read(fd_.get(), p + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return std::unexpected(fmt::format("read failed: {}", errnoText(errno)));
+      if (n == 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    hasher_.update(p, done);
+    bytes_read_ += done;
+    return done;
+  }
+
+  // Reads the rest, so that size and hash cover the whole file.
+  Status drain() {
+    std::string chunk(kReadChunkBytes, '\0');
+    for (;;) {
+      auto n = read(chunk.data(), chunk.size());
+      if (!n) return std::unexpected(n.error());
+      if (*n < chunk.size()) return {};
+    }
+  }
+
+  uint64_t bytesRead() const { return bytes_read_; }
+  Hash128 digest() const { return hasher_.digest(); }
+
+ private:
+  explicit FileReader(Fd fd) : fd_(std::move(fd)) {}
+
+  Fd fd_;
+  Hasher128 hasher_;
+  uint64_t bytes_read_ = 0;
+};
+
+// Why a file's size or hash differs from its checksums.txt entry; nullopt if it does not.
+std::optional<std::string> checksumMismatch(const PartChecksums::File& expected, uint64_t size,
+                                            const Hash128& hash) {
+  if (size != expected.size) {
+    return fmt::format("size {} bytes, checksums.txt says {}", size, expected.size);
+  }
+  if (hash != expected.hash) {
+    return fmt::format("hash {}, checksums.txt says {} (the content is corrupt)", hash.hex(),
+                       expected.hash.hex());
+  }
+  return std::nullopt;
+}
+
+// A small text file in full, checked against `expected` when given. Errors: file and reason.
+Result<std::string> readTextFile(const fs::path& part_dir, std::string_view name,
+                                 const PartChecksums::File* expected) {
+  auto reader = FileReader::open(part_dir / name);
+  if (!reader) return std::unexpected(fileError(part_dir, name, reader.error()));
+  std::string text;
+  for (;;) {
+    const std::size_t old_size = text.size();
+    text.resize(old_size + kReadChunkBytes);
+    auto n = reader->read(text.data() + old_size, kReadChunkBytes);
+    if (!n) return std::unexpected(fileError(part_dir, name, n.error()));
+    text.resize(old_size + *n);
+    if (text.size() > kMaxTextFileBytes) {
+      return std::unexpected(
+          fileError(part_dir, name, fmt::format("larger than {} bytes", kMaxTextFileBytes)));
+    }
+    if (*n < kReadChunkBytes) break;
+  }
+  if (expected) {
+    if (auto why = checksumMismatch(*expected, reader->bytesRead(), reader->digest())) {
+      return std::unexpected(fileError(part_dir, name, *why));
+    }
+  }
+  return text;
+}
+
+// --- Compressed column streams ---------------------------------------------------------------
+
+struct ZstdFree {
+  void operator()(ZSTD_CCtx* context) const { ZSTD_freeCCtx(context); }
+  void operator()(ZSTD_DCtx* context) const { ZSTD_freeDCtx(context); }
+};
+using CompressContext = std::unique_ptr<ZSTD_CCtx, ZstdFree>;
+using DecompressContext = std::unique_ptr<ZSTD_DCtx, ZstdFree>;
+
+Result<CompressContext> makeCompressContext() {
+  CompressContext context(ZSTD_createCCtx());
+  if (!context) return std::unexpected("zstd: cannot allocate a compression context");
+  // Single-threaded (nbWorkers 0) and a fixed level: the output depends only on the input.
+  for (auto [parameter, value] :
+       {std::pair{ZSTD_c_compressionLevel, kZstdLevel}, std::pair{ZSTD_c_nbWorkers, 0},
+        std::pair{ZSTD_c_checksumFlag, 0}}) {
+    const std::size_t rc = ZSTD_CCtx_setParameter(context.get(), parameter, value);
+    if (ZSTD_isError(rc)) return std::unexpected(fmt::format("zstd: {}", ZSTD_getErrorName(rc)));
+  }
+  return context;
+}
+
+void putU32(char* out, uint32_t value) {
+  std::memcpy(out, &value, sizeof(value));
+}
+uint32_t getU32(const char* in) {
+  uint32_t value;
+  std::memcpy(&value, in, sizeof(value));
+  return value;
+}
+
+// Buffers a column's serialized bytes and writes them as compressed blocks of kBlockBytes.
+class CompressedWriter {
+ public:
+  CompressedWriter(FileWriter& out, ZSTD_CCtx* context) : out_(out), context_(context) {
+    pending_.reserve(kBlockBytes);
+  }
+
+  Status write(const void* data, std::size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const std::size_t n = std::min(size, kBlockBytes - pending_.size());
+      pending_.append(p, n);
+      p += n;
+      size -= n;
+      if (pending_.size() == kBlockBytes) {
+        if (auto flushed = flush(); !flushed) return flushed;
+      }
+    }
+    return {};
+  }
+
+  Status writeVarUInt(uint64_t value) {
+    char bytes[10];
+    std::size_t n = 0;
+    do {
+      bytes[n++] = static_cast<char>((value & 0x7f) | (value > 0x7f ? 0x80 : 0));
+      value >>= 7;
+    } while (value != 0);
+    return write(bytes, n);
+  }
+
+  Status finish() { return pending_.empty() ? Status{} : flush(); }
+
+ private:
+  Status flush() {
+    compressed_.resize(kBlockHeaderBytes + ZSTD_compressBound(pending_.size()));
+    const std::size_t n =
+        ZSTD_compress2(context_, compressed_.data() + kBlockHeaderBytes,
+                       compressed_.size() - kBlockHeaderBytes, pending_.data(), pending_.size());
+    if (ZSTD_isError(n)) return std::unexpected(fmt::format("zstd: {}", ZSTD_getErrorName(n)));
+    compressed_[0] = static_cast<char>(kMethodZstd);
+    putU32(&compressed_[1], static_cast<uint32_t>(n));
+    putU32(&compressed_[5], static_cast<uint32_t>(pending_.size()));
+    pending_.clear();
+    return out_.write(compressed_.data(), kBlockHeaderBytes + n);
+  }
+
+  FileWriter& out_;
+  ZSTD_CCtx* context_;
+  std::string pending_;
+  std::string compressed_;
+};
+
+// The uncompressed byte stream of a column file, one block in memory at a time. Every length in
+// a header is checked before it sizes a buffer, so a corrupt file cannot ask for much memory.
+class CompressedReader {
+ public:
+  CompressedReader(FileReader& in, ZSTD_DCtx* context) : in_(in), context_(context) {}
+
+  // Exactly `size` bytes into `data`, or past them when `data` is null.
+  Status read(void* data, std::size_t size) {
+    char* p = static_cast<char*>(data);
+    while (size > 0) {
+      if (position_ == block_.size()) {
+        auto more = nextBlock();
+        if (!more) return std::unexpected(more.error());
+        if (!*more) {
+          return std::unexpected(fmt::format(
+              "data ends after {} uncompressed bytes, {} more expected", consumed(), size));
+        }
+      }
+      const std::size_t n = std::min(size, block_.size() - position_);
+      if (p) {
+        std::memcpy(p, block_.data() + position_, n);
+        p += n;
+      }
+      position_ += n;
+      size -= n;
+    }
+    return {};
+  }
+
+  Result<uint64_t> readVarUInt() {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t byte;
+      if (auto ok = read(&byte, 1); !ok) return std::unexpected(ok.error());
+      value |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) return value;
+    }
+    return std::unexpected(
+        fmt::format("a length at uncompressed byte {} is longer than 10 bytes", consumed()));
+  }
+
+  Result<bool> atEnd() {
+    if (position_ < block_.size()) return false;
+    auto more = nextBlock();
+    if (!more) return std::unexpected(more.error());
+    return !*more;
+  }
+
+  uint64_t consumed() const { return consumed_before_block_ + position_; }
+
+ private:
+  // False at a clean end of file.
+  Result<bool> nextBlock() {
+    consumed_before_block_ += block_.size();
+    block_.clear();
+    position_ = 0;
+    const uint64_t offset = in_.bytesRead();
+    char header[kBlockHeaderBytes];
+    auto n = in_.read(header, sizeof(header));
+    if (!n) return std::unexpected(n.error());
+    if (*n == 0) return false;
+    if (*n < sizeof(header)) {
+      return std::unexpected(fmt::format("block header at byte {} is cut short", offset));
+    }
+    const uint32_t compressed_size = getU32(header + 1);
+    const uint32_t uncompressed_size = getU32(header + 5);
+    if (static_cast<uint8_t>(header[0]) != kMethodZstd) {
+      return std::unexpected(fmt::format("block at byte {}: unknown compression method 0x{:02x}",
+                                         offset, static_cast<uint8_t>(header[0])));
+    }
+    if (uncompressed_size == 0 || uncompressed_size > kBlockBytes || compressed_size == 0 ||
+        compressed_size > ZSTD_compressBound(kBlockBytes)) {
+      return std::unexpected(fmt::format("block at byte {}: sizes {} -> {} are out of range",
+                                         offset, compressed_size, uncompressed_size));
+    }
+    compressed_.resize(compressed_size);
+    n = in_.read(compressed_.data(), compressed_size);
+    if (!n) return std::unexpected(n.error());
+    if (*n < compressed_size) {
+      return std::unexpected(fmt::format("block at byte {} is cut short: {} of {} bytes", offset,
+                                         *n, compressed_size));
+    }
+    block_.resize(uncompressed_size);
+    const std::size_t got = ZSTD_decompressDCtx(context_, block_.data(), block_.size(),
+                                                compressed_.data(), compressed_.size());
+    if (ZSTD_isError(got) || got != uncompressed_size) {
+      return std::unexpected(fmt::format(
+          "block at byte {} does not decompress to its {} bytes: {}", offset, uncompressed_size,
+          ZSTD_isError(got) ? ZSTD_getErrorName(got) : fmt::format("got {}", got)));
+    }
+    return true;
+  }
+
+  FileReader& in_;
+  ZSTD_DCtx* context_;
+  std::string compressed_;
+  std::string block_;
+  std::size_t position_ = 0;
+  uint64_t consumed_before_block_ = 0;
+};
+
+// --- Column serialization --------------------------------------------------------------------
+
+std::string columnFileName(std::string_view column) {
+  return fmt::format("{}.bin", column);
+}
+
+// Nullable: the null map (a byte per row) first. Then the values: fixed-width types as a raw
+// little-endian array, String as (varint length, bytes) per value.
+Status writeColumn(CompressedWriter& out, const Column& column) {
+  if (column.type.nullable) {
+    if (auto ok = out.write(column.null_map.data(), column.null_map.size()); !ok) return ok;
+  }
+  return std::visit(
+      [&](const auto& values) -> Status {
+        using T = typename std::decay_t<decltype(values)>::value_type;
+        if constexpr (std::is_same_v<T, std::string>) {
+          for (const auto& value : values) {
+            if (auto ok = out.writeVarUInt(value.size()); !ok) return ok;
+            if (auto ok = out.write(value.data(), value.size()); !ok) return ok;
+          }
+          return {};
+        } else {
+          return out.write(values.data(), values.size() * sizeof(T));
+        }
+      },
+      column.values);
+}
+
+// Appends `count` items read from `in` to `items` (or walks past them when null), growing by at
+// most a block at a time so that a corrupt row count cannot allocate more than the data holds.
+template <class Container>
+Status readArray(CompressedReader& in, uint64_t count, Container* items) {
+  using T = typename Container::value_type;
+  constexpr uint64_t kChunk = kBlockBytes / sizeof(T);
+  while (count > 0) {
+    const std::size_t n = static_cast<std::size_t>(std::min(count, kChunk));
+    T* target = nullptr;
+    if (items) {
+      items->resize(items->size() + n);
+      target = items->data() + items->size() - n;
+    }
+    if (auto ok = in.read(target, n * sizeof(T)); !ok) return ok;
+    count -= n;
+  }
+  return {};
+}
+
+// Reads `rows` values of `type` into `out` (made by Column::empty), or walks past them when
+// `out` is null.
+Status readColumn(CompressedReader& in, const DataType& type, uint64_t rows, Column* out) {
+  if (type.nullable) {
+    if (auto ok = readArray(in, rows, out ? &out->null_map : nullptr); !ok) {
+      return std::unexpected(fmt::format("null map: {}", ok.error()));
+    }
+  }
+  ColumnValues scratch = emptyValuesFor(type.id);
+  ColumnValues& values = out ? out->values : scratch;
+  return std::visit(
+      [&](auto& typed) -> Status {
+        using T = typename std::decay_t<decltype(typed)>::value_type;
+        if constexpr (std::is_same_v<T, std::string>) {
+          for (uint64_t row = 0; row < rows; ++row) {
+            auto size = in.readVarUInt();
+            if (!size) return std::unexpected(fmt::format("row {}: {}", row, size.error()));
+            std::string value;
+            if (auto ok = readArray(in, *size, out ? &value : nullptr); !ok) {
+              return std::unexpected(fmt::format("row {}: {}", row, ok.error()));
+            }
+            if (out) typed.push_back(std::move(value));
+          }
+          return {};
+        } else {
+          if (auto ok = readArray(in, rows, out ? &typed : nullptr); !ok) {
+            return std::unexpected(fmt::format("values: {}", ok.error()));
+          }
+          return {};
+        }
+      },
+      values);
+}
+
+// Decodes `<column>.bin` (into `out`, or only walking it) and checks it against `expected`. A
+// checksum mismatch is reported before a decoding error: corruption explains the latter.
+Status readColumnFile(const fs::path& part_dir, const PartChecksums::File& expected,
+                      const DataType& type, uint64_t rows, Column* out, ZSTD_DCtx* context) {
+  auto reader = FileReader::open(part_dir / expected.name);
+  if (!reader) return std::unexpected(fileError(part_dir, expected.name, reader.error()));
+  CompressedReader in(*reader, context);
+  Status decoded = readColumn(in, type, rows, out);
+  if (decoded) {
+    auto end = in.atEnd();
+    if (!end) {
+      decoded = std::unexpected(end.error());
+    } else if (!*end) {
+      decoded = std::unexpected(fmt::format("holds more than count.txt's {} rows", rows));
+    }
+  }
+  if (!decoded) {
+    if (auto drained = reader->drain(); !drained) {
+      return std::unexpected(fileError(part_dir, expected.name, drained.error()));
+    }
+  }
+  if (auto why = checksumMismatch(expected, reader->bytesRead(), reader->digest())) {
+    return std::unexpected(fileError(part_dir, expected.name, *why));
+  }
+  if (!decoded) {
+    return std::unexpected(
+        fileError(part_dir, expected.name,
+                  fmt::format("{} rows of {}: {}", rows, type.name(), decoded.error())));
+  }
+  return {};
+}
+
+// --- Text files ------------------------------------------------------------------------------
+
+// ClickHouse's columns.txt.
+std::string columnsFileText(const TableSchema& schema) {
+  std::string text =
+      fmt::format("columns format version: 1\n{} columns:\n", schema.columns().size());
+  for (const auto& column : schema.columns()) {
+    text += fmt::format("`{}` {}\n", column.name, column.type.name());
+  }
+  return text;
+}
+
+std::vector<std::string_view> splitLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = text.find('\n', start);
+    lines.push_back(text.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) return lines;
+    start = end + 1;
+  }
+}
+
+// "line 3 is '`b` String', the schema has '`b` UInt64'" at the first line that differs.
+std::string firstDifference(std::string_view found, std::string_view expected) {
+  const auto found_lines = splitLines(found);
+  const auto expected_lines = splitLines(expected);
+  for (std::size_t i = 0;; ++i) {
+    const bool has_found = i < found_lines.size();
+    const bool has_expected = i < expected_lines.size();
+    if (has_found && has_expected && found_lines[i] == expected_lines[i]) continue;
+    return fmt::format("line {} is {}, the schema has {}", i + 1,
+                       has_found ? shown(found_lines[i]) : "missing",
+                       has_expected ? shown(expected_lines[i]) : "no such line");
+  }
+}
+
+Result<uint64_t> readCount(const fs::path& part_dir, const PartChecksums& checksums) {
+  const auto* entry = checksums.find(kCountFile);
+  if (!entry)
+    return std::unexpected(fileError(part_dir, kCountFile, "not listed in checksums.txt"));
+  auto text = readTextFile(part_dir, kCountFile, entry);
+  if (!text) return std::unexpected(text.error());
+  auto rows = parseDecimal<uint64_t>(*text);
+  if (!rows) {
+    return std::unexpected(
+        fileError(part_dir, kCountFile, fmt::format("{} is not a row count", shown(*text))));
+  }
+  return *rows;
+}
+
+Status checkColumnsFile(const fs::path& part_dir, const PartChecksums& checksums,
+                        const TableSchema& schema) {
+  const auto* entry = checksums.find(kColumnsFile);
+  if (!entry)
+    return std::unexpected(fileError(part_dir, kColumnsFile, "not listed in checksums.txt"));
+  auto text = readTextFile(part_dir, kColumnsFile, entry);
+  if (!text) return std::unexpected(text.error());
+  const std::string expected = columnsFileText(schema);
+  if (*text != expected) {
+    return std::unexpected(fileError(
+        part_dir, kColumnsFile,
+        fmt::format("does not match the table's schema: {}", firstDifference(*text, expected))));
+  }
+  return {};
+}
+
+Result<PartChecksums> readChecksums(const fs::path& part_dir) {
+  auto text = readTextFile(part_dir, kChecksumsFile, nullptr);
+  if (!text) return std::unexpected(text.error());
+  auto checksums = PartChecksums::parse(*text);
+  if (!checksums) return std::unexpected(fileError(part_dir, kChecksumsFile, checksums.error()));
+  return checksums;
+}
+
+// --- Writing ---------------------------------------------------------------------------------
+
+Status checkBlockMatchesSchema(const TableSchema& schema, const Block& block) {
+  const auto& specs = schema.columns();
+  if (block.columns.size() != specs.size()) {
+    return std::unexpected(
+        fmt::format("the block has {} columns, the schema {}", block.columns.size(), specs.size()));
+  }
+  const std::size_t rows = block.rows();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const Column& column = block.columns[i];
+    if (column.name != specs[i].name || column.type != specs[i].type ||
+        column.values.index() != emptyValuesFor(specs[i].type.id).index()) {
+      return std::unexpected(fmt::format("block column {} is `{}` {}, the schema has `{}` {}",
+                                         i + 1, column.name, column.type.name(), specs[i].name,
+                                         specs[i].type.name()));
+    }
+    if (column.size() != rows) {
+      return std::unexpected(fmt::format("column '{}' has {} rows, column '{}' has {}", column.name,
+                                         column.size(), block.columns[0].name, rows));
+    }
+    if (column.null_map.size() != (column.type.nullable ? rows : 0)) {
+      return std::unexpected(fmt::format("column '{}' has a null map of {} entries for {} rows",
+                                         column.name, column.null_map.size(), rows));
+    }
+  }
+  return {};
+}
+
+Result<PartChecksums::File> writeTextFile(const fs::path& dir, std::string_view name,
+                                          std::string_view text, bool replace = false) {
+  auto out = FileWriter::create(dir / name, replace);
+  if (!out) return std::unexpected(fileError(dir, name, out.error()));
+  if (auto ok = out->write(text.data(), text.size()); !ok) {
+    return std::unexpected(fileError(dir, name, ok.error()));
+  }
+  auto file = out->finish();
+  if (!file) return std::unexpected(fileError(dir, name, file.error()));
+  return file;
+}
+
+// Every file of the part into `dir` (which exists and is empty), each fsynced.
+Result<PartChecksums> writePartFiles(const fs::path& dir, const TableSchema& schema,
+                                     const Block& block) {
+  auto context = makeCompressContext();
+  if (!context) return std::unexpected(fmt::format("part {}: {}", dir.string(), context.error()));
+  std::vector<PartChecksums::File> files;
+  for (const Column& column : block.columns) {
+    const std::string name = columnFileName(column.name);
+    auto out = FileWriter::create(dir / name);
+    if (!out) return std::unexpected(fileError(dir, name, out.error()));
+    CompressedWriter compressed(*out, context->get());
+    Status written = writeColumn(compressed, column);
+    if (written) written = compressed.finish();
+    if (!written) return std::unexpected(fileError(dir, name, written.error()));
+    auto file = out->finish();
+    if (!file) return std::unexpected(fileError(dir, name, file.error()));
+    files.push_back(std::move(*file));
+  }
+  for (auto [name, text] : {std::pair{kColumnsFile, columnsFileText(schema)},
+                            std::pair{kCountFile, fmt::format("{}", block.rows())}}) {
+    auto file = writeTextFile(dir, name, text);
+    if (!file) return std::unexpected(file.error());
+    files.push_back(std::move(*file));
+  }
+  PartChecksums checksums = PartChecksums::fromFiles(std::move(files));
+  if (auto file = writeTextFile(dir, kChecksumsFile, checksums.format()); !file) {
+    return std::unexpected(file.error());
+  }
+  return checksums;
+}
+
+// --- Loading ---------------------------------------------------------------------------------
+
+// Moves `table_dir/name` to `detached/broken_<name>` (or `..._tryN` if that exists) and writes
+// `reason.txt` into it.
+Status moveToDetached(const fs::path& table_dir, const std::string& name,
+                      const std::string& reason) {
+  const fs::path detached = table_dir / kDetachedDir;
+  std::error_code ec;
+  fs::create_directory(detached, ec);
+  if (ec)
+    return std::unexpected(fmt::format("cannot create {}: {}", detached.string(), ec.message()));
+  // ClickHouse's tryN suffixes: a part of the same name may have broken before.
+  constexpr int kMaxTries = 1000;
+  for (int attempt = 0; attempt < kMaxTries; ++attempt) {
+    std::string target_name = fmt::format("{}{}", kBrokenPrefix, name);
+    if (attempt > 0) target_name += fmt::format("_try{}", attempt);
+    const fs::path target = detached / target_name;
+    if (fs::exists(target, ec)) continue;
+    if (auto moved = renameNoReplace(table_dir / name, target); !moved) return moved;
+    auto written = writeTextFile(target, kReasonFile, reason + "\n", /*replace=*/true);
+    if (!written) return std::unexpected(written.error());
+    if (auto synced = fsyncDirectory(detached); !synced) return synced;
+    return fsyncDirectory(table_dir);
+  }
+  return std::unexpected(fmt::format("cannot move part {} aside: {} broken copies exist in {}",
+                                     name, kMaxTries, detached.string()));
+}
+
+}  // namespace
+
+// --- PartChecksums ---------------------------------------------------------------------------
+
+PartChecksums PartChecksums::fromFiles(std::vector<File> files) {
+  std::sort(files.begin(), files.end(),
+            [](const File& a, const File& b) { return a.name < b.name; });
+  PartChecksums checksums;
+  checksums.total = totalOf(files);
+  checksums.files = std::move(files);
+  return checksums;
+}
+
+Hash128 PartChecksums::totalOf(const std::vector<File>& files) {
+  Hasher128 hasher;
+  for (const File& file : files) {
+    hasher.updateString(file.name);
+    hasher.updateU64(file.size);
+    hasher.updateU64(file.hash.high);
+    hasher.updateU64(file.hash.low);
+  }
+  return hasher.digest();
+}
+
+const PartChecksums::File* PartChecksums::find(std::string_view name) const {
+  auto it = std::lower_bound(files.begin(), files.end(), name,
+                             [](const File& file, std::string_view n) { return file.name < n; });
+  return it != files.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string PartChecksums::format() const {
+  std::string text = fmt::format("{}\n{} files:\n", kChecksumsHeader, files.size());
+  for (const File& file : files) {
+    text += fmt::format("{}\t{}\t{}\n", file.name, file.size, file.hash.hex());
+  }
+  text += fmt::format("total: {}\n", total.hex());
+  return text;
+}
+
+std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view text) {
+  std::vector<std::string_view> lines = splitLines(text);
+  // A final newline leaves an empty last element; without it the last line is cut short.
+  if (lines.back().empty()) {
+    lines.pop_back();
+  } else {
+    return std::unexpected(fmt::format("line {}: no newline at the end", lines.size()));
+  }
+  std::size_t next = 0;
+  auto fail = [&](std::string_view what) {
+    return std::unexpected(fmt::format("line {}: {}", next, what));
+  };
+  auto nextLine = [&]() -> std::optional<std::string_view> {
+    if (next == lines.size()) {
+      ++next;
+      return std::nullopt;
+    }
+    return lines[next++];
+  };
+  auto header = nextLine();
+  if (header != kChecksumsHeader) {
+    return fail(fmt::format("expected '{}', found {}", kChecksumsHeader,
+                            header ? shown(*header) : "the end of the file"));
+  }
+  auto count_line = nextLine();
+  std::optional<uint64_t> count;
+  if (count_line && count_line->ends_with(" files:")) {
+    count = parseDecimal<uint64_t>(count_line->substr(0, count_line->size() - 7));
+  }
+  if (!count) {
+    return fail(fmt::format("expected '<N> files:', found {}",
+                            count_line ? shown(*count_line) : "the end of the file"));
+  }
+  PartChecksums checksums;
+  for (uint64_t i = 0; i < *count; ++i) {
+    auto line = nextLine();
+    if (!line) return fail(fmt::format("the file ends after {} of {} files", i, *count));
+    const std::size_t tab1 = line->find('\t');
+    const std::size_t tab2 = tab1 == std::string_view::npos ? tab1 : line->find('\t', tab1 + 1);
+    std::optional<uint64_t> size;
+    std::optional<Hash128> hash;
+    std::string_view name;
+    if (tab2 != std::string_view::npos) {
+      name = line->substr(0, tab1);
+      size = parseDecimal<uint64_t>(line->substr(tab1 + 1, tab2 - tab1 - 1));
+      hash = parseHashHex(line->substr(tab2 + 1));
+    }
+    if (!size || !hash) {
+      return fail(
+          fmt::format("expected '<name>\\t<size>\\t<32 hex digits>', found {}", shown(*line)));
+    }
+    if (name.empty() || name == "." || name == ".." ||
+        name.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos) {
+      return fail(fmt::format("{} is not a file name", shown(name)));
+    }
+    if (!checksums.files.empty() && name <= checksums.files.back().name) {
+      return fail(fmt::format("file {} is not after {} (names are sorted and unique)", shown(name),
+                              shown(checksums.files.back().name)));
+    }
+    checksums.files.push_back(File{std::string(name), *size, *hash});
+  }
+  auto total_line = nextLine();
+  std::optional<Hash128> total;
+  if (total_line && total_line->starts_with("total: ")) total = parseHashHex(total_line->substr(7));
+  if (!total) {
+    return fail(fmt::format("expected 'total: <32 hex digits>', found {}",
+                            total_line ? shown(*total_line) : "the end of the file"));
+  }
+  checksums.total = totalOf(checksums.files);
+  if (*total != checksums.total) {
+    return fail(fmt::format("total {} does not match the files listed, whose total is {}",
+                            total->hex(), checksums.total.hex()));
+  }
+  if (next != lines.size()) {
+    ++next;
+    return fail(fmt::format("unexpected text after the total: {}", shown(lines[next - 1])));
+  }
+  return checksums;
+}
+
+// --- Parts -----------------------------------------------------------------------------------
+
+std::expected<PartChecksums, std::string> writePart(const fs::path& table_dir, const PartName& name,
+                                                    const TableSchema& schema, const Block& block) {
+  const std::string part_name = name.format();
+  const fs::path part_dir = table_dir / part_name;
+  const fs::path tmp_dir = table_dir / fmt::format("{}{}", kTemporaryPrefix, part_name);
+  if (auto matches = checkBlockMatchesSchema(schema, block); !matches) {
+    return std::unexpected(fmt::format("part {}: {}", part_dir.string(), matches.error()));
+  }
+  std::error_code ec;
+  const bool exists = fs::exists(part_dir, ec);
+  if (ec || exists) {
+    return std::unexpected(
+        fmt::format("part {}: {}", part_dir.string(), ec ? ec.message() : "already exists"));
+  }
+  // mkdir is the lock among writers of one part name.
+  if (!fs::create_directory(tmp_dir, ec)) {
+    return std::unexpected(fmt::format(
+        "part {}: cannot create {}: {}", part_dir.string(), tmp_dir.string(),
+        ec ? ec.message()
+           : "it exists (a write of this part is running, or a crash left it: loadParts "
+             "removes it)"));
+  }
+  auto fail = [&](std::string error) {
+    fs::remove_all(tmp_dir, ec);
+    return std::unexpected(std::move(error));
+  };
+  auto checksums = writePartFiles(tmp_dir, schema, block);
+  if (!checksums) return fail(checksums.error());
+  if (auto synced = fsyncDirectory(tmp_dir); !synced) {
+    return fail(fmt::format("part {}: {}", part_dir.string(), synced.error()));
+  }
+  if (auto renamed = renameNoReplace(tmp_dir, part_dir); !renamed) {
+    return fail(fmt::format("part {}: {}", part_dir.string(), renamed.error()));
+  }
+  if (auto synced = fsyncDirectory(table_dir); !synced) {
+    // The rename may or may not survive a crash; a part reported as not written must not stay.
+    fs::remove_all(part_dir, ec);
+    return std::unexpected(fmt::format("part {}: {}", part_dir.string(), synced.error()));
+  }
+  return checksums;
+}
+
+std::expected<Block, std::string> readPart(const fs::path& part_dir, const TableSchema& schema) {
+  auto checksums = readChecksums(part_dir);
+  if (!checksums) return std::unexpected(checksums.error());
+  if (auto ok = checkColumnsFile(part_dir, *checksums, schema); !ok) {
+    return std::unexpected(ok.error());
+  }
+  auto rows = readCount(part_dir, *checksums);
+  if (!rows) return std::unexpected(rows.error());
+  DecompressContext context(ZSTD_createDCtx());
+  if (!context) return std::unexpected("zstd: cannot allocate a decompression context");
+  Block block;
+  for (const ColumnSpec& spec : schema.columns()) {
+    const std::string name = columnFileName(spec.name);
+    const auto* entry = checksums->find(name);
+    if (!entry) return std::unexpected(fileError(part_dir, name, "not listed in checksums.txt"));
+    Column column = Column::empty(spec.name, spec.type);
+    if (auto ok = readColumnFile(part_dir, *entry, spec.type, *rows, &column, context.get()); !ok) {
+      return std::unexpected(ok.error());
+    }
+    block.columns.push_back(std::move(column));
+  }
+  return block;
+}
+
+std::expected<PartChecksums, std::string> verifyPart(const fs::path& part_dir,
+                                                     const TableSchema& schema) {
+  auto checksums = readChecksums(part_dir);
+  if (!checksums) return std::unexpected(checksums.error());
+
+  std::set<std::string, std::less<>> expected = {std::string(kColumnsFile),
+                                                 std::string(kCountFile)};
+  for (const auto& spec : schema.columns()) expected.insert(columnFileName(spec.name));
+  for (const auto& name : expected) {
+    if (!checksums->find(name)) {
+      return std::unexpected(fileError(part_dir, name, "not listed in checksums.txt"));
+    }
+  }
+  for (const auto& file : checksums->files) {
+    if (!expected.contains(file.name)) {
+      return std::unexpected(fileError(
+          part_dir, file.name, "listed in checksums.txt, but no file of this table's parts"));
+    }
+  }
+
+  // What is there, sorted so that the first problem reported does not depend on readdir order.
+  std::error_code ec;
+  std::vector<fs::directory_entry> entries;
+  for (fs::directory_iterator it(part_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    entries.push_back(*it);
+  }
+  if (ec) {
+    return std::unexpected(
+        fmt::format("part {}: cannot list: {}", part_dir.string(), ec.message()));
+  }
+  std::sort(entries.begin(), entries.end());
+  std::set<std::string, std::less<>> present;
+  for (const auto& entry : entries) {
+    const std::string name = entry.path().filename().string();
+    if (name == kChecksumsFile) continue;
+    const auto* listed = checksums->find(name);
+    if (!listed) return std::unexpected(fileError(part_dir, name, "not listed in checksums.txt"));
+    if (entry.is_symlink(ec) || !entry.is_regular_file(ec)) {
+      return std::unexpected(fileError(part_dir, name, "not a regular file"));
+    }
+    const uint64_t size = entry.file_size(ec);
+    if (ec) return std::unexpected(fileError(part_dir, name, ec.message()));
+    if (size != listed->size) {
+      return std::unexpected(fileError(
+          part_dir, name, fmt::format("size {} bytes, checksums.txt says {}", size, listed->size)));
+    }
+    present.insert(name);
+  }
+  for (const auto& file : checksums->files) {
+    if (!present.contains(file.name)) {
+      return std::unexpected(fileError(
+          part_dir, file.name, fmt::format("missing (checksums.txt lists {} bytes)", file.size)));
+    }
+  }
+
+  if (auto ok = checkColumnsFile(part_dir, *checksums, schema); !ok) {
+    return std::unexpected(ok.error());
+  }
+  auto rows = readCount(part_dir, *checksums);
+  if (!rows) return std::unexpected(rows.error());
+  DecompressContext context(ZSTD_createDCtx());
+  if (!context) return std::unexpected("zstd: cannot allocate a decompression context");
+  for (const ColumnSpec& spec : schema.columns()) {
+    const auto* entry = checksums->find(columnFileName(spec.name));
+    if (auto ok = readColumnFile(part_dir, *entry, spec.type, *rows, nullptr, context.get()); !ok) {
+      return std::unexpected(ok.error());
+    }
+  }
+  return checksums;
+}
+
+std::expected<LoadedParts, std::string> loadParts(const fs::path& table_dir,
+                                                  const TableSchema& schema) {
+  std::error_code ec;
+  std::vector<fs::directory_entry> entries;
+  for (fs::directory_iterator it(table_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    entries.push_back(*it);
+  }
+  if (ec)
+    return std::unexpected(fmt::format("table directory {}: {}", table_dir.string(), ec.message()));
+  std::sort(entries.begin(), entries.end());
+
+  LoadedParts loaded;
+  bool removed_any = false;
+  for (const auto& entry : entries) {
+    const std::string name = entry.path().filename().string();
+    if (name == kDetachedDir) continue;
+    if (name.starts_with(kTemporaryPrefix)) {
+      fs::remove_all(entry.path(), ec);
+      if (ec) {
+        return std::unexpected(
+            fmt::format("cannot remove {}: {}", entry.path().string(), ec.message()));
+      }
+      loaded.removed_temporary.push_back(name);
+      removed_any = true;
+      continue;
+    }
+    auto part = PartName::parse(name);
+    if (!part) {
+      loaded.ignored.emplace_back(name, part.error());
+      continue;
+    }
+    if (part->format() != name) {
+      loaded.ignored.emplace_back(
+          name, fmt::format("not a part name as written (that would be '{}')", part->format()));
+      continue;
+    }
+    if (!entry.is_directory(ec) || entry.is_symlink(ec)) {
+      loaded.ignored.emplace_back(name, "a part name, but not a directory");
+      continue;
+    }
+    auto checksums = verifyPart(entry.path(), schema);
+    if (checksums) {
+      loaded.valid.emplace_back(std::move(*part), std::move(*checksums));
+      continue;
+    }
+    if (auto moved = moveToDetached(table_dir, name, checksums.error()); !moved) {
+      return std::unexpected(
+          fmt::format("broken part {} ({}): {}", name, checksums.error(), moved.error()));
+    }
+    loaded.broken.emplace_back(name, checksums.error());
+  }
+  if (removed_any) {
+    if (auto synced = fsyncDirectory(table_dir); !synced) return std::unexpected(synced.error());
+  }
+  std::sort(loaded.valid.begin(), loaded.valid.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return loaded;
+}
+
+}  // namespace rtable::core
