@@ -1,0 +1,214 @@
+// One replica of a replicated table: its parts on local disk, its registration in ZooKeeper, the
+// insert path and reads. (Fetching from and merging with other replicas come with the queue.)
+//
+// Insert (DESIGN.md 2.3): the request's rows are parsed whole first, so bad input writes nothing;
+// full parts go to a staging folder of the request. Then, part by part: allocate a block number
+// with the dedup check, rename the part to its final name, commit it in ZooKeeper, make it
+// visible. The insert is acknowledged after the last part. At start, local parts are reconciled
+// with replicas/<me>/parts: a part on disk that ZooKeeper does not list was never acknowledged and
+// is moved to detached/unexpected_<name>, so a client's retry of it cannot double its rows.
+//
+// Thread safety: all public methods may be called concurrently.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rtable/metrics/replica_metrics.h"
+#include "rtable/replication_core/active_part_set.h"
+#include "rtable/replication_core/block.h"
+#include "rtable/replication_core/dedup_window.h"
+#include "rtable/replication_core/insert_protocol.h"
+#include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/part_format.h"
+#include "rtable/replication_core/sequential_counter.h"
+#include "rtable/replication_core/table_spec.h"
+
+namespace rtable::core {
+
+using KeeperFactory = std::function<KeeperResult<std::unique_ptr<Keeper>>()>;
+
+struct InsertOptions {
+  std::string deduplication_token;  // insert_deduplication_token: the token decides, not the data
+};
+
+struct InsertResult {
+  std::size_t rows = 0;               // rows now in the table (deduplicated blocks not counted)
+  std::size_t blocks = 0;             // blocks (parts) the insert was split into
+  std::size_t deduplicated_blocks = 0;
+  std::vector<std::string> parts;     // the parts written, or found, for each block
+};
+
+struct InsertError {
+  enum class Kind {
+    kUnavailable,     // no ZooKeeper session: nothing was written, retry later
+    kLogExhausted,    // the table's log counter is at 2147483647 (seed 002): inserts cannot succeed
+    kUnknownOutcome,  // some block may or may not be committed: a retry with the same data is safe
+    kInternal,
+  };
+  Kind kind;
+  std::string message;
+};
+
+// One active part as readers see it. The directory is removed when the part is replaced by a
+// merge and the last reader lets go of it.
+struct DataPart {
+  PartName name;
+  std::filesystem::path dir;
+  uint64_t rows = 0;
+  PartChecksums checksums;
+  uint64_t bytes = 0;
+  std::atomic<bool> remove_when_unused{false};
+  ~DataPart();
+};
+using DataPartPtr = std::shared_ptr<DataPart>;
+
+struct ReplicaState {
+  std::string table;
+  std::string replica;
+  int64_t generation = 1;
+  bool readonly = false;
+  std::size_t active_parts = 0;
+  uint64_t rows = 0;
+  std::optional<SequentialCounter> log;  // read from ZooKeeper when the state is asked for
+  std::vector<std::string> broken_parts;      // detached on start, with reasons
+  std::vector<std::string> unexpected_parts;  // detached on start: on disk, not in ZooKeeper
+  std::vector<std::string> lost_parts;        // in ZooKeeper, not on disk
+  std::vector<std::string> uncertain_parts;   // commit outcome not known yet
+};
+
+struct TableReplicaOptions {
+  std::size_t max_part_rows = 1048576;  // ClickHouse's max_insert_block_size
+  // Background merges: a partition with at least `merge_min_parts` active parts merges up to
+  // `merge_max_parts` of its smallest neighbouring parts.
+  std::size_t merge_min_parts = 6;
+  std::size_t merge_max_parts = 10;
+  std::chrono::milliseconds background_period{1000};
+  bool background = true;  // merges and dedup window cleanup in a thread
+};
+
+// One block of an insert, not yet committed: sorted rows (held until the commit writes them, for
+// a small insert) or a part already written to the staging folder (a large one).
+struct PendingPartFile {
+  std::string partition;
+  std::string dedup_id;
+  std::filesystem::path dir;  // where the part is, or will be, staged
+  uint64_t rows = 0;
+  std::optional<Block> unwritten;
+  std::optional<PartChecksums> checksums;  // once written
+};
+
+class PendingInsert;
+
+class TableReplica {
+ public:
+  // Loads and verifies local parts, creates or joins the table in ZooKeeper, reconciles, activates.
+  static std::expected<std::unique_ptr<TableReplica>, std::string> open(
+      const TableSpec& spec, KeeperFactory keeper_factory, prometheus::Registry& registry,
+      TableReplicaOptions options = {});
+  ~TableReplica();
+
+  const TableSpec& spec() const { return spec_; }
+
+  std::unique_ptr<PendingInsert> beginInsert(InsertOptions options);
+  std::expected<InsertResult, InsertError> commit(PendingInsert& insert);
+
+  // A consistent set of active parts: reads of them stay valid while a merge replaces them.
+  std::vector<DataPartPtr> activeParts() const;
+  uint64_t rowCount() const;
+  ReplicaState state();
+
+  // Runs one round of background work now (merge selection and execution, dedup window cleanup);
+  // returns the number of merges done. The background thread calls this every period.
+  std::size_t runBackgroundRoundForTest();
+
+  // Stops background work; in-flight inserts finish. The ZooKeeper session is closed last.
+  void shutdown();
+
+ private:
+  TableReplica(TableSpec spec, KeeperFactory factory, prometheus::Registry& registry,
+               TableReplicaOptions options);
+  std::expected<void, std::string> start();
+  // The current session, renewed (and the replica re-activated) after expiry; nullptr if ZooKeeper
+  // cannot be reached now.
+  std::shared_ptr<Keeper> keeper();
+  std::expected<std::string, InsertError> commitOne(Keeper& keeper, PendingPartFile& pending,
+                                                    InsertResult& result);
+  std::size_t mergeRound(Keeper& keeper);
+  void resolveUncertainParts(Keeper& keeper);
+  bool isLeader(Keeper& keeper);
+  void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows);
+  void backgroundLoop();
+  void updateLogMetrics(Keeper& keeper);
+  DataPartPtr makeDataPart(const PartName& name, PartChecksums checksums);
+
+  friend class PendingInsert;
+
+  const TableSpec spec_;
+  const KeeperFactory keeper_factory_;
+  const TableReplicaOptions options_;
+  const TablePaths paths_;
+  metrics::ReplicaMetrics metrics_;
+  metrics::CounterRateEstimator counter_rate_;
+  BlockNumberAllocator allocator_;
+  DedupWindowCleaner dedup_cleaner_;
+
+  std::mutex keeper_mu_;
+  std::shared_ptr<Keeper> keeper_;
+
+  mutable std::mutex parts_mu_;
+  ActiveDataPartSet active_set_;
+  std::map<PartName, DataPartPtr> active_parts_;
+  std::vector<std::string> broken_parts_;
+  std::vector<std::string> unexpected_parts_;
+  std::vector<std::string> lost_parts_;
+  // Parts whose commit multi got no answer: on disk under their final name, made visible or
+  // removed once ZooKeeper says whether the multi was applied.
+  std::map<PartName, PendingPartFile> uncertain_parts_;
+
+  std::atomic<uint64_t> next_staging_id_{0};
+  std::mutex background_mu_;
+  std::condition_variable background_wake_;
+  bool stopping_ = false;
+  std::thread background_;
+};
+
+// The blocks of one insert request between parsing and commit. Its staging folder is removed
+// with it, so an insert that fails (bad input, lost client) leaves nothing behind.
+class PendingInsert {
+ public:
+  PendingInsert(TableReplica& table, InsertOptions options, std::filesystem::path staging_dir);
+  ~PendingInsert();
+
+  // Adds parsed rows (the schema's columns). Full parts are written to the staging folder.
+  std::expected<void, std::string> add(Block block);
+  std::size_t rows() const { return rows_; }
+
+ private:
+  friend class TableReplica;
+  // `write_now`: write the staged part at once (a full buffer); otherwise the commit writes it
+  // while ZooKeeper allocates its block number.
+  std::expected<void, std::string> flush(const std::string& partition, bool write_now);
+  std::expected<void, std::string> flushAll();
+
+  TableReplica& table_;
+  InsertOptions options_;
+  std::filesystem::path staging_dir_;
+  std::vector<std::pair<std::string, Block>> buffers_;  // per partition, in first-seen order
+  std::vector<PendingPartFile> parts_;
+  std::map<std::string, std::size_t> blocks_per_partition_;
+  std::size_t rows_ = 0;
+};
+
+}  // namespace rtable::core

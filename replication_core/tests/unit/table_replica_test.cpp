@@ -1,0 +1,214 @@
+#include "rtable/replication_core/table_replica.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include "rtable/replication_core/testing/fake_keeper.h"
+
+namespace rtable::core {
+namespace {
+namespace fs = std::filesystem;
+
+class TableReplicaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/rtable-replica-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    auto spec = TableSpec::parseYaml(fmt::format(R"(
+table: events
+columns: [{{name: d, type: Date}}, {{name: x, type: UInt64}}, {{name: s, type: Nullable(String)}}]
+partitionBy: toYYYYMM(d)
+orderBy: [x]
+deduplication: {{window: 100, windowSeconds: 3600}}
+zookeeper: {{connect: fake}}
+replica: {{name: r1}}
+dataDir: {}
+)", dir_.string()));
+    ASSERT_TRUE(spec) << spec.error();
+    spec_ = *spec;
+    open();
+  }
+  void TearDown() override {
+    table_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void open(TableReplicaOptions options = {}) {
+    table_.reset();
+    options.background = false;
+    registry_ = std::make_unique<prometheus::Registry>();
+    auto server = server_;
+    auto opened = TableReplica::open(
+        spec_, [server]() -> KeeperResult<std::unique_ptr<Keeper>> { return server->connect(); },
+        *registry_, options);
+    ASSERT_TRUE(opened) << opened.error();
+    table_ = std::move(*opened);
+  }
+
+  // Rows (date, x) with s = "v<x>".
+  Block rows(std::vector<std::pair<std::string, uint64_t>> values) {
+    Block block = spec_.schema.emptyBlock();
+    for (const auto& [date, x] : values) {
+      std::get<std::vector<uint16_t>>(block.columns[0].values).push_back(*parseDate(date));
+      std::get<std::vector<uint64_t>>(block.columns[1].values).push_back(x);
+      std::get<std::vector<std::string>>(block.columns[2].values).push_back(fmt::format("v{}", x));
+      block.columns[2].null_map.push_back(0);
+    }
+    return block;
+  }
+
+  std::expected<InsertResult, InsertError> insert(Block block, std::string token = "") {
+    auto pending = table_->beginInsert(InsertOptions{token});
+    EXPECT_TRUE(pending->add(std::move(block)));
+    return table_->commit(*pending);
+  }
+
+  std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
+  std::unique_ptr<Keeper> observer_ = server_->connect();
+  fs::path dir_;
+  TableSpec spec_;
+  std::unique_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<TableReplica> table_;
+  TablePaths paths_{"/rtable/tables/events", 1, "r1"};
+};
+
+TEST_F(TableReplicaTest, AnInsertIsVisibleAndARetryIsDeduplicated) {
+  auto first = insert(rows({{"2026-12-01", 2}, {"2026-12-02", 1}, {"2026-11-30", 3}}));
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->rows, 3u);
+  EXPECT_EQ(first->blocks, 2u);  // two months
+  EXPECT_EQ(first->deduplicated_blocks, 0u);
+  EXPECT_EQ(first->parts, (std::vector<std::string>{"202612_0_0_0", "202611_0_0_0"}));
+  EXPECT_EQ(table_->rowCount(), 3u);
+  EXPECT_EQ(observer_->children(paths_.log())->names.size(), 2u);
+
+  auto retry = insert(rows({{"2026-12-01", 2}, {"2026-12-02", 1}, {"2026-11-30", 3}}));
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->rows, 0u);
+  EXPECT_EQ(retry->deduplicated_blocks, 2u);
+  EXPECT_EQ(retry->parts, first->parts);
+  EXPECT_EQ(table_->rowCount(), 3u);
+  // The same rows in another order are the same part after sorting: deduplicated too.
+  auto reordered = insert(rows({{"2026-12-02", 1}, {"2026-12-01", 2}}));
+  ASSERT_TRUE(reordered);
+  EXPECT_EQ(reordered->deduplicated_blocks, 1u);
+  EXPECT_TRUE(fs::is_empty(dir_ / "staging"));
+}
+
+TEST_F(TableReplicaTest, WithATokenTheTokenDecides) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}}), "batch-7"));
+  auto same_token_other_rows = insert(rows({{"2026-12-01", 99}}), "batch-7");
+  ASSERT_TRUE(same_token_other_rows);
+  EXPECT_EQ(same_token_other_rows->deduplicated_blocks, 1u);
+  auto other_token_same_rows = insert(rows({{"2026-12-01", 1}}), "batch-8");
+  ASSERT_TRUE(other_token_same_rows);
+  EXPECT_EQ(other_token_same_rows->deduplicated_blocks, 0u);
+  EXPECT_EQ(table_->rowCount(), 2u);
+}
+
+TEST_F(TableReplicaTest, StartReconcilesDiskWithZooKeeper) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  table_.reset();
+  // A part written but never committed (a crash before the commit multi) ...
+  fs::copy(dir_ / "202612_1_1_0", dir_ / "202612_5_5_0", fs::copy_options::recursive);
+  // ... a committed part whose directory is gone ...
+  fs::remove_all(dir_ / "202612_0_0_0");
+  // ... and an insert that was still staging.
+  fs::create_directories(dir_ / "staging" / "insert-3" / "x");
+  open();
+  EXPECT_TRUE(fs::exists(dir_ / "detached" / "unexpected_202612_5_5_0"));
+  EXPECT_FALSE(fs::exists(dir_ / "staging" / "insert-3"));
+  auto state = table_->state();
+  EXPECT_EQ(state.unexpected_parts, std::vector<std::string>{"202612_5_5_0"});
+  EXPECT_EQ(state.lost_parts, std::vector<std::string>{"202612_0_0_0"});
+  EXPECT_EQ(state.active_parts, 1u);
+  EXPECT_EQ(table_->rowCount(), 1u);
+  ASSERT_TRUE(state.log);
+  EXPECT_EQ(state.log->maxIndex(), 1);
+}
+
+TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
+  TableReplicaOptions options;
+  options.merge_min_parts = 3;
+  options.merge_max_parts = 3;
+  open(options);
+  for (uint64_t x = 10; x > 5; --x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  ASSERT_TRUE(insert(rows({{"2026-11-01", 1}})));
+  EXPECT_EQ(table_->activeParts().size(), 6u);
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  auto parts = table_->activeParts();
+  std::vector<std::string> names;
+  for (const auto& p : parts) names.push_back(p->name.format());
+  EXPECT_EQ(names, (std::vector<std::string>{"202611_0_0_0", "202612_0_2_1", "202612_3_3_0", "202612_4_4_0"}));
+  EXPECT_EQ(table_->rowCount(), 6u);
+  EXPECT_FALSE(fs::exists(dir_ / "202612_0_0_0"));
+  // The merge went through the log, and ZooKeeper lists the merged part instead of its sources.
+  auto zk_parts = observer_->children(paths_.parts())->names;
+  std::sort(zk_parts.begin(), zk_parts.end());
+  EXPECT_EQ(zk_parts, names);
+  EXPECT_EQ(observer_->children(paths_.log())->names.size(), 7u);
+  // The merged part holds the rows sorted by x.
+  auto merged = readPart(dir_ / "202612_0_2_1", spec_.schema);
+  ASSERT_TRUE(merged) << merged.error();
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(merged->columns[1].values), (std::vector<uint64_t>{8, 9, 10}));
+  // A restart keeps the merged part and nothing else.
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 6u);
+  EXPECT_TRUE(table_->state().unexpected_parts.empty());
+}
+
+TEST_F(TableReplicaTest, AnExhaustedLogStopsInsertsWithAClearError) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  ASSERT_TRUE(server_->setSequentialCounterForTest(paths_.log(), 2147483647));
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // takes log-2147483647
+  auto stuck = insert(rows({{"2026-12-01", 3}}));
+  ASSERT_FALSE(stuck);
+  EXPECT_EQ(stuck.error().kind, InsertError::Kind::kLogExhausted);
+  EXPECT_NE(stuck.error().message.find("2147483647"), std::string::npos);
+  EXPECT_EQ(table_->rowCount(), 2u);
+  EXPECT_FALSE(fs::exists(dir_ / "202612_2_2_0"));
+  auto state = table_->state();
+  EXPECT_TRUE(state.log && state.log->exhausted());
+}
+
+TEST_F(TableReplicaTest, ZooKeeperTroubleFailsTheInsertAndWritesNothing) {
+  server_->failNextRequestsForTest(1);
+  auto failed = insert(rows({{"2026-12-01", 1}}));
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().kind, InsertError::Kind::kUnavailable);
+  EXPECT_NE(failed.error().message.find("retrying the same insert is safe"), std::string::npos);
+  EXPECT_EQ(table_->rowCount(), 0u);
+  auto retried = insert(rows({{"2026-12-01", 1}}));
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->rows, 1u);
+}
+
+TEST_F(TableReplicaTest, TheDedupWindowForgetsOldIds) {
+  spec_.deduplication = DedupWindow{2, std::chrono::seconds(3600)};
+  open();
+  for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(observer_->children(paths_.dedupHashes())->names.size(), 2u);
+  auto again = insert(rows({{"2026-12-01", 1}}));  // forgotten: inserted again
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->rows, 1u);
+  auto recent = insert(rows({{"2026-12-01", 3}}));  // still remembered
+  ASSERT_TRUE(recent);
+  EXPECT_EQ(recent->deduplicated_blocks, 1u);
+}
+
+TEST_F(TableReplicaTest, AnExpiredSessionIsReplacedAndTheReplicaReactivated) {
+  auto is_active = observer_->exists(paths_.isActive());
+  ASSERT_TRUE(is_active && *is_active);
+  server_->expireSession((*is_active)->ephemeral_owner);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  auto renewed = observer_->exists(paths_.isActive());
+  ASSERT_TRUE(renewed && *renewed);
+  EXPECT_NE((*renewed)->ephemeral_owner, (*is_active)->ephemeral_owner);
+}
+
+}  // namespace
+}  // namespace rtable::core
