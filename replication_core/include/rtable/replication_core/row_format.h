@@ -1,0 +1,78 @@
+// Row formats of the insert and select paths (DESIGN.md 2.3 step 1): JSONEachRow, TabSeparated
+// and CSV, read by a streaming push parser into Blocks and written from Blocks, as ClickHouse
+// reads and writes them. The accepted input is written down in docs/formats.md, "Row formats".
+//
+// RowParser is not thread-safe; one parser reads one stream. writeRows is a pure function.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rtable/replication_core/block.h"
+#include "rtable/replication_core/table_schema.h"
+
+namespace rtable::core {
+
+enum class RowFormat { kJSONEachRow, kTabSeparated, kCSV };
+
+// "JSONEachRow" (also "JSONLines", "NDJSON"), "TabSeparated" or "TSV", "CSV": ClickHouse's names,
+// case-sensitive as there. The error lists the accepted names.
+std::expected<RowFormat, std::string> parseRowFormat(std::string_view name);
+// The canonical name: "JSONEachRow", "TabSeparated", "CSV".
+std::string_view rowFormatName(RowFormat format);
+
+// Why the input was refused: the row (1-based, counted across the whole stream), the column when
+// the error is about one, and what is wrong.
+struct ParseError {
+  std::size_t row = 0;
+  std::string column;
+  std::string message;
+
+  // "row 3, column 'x': value '300' is out of range for UInt8", or "row 3: ..." without a column.
+  std::string toString() const;
+  friend bool operator==(const ParseError&, const ParseError&) = default;
+};
+
+// A push parser: feed it the body in chunks of any size, split anywhere, then call finish().
+// Complete rows go into a block with the schema's columns in schema order; each time it holds
+// max_block_rows rows it is handed to `on_block`, and finish() hands over the rest. Memory stays
+// at one block plus the bytes of one unfinished row.
+//
+// The first error ends the stream: feed() and finish() then return it again. Blocks already handed
+// out are not taken back, so a caller that must write all or nothing keeps them until finish()
+// succeeds.
+class RowParser {
+ public:
+  using BlockSink = std::function<void(Block&&)>;
+
+  // Keeps a copy of the schema's columns; `schema` need not outlive the parser.
+  // max_block_rows >= 1 (0 is taken as 1).
+  RowParser(const TableSchema& schema, RowFormat format, std::size_t max_block_rows = 65536);
+  ~RowParser();
+  RowParser(RowParser&&) noexcept;
+  RowParser& operator=(RowParser&&) noexcept;
+
+  std::expected<void, ParseError> feed(std::string_view chunk, const BlockSink& on_block);
+  // Ends the stream: a last row without a line break is a row; an unfinished JSON object or CSV
+  // quote is an error. Hands over the last block if it has rows.
+  std::expected<void, ParseError> finish(const BlockSink& on_block);
+
+  // Complete rows parsed so far.
+  std::size_t rowsParsed() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Appends rows [begin, min(end, block.rows())) of `block` to `out` in `format`, each row ending in
+// '\n', values printed as ClickHouse prints them (see docs/formats.md, "Row formats").
+void writeRows(const Block& block, RowFormat format, std::string& out, std::size_t begin = 0,
+               std::size_t end = SIZE_MAX);
+
+}  // namespace rtable::core
