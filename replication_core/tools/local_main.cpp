@@ -1,15 +1,18 @@
-// rtable-local: runs rtable on an embedded default. For now: a local ZooKeeper 3.8, a demo tree
-// of replicated tables (rtable's layout and ClickHouse's), and rtable-inspect over it. One table is
-// pushed to the seed-002 failure (the log counter at 2147483647, inserts fail with "node exists"),
-// one is close to it, one is healthy.
+// rtable-local: runs rtable on an embedded default: a local ZooKeeper 3.8; a demo tree of
+// replicated tables in rtable's and ClickHouse's layouts, one pushed to the seed-002 failure (the
+// log counter at 2147483647, inserts fail with "node exists") and one close to it; one rtable-core
+// replica of a table `events` with a demo insert, its retried duplicate, a count and the metrics;
+// and rtable-inspect over all of it.
 #include <fmt/format.h>
 #include <signal.h>
 
 #include <cstdio>
+#include <thread>
 #include <string>
 
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/log_entry.h"
+#include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 
 namespace {
@@ -21,8 +24,33 @@ namespace testing = rtable::core::testing;
 
 constexpr const char* kUsage =
     "usage: rtable-local [--work-dir DIR] [--keep-running]\n"
-    "Starts a local ZooKeeper, creates a demo tree of replicated tables and runs rtable-inspect.\n"
-    "--keep-running leaves ZooKeeper up (Ctrl-C to stop) so you can run rtable-inspect yourself.\n";
+    "Starts a local ZooKeeper and one rtable-core replica, inserts demo rows, builds a demo tree of\n"
+    "replicated tables and runs rtable-inspect.\n"
+    "--keep-running leaves ZooKeeper and the replica up (Ctrl-C to stop) to try them yourself.\n";
+
+constexpr const char* kEventsTable = R"(table: events
+columns:
+  - {name: d, type: Date}
+  - {name: user, type: String}
+  - {name: clicks, type: UInt32}
+  - {name: score, type: Nullable(Float64)}
+partitionBy: toYYYYMM(d)
+orderBy: [user, d])";
+
+constexpr const char* kDemoRows =
+    "{\"d\":\"2026-12-01\",\"user\":\"ada\",\"clicks\":3,\"score\":0.5}\n"
+    "{\"d\":\"2026-12-02\",\"user\":\"bob\",\"clicks\":1,\"score\":null}\n"
+    "{\"d\":\"2026-11-30\",\"user\":\"cy\",\"clicks\":7,\"score\":2.25}\n";
+
+std::string show(const std::expected<testing::HttpResponse, std::string>& response) {
+  if (!response) return "(no answer: " + response.error() + ")";
+  std::string body = response->body;
+  while (!body.empty() && body.back() == '\n') body.pop_back();
+  for (std::size_t at = body.find('\n'); at != std::string::npos; at = body.find('\n', at + 3)) {
+    body.replace(at, 1, "\n  ");
+  }
+  return fmt::format("HTTP {} {}", response->status, body);
+}
 
 struct Failure {
   std::string message;
@@ -119,6 +147,42 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
     }
   }
 
+  fmt::print("\nStarting rtable-core: one replica of table 'events' ...\n");
+  std::fflush(stdout);
+  testing::LocalReplicaOptions replica_options;
+  replica_options.binary = RTABLE_CORE_BINARY;
+  replica_options.work_dir = (*zk)->workDir() / "events-r1";
+  replica_options.table_yaml = kEventsTable;
+  replica_options.zookeeper = (*zk)->connectString();
+  auto replica = testing::LocalReplica::start(replica_options);
+  if (!replica) return std::unexpected(Failure{"rtable-core did not start: " + replica.error()});
+  const std::string base = fmt::format("http://127.0.0.1:{}", (*replica)->httpPort());
+  fmt::print("rtable-core serves {} (spec: {})\n\n", base, (replica_options.work_dir / "spec.yaml").string());
+  fmt::print("$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl   # 3 rows, 2 months\n  {}\n",
+             base, show((*replica)->post("/insert?format=JSONEachRow", kDemoRows)));
+  fmt::print("$ (the client did not see the answer and retries the same insert)\n  {}\n",
+             show((*replica)->post("/insert?format=JSONEachRow", kDemoRows)));
+  fmt::print("$ curl '{}/count'\n  {}\n", base, show((*replica)->get("/count")));
+  fmt::print("$ curl '{}/select?where=clicks%20%3E%202'\n  {}\n", base,
+             show((*replica)->get("/select?where=clicks%20%3E%202")));
+  // Background work publishes the log counter within a second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  fmt::print("$ curl 'http://127.0.0.1:{}/metrics' | grep ...\n", (*replica)->metricsPort());
+  if (auto metrics = (*replica)->metrics()) {
+    std::size_t start = 0;
+    while (start < metrics->body.size()) {
+      std::size_t end = metrics->body.find('\n', start);
+      if (end == std::string::npos) end = metrics->body.size();
+      const std::string line = metrics->body.substr(start, end - start);
+      for (const char* name : {"rtable_inserts_total", "rtable_inserted_rows_total",
+                               "rtable_insert_deduplicated_blocks_total", "rtable_log_counter{",
+                               "rtable_log_counter_headroom_ratio", "rtable_parts{"}) {
+        if (line.starts_with(name)) fmt::print("  {}\n", line);
+      }
+      start = end + 1;
+    }
+  }
+
   fmt::print("\n$ rtable-inspect --zookeeper {} --root /\n", (*zk)->connectString());
   std::fflush(stdout);
   auto inspected = testing::runCommand(
@@ -135,13 +199,16 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
   }
 
   if (keep_running) {
-    fmt::print("\nZooKeeper keeps running at {}. Try:\n  {} --zookeeper {} --format json\n"
-               "Ctrl-C stops it.\n",
-               (*zk)->connectString(), RTABLE_INSPECT_BINARY, (*zk)->connectString());
+    fmt::print("\nZooKeeper keeps running at {} and rtable-core at {}. Try:\n"
+               "  {} --zookeeper {} --format json\n"
+               "  curl -X POST '{}/insert?format=TSV' --data-binary $'2026-12-03\\tdee\\t2\\t\\\\N\\n'\n"
+               "  curl '{}/replica'\n"
+               "Ctrl-C stops both.\n",
+               (*zk)->connectString(), base, RTABLE_INSPECT_BINARY, (*zk)->connectString(), base, base);
     std::fflush(stdout);
     signal(SIGINT, onSignal);
     signal(SIGTERM, onSignal);
-    while (!g_stop && (*zk)->running()) pause();
+    while (!g_stop && (*zk)->running() && (*replica)->running()) pause();
   }
   return {};
 }

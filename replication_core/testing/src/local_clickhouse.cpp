@@ -37,6 +37,7 @@ std::expected<std::unique_ptr<LocalClickHouse>, std::string> LocalClickHouse::st
     port = std::to_string(*free_port);
   }
   ch->tcp_port_ = std::stoi(ports[1]);
+  ch->http_port_ = std::stoi(ports[0]);
   replaceAll(config, "@PATH@", ch->work_dir_.string() + "/");
   replaceAll(config, "@HTTP_PORT@", ports[0]);
   replaceAll(config, "@TCP_PORT@", ports[1]);

@@ -20,6 +20,7 @@ class LocalClickHouse {
   ~LocalClickHouse();
 
   int tcpPort() const { return tcp_port_; }
+  int httpPort() const { return http_port_; }
   // Runs one statement with clickhouse-client; the result text (TabSeparated) or the server's
   // error message.
   std::expected<std::string, std::string> query(const std::string& sql) const;
@@ -29,6 +30,7 @@ class LocalClickHouse {
 
   std::filesystem::path work_dir_;
   int tcp_port_ = 0;
+  int http_port_ = 0;
   std::optional<Subprocess> process_;
 };
 

@@ -1,0 +1,41 @@
+// The replica's HTTP API on port 8123 (DESIGN.md 2.8), on cpprestsdk's listener.
+//
+//   POST /insert?format=&insert_deduplication_token=&insert_quorum=&table=   rows in the body
+//   GET  /select?format=&where=&partition=&limit=    GET /count?where=&partition=
+//   GET  /parts    GET /replica    GET /healthz    GET /readyz
+//
+// Errors are JSON {"error": CODE, "message": ...} with the fitting status. cpprestsdk's thread
+// pool must never block (a blocked pool stops serving), so each request is handed to a pool of
+// our own workers, which may block on the request body and on ZooKeeper.
+//
+// Thread safety: start() and drain() from one thread; requests are served concurrently.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <string>
+
+#include "rtable/replication_core/table_replica.h"
+
+namespace rtable::core {
+
+class ReplicaHttpServer {
+ public:
+  static std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> start(
+      TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers = 8);
+  ~ReplicaHttpServer();
+
+  // Graceful stop: /readyz turns 503 and new requests get 503; requests already being served
+  // finish (up to `grace`); then the listener closes.
+  void drain(std::chrono::milliseconds grace);
+
+  class Impl;
+
+ private:
+  explicit ReplicaHttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rtable::core

@@ -1,0 +1,354 @@
+#include "rtable/replication_core/http_api.h"
+
+#include <cpprest/http_listener.h>
+#include <cpprest/uri.h>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <condition_variable>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "rtable/replication_core/part_format.h"
+#include "rtable/replication_core/row_filter.h"
+#include "rtable/replication_core/row_format.h"
+
+namespace rtable::core {
+namespace {
+
+namespace http = web::http;
+using nlohmann::json;
+
+constexpr std::size_t kBodyChunk = 256 * 1024;
+constexpr std::size_t kMaxQueuedRequests = 1024;
+
+// Our workers: a bounded queue of requests and N threads that may block.
+class WorkerPool {
+ public:
+  explicit WorkerPool(std::size_t threads) {
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  bool submit(std::function<void()> task) {
+    std::lock_guard lock(mu_);
+    if (stopping_ || queue_.size() >= kMaxQueuedRequests) return false;
+    queue_.push_back(std::move(task));
+    ++in_flight_;
+    wake_.notify_one();
+    return true;
+  }
+  // Waits until every submitted task has finished, or the deadline.
+  bool waitIdle(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return idle_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+      if (--in_flight_ == 0) idle_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<std::function<void()>> queue_;
+  std::size_t in_flight_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+void replyJson(const http::http_request& request, http::status_code status, const json& body,
+               const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  http::http_response response(status);
+  for (const auto& [name, value] : headers) response.headers().add(name, value);
+  response.set_body(body.dump() + "\n", "application/json; charset=utf-8");
+  request.reply(response).then([](pplx::task<void> sent) {
+    try {
+      sent.get();
+    } catch (...) {  // the client went away: nothing to tell it
+    }
+  });
+}
+
+void replyError(const http::http_request& request, http::status_code status, const std::string& code,
+                const std::string& message, json extra = json::object(),
+                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+  extra["error"] = code;
+  extra["message"] = message;
+  replyJson(request, status, extra, headers);
+}
+
+std::string contentType(RowFormat format) {
+  switch (format) {
+    case RowFormat::kJSONEachRow: return "application/x-ndjson; charset=utf-8";
+    case RowFormat::kTabSeparated: return "text/tab-separated-values; charset=utf-8";
+    case RowFormat::kCSV: return "text/csv; charset=utf-8";
+  }
+  return "text/plain";
+}
+
+}  // namespace
+
+class ReplicaHttpServer::Impl {
+ public:
+  Impl(TableReplica& table, const std::string& uri, std::size_t workers)
+      : table_(table), listener_(web::uri(uri)), workers_(workers) {}
+
+  std::expected<void, std::string> open() {
+    listener_.support([this](http::http_request request) {
+      if (draining_) {
+        replyError(request, http::status_codes::ServiceUnavailable, "SHUTTING_DOWN",
+                   "this replica is shutting down; retry on another replica",
+                   json::object(), {{"Retry-After", "1"}});
+        return;
+      }
+      if (!workers_.submit([this, request] { serve(request); })) {
+        replyError(request, http::status_codes::ServiceUnavailable, "OVERLOADED",
+                   "too many requests queued", json::object(), {{"Retry-After", "1"}});
+      }
+    });
+    try {
+      listener_.open().wait();
+    } catch (const std::exception& e) {
+      return std::unexpected(fmt::format("cannot listen on {}: {}", listener_.uri().to_string(), e.what()));
+    }
+    return {};
+  }
+
+  void drain(std::chrono::milliseconds grace) {
+    draining_ = true;
+    workers_.waitIdle(grace);
+    try {
+      listener_.close().wait();
+    } catch (...) {  // closing a listener that failed: nothing left to do
+    }
+  }
+
+ private:
+  void serve(const http::http_request& request) {
+    try {
+      route(request);
+    } catch (const std::exception& e) {
+      // cpprestsdk reports a broken connection or bad request line by exception.
+      replyError(request, http::status_codes::InternalError, "INTERNAL", e.what());
+    }
+  }
+
+  void route(const http::http_request& request) {
+    const std::string path = request.relative_uri().path();
+    const auto query = web::uri::split_query(web::uri::decode(request.relative_uri().query()));
+    const auto method = request.method();
+    auto param = [&](const std::string& name) -> std::string {
+      auto it = query.find(name);
+      return it == query.end() ? std::string() : it->second;
+    };
+    const std::string table = param("table");
+    if (!table.empty() && table != table_.spec().table) {
+      replyError(request, http::status_codes::NotFound, "UNKNOWN_TABLE",
+                 fmt::format("this replica serves table '{}', not '{}'", table_.spec().table, table));
+      return;
+    }
+    if (path == "/insert") {
+      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"));
+    }
+    if (method != http::methods::GET) return methodNotAllowed(request, "GET");
+    if (path == "/select") return select(request, param("format"), param("where"), param("partition"), param("limit"), false);
+    if (path == "/count") return select(request, "", param("where"), param("partition"), "", true);
+    if (path == "/parts") return parts(request);
+    if (path == "/replica") return replica(request);
+    if (path == "/healthz") return replyJson(request, http::status_codes::OK, {{"status", "ok"}});
+    if (path == "/readyz") {
+      const bool ready = !table_.state().readonly && !draining_;
+      return replyJson(request, ready ? http::status_codes::OK : http::status_codes::ServiceUnavailable,
+                       {{"status", ready ? "ready" : "not ready"}});
+    }
+    replyError(request, http::status_codes::NotFound, "NOT_FOUND", fmt::format("no endpoint {}", path));
+  }
+
+  static void methodNotAllowed(const http::http_request& request, const std::string& allowed) {
+    replyError(request, http::status_codes::MethodNotAllowed, "METHOD_NOT_ALLOWED",
+               fmt::format("{} {} is not served; use {}", request.method(),
+                           request.relative_uri().path(), allowed),
+               json::object(), {{"Allow", allowed}});
+  }
+
+  void insert(const http::http_request& request, const std::string& format_name,
+              const std::string& token, const std::string& quorum) {
+    auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
+    if (!format) return replyError(request, http::status_codes::BadRequest, "BAD_FORMAT", "format: " + format.error());
+    if (!quorum.empty() && quorum != "0" && quorum != "1") {
+      return replyError(request, http::status_codes::NotImplemented, "QUORUM_NOT_AVAILABLE",
+                        fmt::format("insert_quorum={} needs replication between replicas, which this "
+                                    "version does not have yet; use 0 or 1", quorum));
+    }
+    auto pending = table_.beginInsert(InsertOptions{token});
+    RowParser parser(table_.spec().schema, *format);
+    std::string add_error;
+    auto sink = [&](Block&& block) {
+      if (!add_error.empty()) return;
+      if (auto added = pending->add(std::move(block)); !added) add_error = added.error();
+    };
+    // The body streams in; nothing is committed before all of it parsed.
+    auto body = request.body().streambuf();
+    std::string chunk(kBodyChunk, '\0');
+    for (;;) {
+      const std::size_t n = body.getn(reinterpret_cast<uint8_t*>(chunk.data()), chunk.size()).get();
+      if (n == 0) break;
+      if (auto fed = parser.feed(std::string_view(chunk.data(), n), sink); !fed) {
+        return badInput(request, fed.error());
+      }
+      if (!add_error.empty()) break;
+    }
+    if (auto finished = parser.finish(sink); !finished) return badInput(request, finished.error());
+    if (!add_error.empty()) {
+      return replyError(request, http::status_codes::InternalError, "INTERNAL", "staging the insert: " + add_error);
+    }
+    auto result = table_.commit(*pending);
+    if (!result) {
+      const InsertError& error = result.error();
+      switch (error.kind) {
+        case InsertError::Kind::kUnavailable:
+          return replyError(request, http::status_codes::ServiceUnavailable, "UNAVAILABLE", error.message,
+                            json::object(), {{"Retry-After", "1"}});
+        case InsertError::Kind::kLogExhausted:
+          return replyError(request, http::status_codes::ServiceUnavailable, "LOG_COUNTER_EXHAUSTED",
+                            error.message, json::object(), {{"Retry-After", "60"}});
+        case InsertError::Kind::kUnknownOutcome:
+          return replyError(request, http::status_codes::InternalError, "UNKNOWN_STATUS_OF_INSERT",
+                            error.message + "; retrying the same insert is safe");
+        case InsertError::Kind::kInternal:
+          return replyError(request, http::status_codes::InternalError, "INTERNAL", error.message);
+      }
+    }
+    replyJson(request, http::status_codes::OK,
+              {{"rows", result->rows},
+               {"blocks", result->blocks},
+               {"deduplicated_blocks", result->deduplicated_blocks},
+               {"parts", result->parts}});
+  }
+
+  static void badInput(const http::http_request& request, const ParseError& error) {
+    json extra = {{"row", error.row}};
+    if (!error.column.empty()) extra["column"] = error.column;
+    replyError(request, http::status_codes::BadRequest, "BAD_INPUT", error.toString() + "; nothing was inserted", extra);
+  }
+
+  void select(const http::http_request& request, const std::string& format_name, const std::string& where,
+              const std::string& partition, const std::string& limit_text, bool count_only) {
+    auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
+    if (!format) return replyError(request, http::status_codes::BadRequest, "BAD_FORMAT", "format: " + format.error());
+    auto filter = RowFilter::parse(where, table_.spec().schema);
+    if (!filter) return replyError(request, http::status_codes::BadRequest, "BAD_WHERE", filter.error());
+    std::size_t limit = SIZE_MAX;
+    if (!limit_text.empty()) {
+      auto [ptr, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+      if (ec != std::errc() || ptr != limit_text.data() + limit_text.size()) {
+        return replyError(request, http::status_codes::BadRequest, "BAD_LIMIT",
+                          fmt::format("limit: '{}' is not a whole number", limit_text));
+      }
+    }
+    std::string out;
+    std::size_t rows = 0;
+    for (const auto& part : table_.activeParts()) {
+      if (rows >= limit) break;
+      if (!partition.empty() && part->name.partition_id != partition) continue;
+      if (count_only && filter->empty()) {
+        rows += part->rows;
+        continue;
+      }
+      auto block = readPart(part->dir, table_.spec().schema);
+      if (!block) return replyError(request, http::status_codes::InternalError, "BROKEN_PART", block.error());
+      auto matching = filter->matchingRows(*block);
+      if (matching.size() > limit - rows) matching.resize(limit - rows);
+      rows += matching.size();
+      if (!count_only) writeRows(block->select(matching), *format, out);
+    }
+    if (count_only) return replyJson(request, http::status_codes::OK, {{"rows", rows}});
+    http::http_response response(http::status_codes::OK);
+    response.set_body(std::move(out), contentType(*format));
+    request.reply(response).then([](pplx::task<void> sent) {
+      try {
+        sent.get();
+      } catch (...) {  // the client went away
+      }
+    });
+  }
+
+  void parts(const http::http_request& request) {
+    json list = json::array();
+    for (const auto& part : table_.activeParts()) {
+      list.push_back({{"name", part->name.format()},
+                      {"partition", part->name.partition_id},
+                      {"min_block", part->name.min_block},
+                      {"max_block", part->name.max_block},
+                      {"level", part->name.level},
+                      {"rows", part->rows},
+                      {"bytes", part->bytes},
+                      {"checksum", part->checksums.total.hex()}});
+    }
+    replyJson(request, http::status_codes::OK, list);
+  }
+
+  void replica(const http::http_request& request) {
+    ReplicaState state = table_.state();
+    json body = {{"table", state.table},
+                 {"replica", state.replica},
+                 {"generation", state.generation},
+                 {"readonly", state.readonly},
+                 {"active_parts", state.active_parts},
+                 {"rows", state.rows},
+                 {"broken_parts", state.broken_parts},
+                 {"unexpected_parts", state.unexpected_parts},
+                 {"lost_parts", state.lost_parts},
+                 {"uncertain_parts", state.uncertain_parts}};
+    if (state.log) {
+      body["log_max_index"] = state.log->maxIndex();
+      body["log_counter"] = state.log->counter();
+      body["log_creates_left"] = state.log->createsLeft();
+      body["log_headroom_ratio"] = state.log->headroomRatio();
+      body["log_exhausted"] = state.log->exhausted();
+    }
+    replyJson(request, http::status_codes::OK, body);
+  }
+
+  TableReplica& table_;
+  http::experimental::listener::http_listener listener_;
+  std::atomic<bool> draining_{false};
+  WorkerPool workers_;
+};
+
+ReplicaHttpServer::ReplicaHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ReplicaHttpServer::~ReplicaHttpServer() {
+  if (impl_) impl_->drain(std::chrono::milliseconds(0));
+}
+
+std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
+    TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers) {
+  auto impl = std::make_unique<Impl>(table, fmt::format("http://{}:{}", listen_address, port), workers);
+  if (auto opened = impl->open(); !opened) return std::unexpected(opened.error());
+  return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(impl)));
+}
+
+void ReplicaHttpServer::drain(std::chrono::milliseconds grace) { impl_->drain(grace); }
+
+}  // namespace rtable::core

@@ -1,0 +1,28 @@
+// A small blocking HTTP/1.1 client for tests: one request per connection, so a test sees exactly
+// what a killed server did or did not answer.
+#pragma once
+
+#include <chrono>
+#include <expected>
+#include <string>
+
+namespace rtable::core::testing {
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+  std::string headers;  // raw header block
+};
+
+// `method` "GET" or "POST"; `target` like "/insert?format=TSV". An error means no complete answer
+// arrived (refused, reset, cut short, timed out).
+std::expected<HttpResponse, std::string> httpRequest(const std::string& host, int port,
+                                                     const std::string& method,
+                                                     const std::string& target,
+                                                     const std::string& body = "",
+                                                     std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// Percent-encodes a query parameter value.
+std::string urlEncode(const std::string& value);
+
+}  // namespace rtable::core::testing

@@ -1,0 +1,58 @@
+// An rtable-core process serving one replica, for tests and the local launcher: its spec file,
+// data directory and free loopback ports. It can be killed (-9), stopped (SIGTERM) and started
+// again on the same data and ports.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/replication_core/testing/subprocess.h"
+
+namespace rtable::core::testing {
+
+struct LocalReplicaOptions {
+  std::filesystem::path binary;        // rtable-core
+  std::filesystem::path work_dir;      // spec.yaml, data/, replica.log go here
+  std::string table_yaml;              // the table part of the spec: table, columns, keys, dedup
+  std::string zookeeper;               // connect string
+  std::string replica = "r1";
+  std::string host = "127.0.0.1";      // listen and advertised address
+  int session_timeout_ms = 4000;       // short, so a killed replica's session ends quickly
+};
+
+class LocalReplica {
+ public:
+  static std::expected<std::unique_ptr<LocalReplica>, std::string> start(LocalReplicaOptions options);
+  ~LocalReplica();
+
+  int httpPort() const { return http_port_; }
+  int metricsPort() const { return metrics_port_; }
+  const std::filesystem::path& dataDir() const { return data_dir_; }
+  std::filesystem::path logFile() const { return options_.work_dir / "replica.log"; }
+
+  std::expected<HttpResponse, std::string> get(const std::string& target) const;
+  std::expected<HttpResponse, std::string> post(const std::string& target, const std::string& body) const;
+  std::expected<HttpResponse, std::string> metrics() const;
+
+  // Starts the process (again) and waits until /readyz answers 200.
+  TestStatus launch(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  void kill9();
+  // SIGTERM; the exit code, or -1 when killed by a signal.
+  int terminate();
+  bool running() { return process_ && process_->running(); }
+
+ private:
+  explicit LocalReplica(LocalReplicaOptions options) : options_(std::move(options)) {}
+
+  LocalReplicaOptions options_;
+  std::filesystem::path data_dir_;
+  int http_port_ = 0;
+  int metrics_port_ = 0;
+  std::optional<Subprocess> process_;
+};
+
+}  // namespace rtable::core::testing

@@ -1,0 +1,82 @@
+#include "rtable/replication_core/testing/local_replica.h"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <thread>
+
+namespace rtable::core::testing {
+
+std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(LocalReplicaOptions options) {
+  std::unique_ptr<LocalReplica> replica(new LocalReplica(std::move(options)));
+  auto& o = replica->options_;
+  std::error_code ec;
+  std::filesystem::create_directories(o.work_dir, ec);
+  if (ec) return std::unexpected(fmt::format("cannot create {}: {}", o.work_dir.string(), ec.message()));
+  replica->data_dir_ = o.work_dir / "data";
+  auto http = findFreeLoopbackPort();
+  auto metrics = findFreeLoopbackPort();
+  if (!http || !metrics) return std::unexpected("no free port");
+  replica->http_port_ = *http;
+  replica->metrics_port_ = *metrics;
+  std::ofstream(o.work_dir / "spec.yaml")
+      << o.table_yaml << "\n"
+      << fmt::format("zookeeper: {{connect: \"{}\", sessionTimeoutMs: {}}}\n", o.zookeeper, o.session_timeout_ms)
+      << fmt::format("replica: {{name: {}, host: {}}}\n", o.replica, o.host)
+      << fmt::format("dataDir: {}\n", replica->data_dir_.string())
+      << fmt::format("listen: {}\n", o.host)
+      << fmt::format("ports: {{http: {}, metrics: {}}}\n", replica->http_port_, replica->metrics_port_);
+  if (auto launched = replica->launch(); !launched) return std::unexpected(launched.error());
+  return replica;
+}
+
+LocalReplica::~LocalReplica() {
+  if (process_) process_->stop(std::chrono::seconds(10));
+}
+
+TestStatus LocalReplica::launch(std::chrono::milliseconds timeout) {
+  auto process = Subprocess::start(
+      {options_.binary.string(), "--config", (options_.work_dir / "spec.yaml").string()}, logFile());
+  if (!process) return std::unexpected(process.error());
+  process_.emplace(std::move(*process));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!process_->running()) {
+      process_.reset();
+      return std::unexpected("rtable-core exited during start; log tail:\n" + tailOfFile(logFile()));
+    }
+    auto ready = get("/readyz");
+    if (ready && ready->status == 200) return {};
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::unexpected("rtable-core not ready in time; log tail:\n" + tailOfFile(logFile()));
+}
+
+std::expected<HttpResponse, std::string> LocalReplica::get(const std::string& target) const {
+  return httpRequest(options_.host, http_port_, "GET", target, "", std::chrono::seconds(30));
+}
+
+std::expected<HttpResponse, std::string> LocalReplica::post(const std::string& target,
+                                                            const std::string& body) const {
+  return httpRequest(options_.host, http_port_, "POST", target, body, std::chrono::seconds(60));
+}
+
+std::expected<HttpResponse, std::string> LocalReplica::metrics() const {
+  return httpRequest(options_.host, metrics_port_, "GET", "/metrics");
+}
+
+void LocalReplica::kill9() {
+  if (process_) process_->kill();
+  process_.reset();
+}
+
+int LocalReplica::terminate() {
+  if (!process_) return -1;
+  auto status = process_->stop(std::chrono::seconds(40));
+  process_.reset();
+  if (!status || !WIFEXITED(*status)) return -1;
+  return WEXITSTATUS(*status);
+}
+
+}  // namespace rtable::core::testing

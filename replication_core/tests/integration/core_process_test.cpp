@@ -1,0 +1,265 @@
+// rtable-core as users run it: a real process, a real ZooKeeper 3.8, HTTP on loopback.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/testing/local_replica.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+
+namespace rtable::core {
+namespace {
+
+using testing::LocalReplica;
+using testing::LocalZooKeeper;
+using nlohmann::json;
+
+LocalZooKeeper& zookeeper() {
+  static std::unique_ptr<LocalZooKeeper> zk = [] {
+    auto started = LocalZooKeeper::start();
+    if (!started) throw std::runtime_error(started.error());
+    return std::move(*started);
+  }();
+  return *zk;
+}
+
+template <class Predicate>
+bool waitFor(Predicate predicate, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return predicate();
+}
+
+class CoreProcess : public ::testing::Test {
+ protected:
+  void startReplica(const std::string& dedup = "{window: 1000, windowSeconds: 3600}") {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    table_ = info->name();
+    char pattern[] = "/tmp/rtable-core-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    work_dir_ = pattern;
+    testing::LocalReplicaOptions options;
+    options.binary = RTABLE_CORE_BINARY;
+    options.work_dir = work_dir_;
+    options.zookeeper = zookeeper().connectString();
+    options.table_yaml = fmt::format(R"(table: {}
+columns:
+  - {{name: id, type: UInt64}}
+  - {{name: d, type: Date}}
+  - {{name: user, type: String}}
+  - {{name: score, type: Nullable(Float64)}}
+partitionBy: toYYYYMM(d)
+orderBy: [id]
+deduplication: {})", table_, dedup);
+    auto replica = LocalReplica::start(options);
+    ASSERT_TRUE(replica) << replica.error();
+    replica_ = std::move(*replica);
+    auto keeper = zookeeper().connect();
+    ASSERT_TRUE(keeper);
+    keeper_ = std::move(*keeper);
+  }
+  void TearDown() override {
+    replica_.reset();
+    if (!work_dir_.empty() && !::testing::Test::HasFailure()) std::filesystem::remove_all(work_dir_);
+  }
+
+  static std::string row(uint64_t id, int month = 12) {
+    return fmt::format(R"({{"id":{},"d":"2026-{:02d}-0{}","user":"u{}","score":{}}})", id, month,
+                       1 + id % 9, id % 7, id % 3 == 0 ? "null" : std::to_string(id * 0.5)) + "\n";
+  }
+
+  json insert(const std::string& body, const std::string& params = "format=JSONEachRow", int expect_status = 200) {
+    auto response = replica_->post("/insert?" + params, body);
+    EXPECT_TRUE(response) << response.error();
+    if (!response) return {};
+    EXPECT_EQ(response->status, expect_status) << response->body;
+    return json::parse(response->body);
+  }
+
+  uint64_t count() {
+    auto response = replica_->get("/count");
+    EXPECT_TRUE(response && response->status == 200);
+    return response ? json::parse(response->body)["rows"].get<uint64_t>() : 0;
+  }
+
+  std::map<uint64_t, int> idCounts() {
+    auto response = replica_->get("/select?format=TSV");
+    EXPECT_TRUE(response && response->status == 200);
+    std::map<uint64_t, int> ids;
+    std::size_t start = 0;
+    while (response && start < response->body.size()) {
+      const std::size_t end = response->body.find('\n', start);
+      ids[std::stoull(response->body.substr(start, response->body.find('\t', start) - start))]++;
+      start = end + 1;
+    }
+    return ids;
+  }
+
+  std::size_t dedupIds() {
+    TablePaths paths{"/rtable/tables/" + table_, 1, "r1"};
+    auto listed = keeper_->children(paths.dedupHashes());
+    return listed ? listed->names.size() : 0;
+  }
+
+  std::string table_;
+  std::filesystem::path work_dir_;
+  std::unique_ptr<LocalReplica> replica_;
+  std::unique_ptr<Keeper> keeper_;
+};
+
+TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
+  startReplica();
+  auto first = insert(row(1) + row(2) + row(3, 11));
+  EXPECT_EQ(first["rows"], 3);
+  EXPECT_EQ(first["blocks"], 2);
+  EXPECT_EQ(first["deduplicated_blocks"], 0);
+  EXPECT_EQ(count(), 3u);
+
+  auto again = insert(row(1) + row(2) + row(3, 11));
+  EXPECT_EQ(again["rows"], 0);
+  EXPECT_EQ(again["deduplicated_blocks"], 2);
+  EXPECT_EQ(again["parts"], first["parts"]);
+  EXPECT_EQ(count(), 3u);
+
+  // The same rows as TSV: the id comes from the values, not the bytes on the wire.
+  auto tsv = insert("3\t2026-11-04\tu3\t\\N\n", "format=TSV");
+  EXPECT_EQ(tsv["deduplicated_blocks"], 1);
+
+  auto selected = replica_->get("/select?where=" + testing::urlEncode("id >= 2 AND score IS NOT NULL"));
+  ASSERT_TRUE(selected);
+  EXPECT_EQ(selected->body, R"({"id":2,"d":"2026-12-03","user":"u2","score":1})" "\n");
+  auto by_partition = replica_->get("/count?partition=202611");
+  EXPECT_EQ(json::parse(by_partition->body)["rows"], 1);
+}
+
+TEST_F(CoreProcess, ATokenDecidesInsteadOfTheData) {
+  startReplica();
+  EXPECT_EQ(insert(row(1), "insert_deduplication_token=t-1")["rows"], 1);
+  EXPECT_EQ(insert(row(2), "insert_deduplication_token=t-1")["deduplicated_blocks"], 1);
+  EXPECT_EQ(insert(row(1), "insert_deduplication_token=t-2")["rows"], 1);
+  EXPECT_EQ(count(), 2u);
+  EXPECT_EQ(idCounts(), (std::map<uint64_t, int>{{1, 2}}));
+}
+
+TEST_F(CoreProcess, BadInputNamesRowAndColumnAndWritesNothing) {
+  startReplica();
+  auto bad = insert(row(1) + row(2) + R"({"id":3,"d":"2026-12-01","user":"x","score":"high"})" "\n",
+                    "format=JSONEachRow", 400);
+  EXPECT_EQ(bad["error"], "BAD_INPUT");
+  EXPECT_EQ(bad["row"], 3);
+  EXPECT_EQ(bad["column"], "score");
+  auto unknown = insert(R"({"id":1,"d":"2026-12-01","user":"x","colour":1})" "\n", "format=JSONEachRow", 400);
+  EXPECT_NE(unknown["message"].get<std::string>().find("colour"), std::string::npos);
+  auto format = insert("", "format=Parquet", 400);
+  EXPECT_EQ(format["error"], "BAD_FORMAT");
+  EXPECT_EQ(count(), 0u);
+  const auto staging = replica_->dataDir() / "staging";
+  EXPECT_TRUE(!std::filesystem::exists(staging) || std::filesystem::is_empty(staging));
+  auto wrong_table = replica_->post("/insert?table=other", row(1));
+  EXPECT_EQ(wrong_table->status, 404);
+}
+
+TEST_F(CoreProcess, TheWindowForgetsIdsByCount) {
+  startReplica("{window: 3, windowSeconds: 3600}");
+  for (uint64_t id = 1; id <= 5; ++id) insert(row(id));
+  ASSERT_TRUE(waitFor([&] { return dedupIds() == 3; })) << dedupIds();
+  EXPECT_EQ(insert(row(1))["rows"], 1);               // forgotten
+  EXPECT_EQ(insert(row(5))["deduplicated_blocks"], 1);  // remembered
+}
+
+TEST_F(CoreProcess, TheWindowForgetsIdsByAgeOfTheNewest) {
+  startReplica("{window: 1000, windowSeconds: 1}");
+  insert(row(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  insert(row(2));  // row 1's id is now more than 1 s older than the newest
+  ASSERT_TRUE(waitFor([&] { return dedupIds() == 1; })) << dedupIds();
+  EXPECT_EQ(insert(row(1))["rows"], 1);
+  EXPECT_EQ(count(), 3u);
+}
+
+TEST_F(CoreProcess, MergesHappenAndKeepTheRows) {
+  startReplica();
+  for (uint64_t id = 20; id > 0; --id) insert(row(id));
+  auto parts = [&] { return json::parse(replica_->get("/parts")->body).size(); };
+  ASSERT_TRUE(waitFor([&] { return parts() < 10; })) << parts();
+  EXPECT_EQ(count(), 20u);
+  auto ids = idCounts();
+  EXPECT_EQ(ids.size(), 20u);
+  for (const auto& [id, n] : ids) EXPECT_EQ(n, 1) << id;
+  auto listed = json::parse(replica_->get("/parts")->body);
+  bool merged = false;
+  for (const auto& part : listed) merged = merged || part["level"].get<int>() > 0;
+  EXPECT_TRUE(merged) << listed.dump();
+}
+
+TEST_F(CoreProcess, MetricsAndGracefulStop) {
+  startReplica();
+  insert(row(1));
+  insert(row(1));
+  ASSERT_TRUE(waitFor([&] {
+    auto m = replica_->metrics();
+    return m && m->body.find("rtable_log_counter{generation=\"1\",replica=\"r1\",table=\"MetricsAndGracefulStop\"} 1") != std::string::npos;
+  }));
+  const std::string text = replica_->metrics()->body;
+  for (const char* name : {"rtable_log_max_index", "rtable_log_counter_headroom_ratio",
+                           "rtable_log_counter_exhaustion_seconds", "rtable_inserts_total",
+                           "rtable_inserted_rows_total", "rtable_insert_deduplicated_blocks_total",
+                           "rtable_parts", "rtable_merges_total", "rtable_zookeeper_request_duration_seconds"}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(text.find("rtable_insert_deduplicated_blocks_total{generation=\"1\",replica=\"r1\",table=\"MetricsAndGracefulStop\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(replica_->terminate(), 0);
+}
+
+// The promise of the insert path: whatever moment the process dies at, a client that retries every
+// insert it got no answer for ends with each row exactly once.
+TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
+  startReplica();
+  constexpr uint64_t kInserts = 240;
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> finished{false};
+  std::thread client([&] {
+    for (uint64_t id = 0; id < kInserts; ++id) {
+      // Two rows in two partitions per insert: a kill may fall between their commits.
+      const std::string body = row(id * 2, 12) + row(id * 2 + 1, 11);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+      for (;;) {
+        auto response = replica_->post("/insert?format=JSONEachRow", body);
+        if (response && response->status == 200) break;
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "insert " << id << " never succeeded";
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      done = id + 1;
+    }
+    finished = true;
+  });
+  std::mt19937 random(20261202);
+  int kills = 0;
+  for (uint64_t at : {40u, 110u, 180u}) {
+    while (done < at && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Somewhere inside the next few inserts.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(random)));
+    replica_->kill9();
+    ++kills;
+    auto relaunched = replica_->launch();
+    ASSERT_TRUE(relaunched) << relaunched.error();
+  }
+  client.join();
+  EXPECT_EQ(kills, 3);
+  EXPECT_EQ(count(), kInserts * 2);
+  auto ids = idCounts();
+  EXPECT_EQ(ids.size(), kInserts * 2);
+  for (const auto& [id, n] : ids) EXPECT_EQ(n, 1) << "row " << id;
+}
+
+}  // namespace
+}  // namespace rtable::core

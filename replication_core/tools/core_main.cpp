@@ -1,0 +1,128 @@
+// rtable-core: serves one replica of a table (DESIGN.md 2). Reads the table spec, creates or joins
+// the table in ZooKeeper, loads its parts, serves the HTTP API and /metrics. SIGTERM or SIGINT:
+// stop taking requests, finish those in flight, exit 0.
+#include <fmt/format.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "rtable/replication_core/http_api.h"
+#include "rtable/replication_core/keeper_retry.h"
+#include "rtable/replication_core/table_replica.h"
+#include "rtable/replication_core/zookeeper_client.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr auto kDrainGrace = std::chrono::seconds(30);
+
+constexpr const char* kUsage =
+    "usage: rtable-core --config SPEC.yaml\n"
+    "Serves one replica of the table the spec describes (see docs/rtable-core.md).\n";
+
+// Returns the signal if one is pending, after waiting up to `timeout`.
+int waitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
+  const int signal = sigtimedwait(&signals, nullptr, &ts);
+  return signal > 0 ? signal : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      config = argv[++i];
+    } else if (arg.starts_with("--config=")) {
+      config = arg.substr(9);
+    } else if (arg == "--help" || arg == "-h") {
+      fmt::print("{}", kUsage);
+      return 0;
+    } else {
+      fmt::print(stderr, "rtable-core: unknown argument '{}' (see --help)\n", arg);
+      return kExitUsage;
+    }
+  }
+  if (config.empty()) {
+    fmt::print(stderr, "rtable-core: --config SPEC.yaml is required\n");
+    return kExitUsage;
+  }
+  auto spec = rtable::core::TableSpec::load(config);
+  if (!spec) {
+    fmt::print(stderr, "rtable-core: {}\n", spec.error());
+    return kExitUsage;
+  }
+
+  // Signals are taken by sigtimedwait on this thread; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  rtable::core::ZooKeeperClient::silenceLibraryLog();
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  const std::string metrics_address = fmt::format("{}:{}", spec->listen_address, spec->metrics_port);
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot serve metrics on {}: {}", metrics_address, e.what());
+    return 1;
+  }
+  exposer->RegisterCollectable(registry);
+
+  const rtable::core::ZooKeeperConfig zk_config{spec->zookeeper_connect, spec->zookeeper_session_timeout,
+                                                std::chrono::seconds(10)};
+  auto factory = [zk_config]() -> rtable::core::KeeperResult<std::unique_ptr<rtable::core::Keeper>> {
+    auto client = rtable::core::ZooKeeperClient::connect(zk_config);
+    if (!client) return std::unexpected(client.error());
+    return std::unique_ptr<rtable::core::Keeper>(std::move(*client));
+  };
+
+  // ZooKeeper may come up after us (a pod starting beside its ensemble): keep trying.
+  std::unique_ptr<rtable::core::TableReplica> table;
+  auto backoff = std::chrono::milliseconds(500);
+  for (;;) {
+    auto opened = rtable::core::TableReplica::open(*spec, factory, *registry);
+    if (opened) {
+      table = std::move(*opened);
+      break;
+    }
+    spdlog::warn("table {} replica {}: {}; retrying in {} ms", spec->table, spec->replica, opened.error(),
+                 backoff.count());
+    if (int signal = waitForSignal(signals, backoff)) {
+      spdlog::info("signal {} before start: exiting", signal);
+      return 0;
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+  }
+  auto state = table->state();
+  spdlog::info("table {} replica {}: {} active parts, {} rows; {} broken, {} unexpected, {} lost parts",
+               spec->table, spec->replica, state.active_parts, state.rows, state.broken_parts.size(),
+               state.unexpected_parts.size(), state.lost_parts.size());
+
+  auto server = rtable::core::ReplicaHttpServer::start(*table, spec->listen_address, spec->http_port);
+  if (!server) {
+    spdlog::error("{}", server.error());
+    return 1;
+  }
+  spdlog::info("serving http://{}:{} and metrics on http://{}/metrics", spec->listen_address,
+               spec->http_port, metrics_address);
+
+  int signal = 0;
+  while ((signal = waitForSignal(signals, std::chrono::seconds(60))) == 0) {
+  }
+  spdlog::info("signal {}: finishing requests in flight", signal);
+  (*server)->drain(kDrainGrace);
+  table->shutdown();
+  spdlog::info("stopped");
+  return 0;
+}
