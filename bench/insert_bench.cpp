@@ -1,0 +1,235 @@
+// rtable-core and ClickHouse 18.16 (ReplicatedMergeTree, same schema) side by side on one fresh
+// ZooKeeper 3.8, one replica each, in one run:
+//   - sequential single-row inserts per second over HTTP keep-alive,
+//   - ZooKeeper write transactions per insert (the server's zxid delta over those inserts),
+//   - rows per second of one 1,000,000-row JSONEachRow insert of a 5-column table.
+// Usage: rtable-insert-bench [--single N] [--bulk-rows N]
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "rtable/replication_core/testing/local_clickhouse.h"
+#include "rtable/replication_core/testing/local_replica.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+
+namespace {
+
+using namespace rtable::core::testing;
+
+constexpr const char* kTableYaml = R"(table: bench
+columns:
+  - {name: id, type: UInt64}
+  - {name: d, type: Date}
+  - {name: user, type: String}
+  - {name: value, type: Float64}
+  - {name: n, type: Nullable(UInt32)}
+partitionBy: toYYYYMM(d)
+orderBy: [id])";
+
+constexpr const char* kClickHouseTable =
+    "CREATE TABLE default.bench (id UInt64, d Date, user String, value Float64, n Nullable(UInt32)) "
+    "ENGINE = ReplicatedMergeTree('/clickhouse/tables/01/bench', '{replica}') "
+    "PARTITION BY toYYYYMM(d) ORDER BY id";
+
+std::string row(uint64_t id) {
+  return fmt::format(R"({{"id":{},"d":"2026-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})",
+                     id, 10 + id % 3, 1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
+                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) + "\n";
+}
+
+// The last committed zxid, from ZooKeeper's `srvr` four-letter command.
+int64_t lastZxid(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  (void)!write(fd, "srvr", 4);
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+  close(fd);
+  const auto at = out.find("Zxid: ");
+  return at == std::string::npos ? -1 : std::stoll(out.substr(at + 6), nullptr, 16);
+}
+
+// A keep-alive HTTP/1.1 client that sends each request in one write with TCP_NODELAY, so that
+// neither server is measured through Nagle/delayed-ACK stalls of the client.
+class KeepAliveClient {
+ public:
+  KeepAliveClient(std::string name, int port, std::string insert_path)
+      : name_(std::move(name)), port_(port), insert_path_(std::move(insert_path)) {}
+  ~KeepAliveClient() {
+    if (fd_ >= 0) close(fd_);
+  }
+  const std::string& name() const { return name_; }
+
+  bool post(const std::string& body) {
+    if (fd_ < 0 && !connectSocket()) return false;
+    std::string request = fmt::format(
+        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
+        insert_path_, body.size());
+    request += body;
+    for (std::size_t sent = 0; sent < request.size();) {
+      const ssize_t n = send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return fail("send failed");
+      sent += static_cast<std::size_t>(n);
+    }
+    // Status line and headers, then a Content-Length body or a chunked one.
+    std::size_t header_end;
+    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (!readMore()) return fail("connection closed");
+    }
+    const std::string headers = buffer_.substr(0, header_end);
+    buffer_.erase(0, header_end + 4);
+    int status = 0;
+    std::sscanf(headers.c_str(), "HTTP/1.%*d %d", &status);
+    std::string lower = headers;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string body_text;
+    if (auto at = lower.find("content-length:"); at != std::string::npos) {
+      const std::size_t length = std::stoul(lower.substr(at + 15));
+      while (buffer_.size() < length) {
+        if (!readMore()) return fail("body cut short");
+      }
+      body_text = buffer_.substr(0, length);
+      buffer_.erase(0, length);
+    } else if (lower.find("transfer-encoding: chunked") != std::string::npos) {
+      for (;;) {
+        std::size_t line_end;
+        while ((line_end = buffer_.find("\r\n")) == std::string::npos) {
+          if (!readMore()) return fail("chunk cut short");
+        }
+        const std::size_t size = std::stoul(buffer_.substr(0, line_end), nullptr, 16);
+        while (buffer_.size() < line_end + 2 + size + 2) {
+          if (!readMore()) return fail("chunk cut short");
+        }
+        body_text += buffer_.substr(line_end + 2, size);
+        buffer_.erase(0, line_end + 2 + size + 2);
+        if (size == 0) break;
+      }
+    }
+    if (status != 200) {
+      fmt::print(stderr, "{}: HTTP {} {}\n", name_, status, body_text);
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  bool connectSocket() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    return connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 || fail("connect failed");
+  }
+  bool readMore() {
+    char chunk[65536];
+    const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+  bool fail(const char* what) {
+    fmt::print(stderr, "{}: {}\n", name_, what);
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    buffer_.clear();
+    return false;
+  }
+
+  std::string name_;
+  int port_;
+  std::string insert_path_;
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+struct Figures {
+  double single_per_second = 0;
+  double zk_writes_per_insert = 0;
+  double bulk_rows_per_second = 0;
+};
+
+Figures measure(KeepAliveClient& target, int zk_port, uint64_t first_id, int single, const std::string& bulk, uint64_t bulk_rows) {
+  Figures figures;
+  for (int i = 0; i < 20; ++i) target.post(row(first_id + 5'000'000 + i));  // warm-up
+  const int64_t zxid_before = lastZxid(zk_port);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < single; ++i) {
+    if (!target.post(row(first_id + i))) return figures;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t zxid_after = lastZxid(zk_port);
+  figures.single_per_second = single / seconds;
+  figures.zk_writes_per_insert = static_cast<double>(zxid_after - zxid_before) / single;
+  const auto bulk_start = std::chrono::steady_clock::now();
+  if (!target.post(bulk)) return figures;
+  figures.bulk_rows_per_second =
+      static_cast<double>(bulk_rows) /
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - bulk_start).count();
+  return figures;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int single = 500;
+  uint64_t bulk_rows = 1'000'000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--single") single = std::stoi(argv[i + 1]);
+    else if (flag == "--bulk-rows") bulk_rows = std::stoull(argv[i + 1]);
+    else {
+      fmt::print(stderr, "usage: rtable-insert-bench [--single N] [--bulk-rows N]\n");
+      return 2;
+    }
+  }
+  rtable::core::ZooKeeperClient::silenceLibraryLog();
+  auto zk = LocalZooKeeper::start();
+  if (!zk) return fmt::print(stderr, "{}\n", zk.error()), 1;
+  LocalReplicaOptions options;
+  options.binary = RTABLE_CORE_BINARY;
+  options.work_dir = (*zk)->workDir() / "rtable";
+  options.table_yaml = kTableYaml;
+  options.zookeeper = (*zk)->connectString();
+  options.session_timeout_ms = 10000;
+  auto replica = LocalReplica::start(options);
+  if (!replica) return fmt::print(stderr, "{}\n", replica.error()), 1;
+  auto clickhouse = LocalClickHouse::start("127.0.0.1", (*zk)->port(), "r1");
+  if (!clickhouse) return fmt::print(stderr, "{}\n", clickhouse.error()), 1;
+  if (auto created = (*clickhouse)->query(kClickHouseTable); !created) return fmt::print(stderr, "{}\n", created.error()), 1;
+
+  std::string bulk;
+  bulk.reserve(bulk_rows * 80);
+  for (uint64_t id = 0; id < bulk_rows; ++id) bulk += row(10'000'000 + id);
+  fmt::print("bulk body: {} rows, {:.1f} MB of JSONEachRow\n", bulk_rows, bulk.size() / 1e6);
+
+  KeepAliveClient rtable("rtable-core", (*replica)->httpPort(), "/insert?format=JSONEachRow");
+  KeepAliveClient ch("ClickHouse 18.16", (*clickhouse)->httpPort(),
+                     "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow");
+
+  const Figures r = measure(rtable, (*zk)->port(), 0, single, bulk, bulk_rows);
+  const Figures c = measure(ch, (*zk)->port(), 0, single, bulk, bulk_rows);
+
+  fmt::print("\n{:<42} {:>14} {:>18} {:>10}\n", "", "rtable-core", "ClickHouse 18.16", "ratio");
+  fmt::print("{:<42} {:>14.1f} {:>18.1f} {:>9.2f}x\n", fmt::format("single-row inserts/s ({} sequential)", single),
+             r.single_per_second, c.single_per_second, r.single_per_second / c.single_per_second);
+  fmt::print("{:<42} {:>14.2f} {:>18.2f} {:>9.2f}x\n", "ZooKeeper write transactions per insert",
+             r.zk_writes_per_insert, c.zk_writes_per_insert, r.zk_writes_per_insert / c.zk_writes_per_insert);
+  fmt::print("{:<42} {:>14.0f} {:>18.0f} {:>9.2f}x\n", fmt::format("bulk rows/s ({} rows, one insert)", bulk_rows),
+             r.bulk_rows_per_second, c.bulk_rows_per_second, r.bulk_rows_per_second / c.bulk_rows_per_second);
+  return 0;
+}
