@@ -4,6 +4,7 @@
 
 #include "rtable/replication_core/dedup_window.h"
 #include "rtable/replication_core/part_name.h"
+#include "rtable/replication_core/row_format.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 
@@ -190,6 +191,28 @@ TEST(BlockDedupId, DependsOnTheValuesOnly) {
   EXPECT_NE(id, blockDedupId("202611", block({1, 2}, {0, 0})));
   EXPECT_EQ(tokenDedupId("all", "t", 0), tokenDedupId("all", "t", 0));
   EXPECT_NE(tokenDedupId("all", "t", 0), tokenDedupId("all", "t", 1));
+}
+
+TEST(BlockDedupId, TheSameRowsInAnyFormatGiveTheSameId) {
+  auto schema = TableSchema::create({{"d", *DataType::parse("Date")},
+                                     {"s", *DataType::parse("String")},
+                                     {"n", *DataType::parse("Nullable(Int32)")}},
+                                    *PartitionKey::parse("toYYYYMM(d)"), {"s"});
+  ASSERT_TRUE(schema);
+  auto idOf = [&](RowFormat format, std::string_view text) {
+    RowParser parser(*schema, format);
+    Block rows = schema->emptyBlock();
+    auto sink = [&](Block&& block) { rows.append(block); };
+    EXPECT_TRUE(parser.feed(text, sink));
+    EXPECT_TRUE(parser.finish(sink));
+    return blockDedupId("202612", rows.select(schema->sortPermutation(rows)));
+  };
+  const std::string json = idOf(RowFormat::kJSONEachRow,
+                                R"({"d":"2026-12-01","s":"b\tc","n":-4})" "\n"
+                                R"({"n":null,"s":"a","d":"2026-12-02"})" "\n");
+  EXPECT_EQ(json, idOf(RowFormat::kTabSeparated, "2026-12-01\tb\\tc\t-4\n2026-12-02\ta\t\\N\n"));
+  EXPECT_EQ(json, idOf(RowFormat::kCSV, "2026-12-02,a,\\N\n\"2026-12-01\",\"b\tc\",-4\n"));
+  EXPECT_NE(json, idOf(RowFormat::kTabSeparated, "2026-12-01\tb\\tc\t-5\n2026-12-02\ta\t\\N\n"));
 }
 
 class DedupWindowTest : public InsertProtocol {
