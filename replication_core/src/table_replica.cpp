@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -193,11 +194,21 @@ DataPartPtr TableReplica::makeDataPart(const PartName& name, PartChecksums check
 }
 
 void TableReplica::makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows) {
+  std::lock_guard lock(parts_mu_);
+  makeVisibleLocked(name, std::move(checksums), rows);
+}
+
+void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows) {
   DataPartPtr part = makeDataPart(name, std::move(checksums));
   if (rows != 0) part->rows = rows;
-  std::lock_guard lock(parts_mu_);
+  unpublished_.erase(name);
   auto added = active_set_.add(name);
-  if (!added || *added != ActiveDataPartSet::AddResult::kAdded) return;
+  if (!added || *added != ActiveDataPartSet::AddResult::kAdded) {
+    // Merges never cover unpublished blocks, so a committed part is never covered already.
+    spdlog::error("part {} could not become visible: {}", name.format(),
+                  added ? "covered by an active part" : added.error());
+    return;
+  }
   for (auto it = active_parts_.begin(); it != active_parts_.end();) {
     if (name.contains(it->first) && it->first != name) {
       it->second->remove_when_unused = true;
@@ -289,6 +300,20 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   }
   const auto& lock = std::get<BlockNumberLock>(*allocation);
   const PartName name{pending.partition, lock.block_number, lock.block_number, 0, 0};
+  {
+    // Recorded before the commit can remove the lock: a merge always sees one or the other.
+    std::lock_guard parts_lock(parts_mu_);
+    unpublished_.insert(name);
+  }
+  // Every way out below either makes the part visible or gives the block up.
+  struct Unpublish {
+    TableReplica& table;
+    const PartName& name;
+    ~Unpublish() {
+      std::lock_guard parts_lock(table.parts_mu_);
+      table.unpublished_.erase(name);
+    }
+  } unpublish{*this, name};
   const fs::path final_dir = spec_.data_dir / name.format();
   fs::rename(pending.dir, final_dir, ec);
   if (ec || !syncDirectory(spec_.data_dir)) {
@@ -459,10 +484,15 @@ std::size_t TableReplica::mergeRound(Keeper& keeper) {
     for (const auto& [name, part] : active_parts_) by_partition[name.partition_id].push_back(part);
     for (auto& [partition, parts] : by_partition) {
       if (parts.size() < options_.merge_min_parts) continue;
+      auto locked = lockedBlockNumbers(keeper, partition);
+      if (!locked) continue;
       const std::size_t width = std::min(options_.merge_max_parts, parts.size());
-      std::size_t best = 0;
+      std::optional<std::size_t> best;
       uint64_t best_rows = UINT64_MAX;
       for (std::size_t start = 0; start + width <= parts.size(); ++start) {
+        const PartName range{partition, parts[start]->name.min_block,
+                             parts[start + width - 1]->name.max_block, PartName::kMaxLevel, 0};
+        if (rangeHasUnpublishedBlocksLocked(range, *locked)) continue;
         uint64_t rows = 0;
         for (std::size_t i = start; i < start + width; ++i) rows += parts[i]->rows;
         if (rows < best_rows) {
@@ -470,7 +500,7 @@ std::size_t TableReplica::mergeRound(Keeper& keeper) {
           best = start;
         }
       }
-      selections.emplace_back(parts.begin() + best, parts.begin() + best + width);
+      if (best) selections.emplace_back(parts.begin() + *best, parts.begin() + *best + width);
     }
   }
   std::size_t merged = 0;
@@ -504,19 +534,64 @@ std::size_t TableReplica::mergeRound(Keeper& keeper) {
     const Block sorted = rows.select(spec_.schema.sortPermutation(rows));
     auto written = writePart(spec_.data_dir, result, spec_.schema, sorted);
     if (!written) continue;
-    std::vector<Op> swap = {op::Create{paths_.part(result.format()), "", CreateMode::kPersistent}};
-    for (const auto& part : sources) swap.push_back(op::Remove{paths_.part(part->name.format()), -1});
-    if (auto committed = keeper.multi(swap); !committed) {
+    // The final check and the swap happen under parts_mu_, which an insert needs to record its
+    // block before committing: nothing can slip into the range between them.
+    std::unique_lock parts_lock(parts_mu_);
+    std::vector<PartName> still_active;
+    for (const auto& part : active_set_.partsCoveredBy(result)) still_active.push_back(part);
+    std::vector<PartName> source_names;
+    for (const auto& part : sources) source_names.push_back(part->name);
+    auto locked = lockedBlockNumbers(keeper, result.partition_id);
+    if (still_active != source_names || !locked || rangeHasUnpublishedBlocksLocked(result, *locked)) {
+      parts_lock.unlock();
       std::error_code ec;
       fs::remove_all(spec_.data_dir / result.format(), ec);
       continue;
     }
-    makeVisible(result, std::move(*written), sorted.rows());
+    std::vector<Op> swap = {op::Create{paths_.part(result.format()), "", CreateMode::kPersistent}};
+    for (const auto& part : sources) swap.push_back(op::Remove{paths_.part(part->name.format()), -1});
+    if (auto committed = keeper.multi(swap); !committed) {
+      parts_lock.unlock();
+      std::error_code ec;
+      fs::remove_all(spec_.data_dir / result.format(), ec);
+      continue;
+    }
+    makeVisibleLocked(result, std::move(*written), sorted.rows());
+    parts_lock.unlock();
     metrics_.merges.Increment();
     metrics_.merged_rows.Increment(static_cast<double>(sorted.rows()));
     ++merged;
   }
   return merged;
+}
+
+KeeperResult<std::vector<int64_t>> TableReplica::lockedBlockNumbers(Keeper& keeper,
+                                                                    const std::string& partition) {
+  std::vector<int64_t> numbers;
+  auto locks = keeper.children(paths_.blockNumbers(partition));
+  if (!locks) {
+    if (locks.error().code == KeeperCode::kNoNode) return numbers;
+    return std::unexpected(locks.error());
+  }
+  for (const auto& lock : locks->names) {
+    const auto dash = lock.rfind('-');
+    if (dash != std::string::npos) numbers.push_back(std::strtoll(lock.c_str() + dash + 1, nullptr, 10));
+  }
+  return numbers;
+}
+
+bool TableReplica::rangeHasUnpublishedBlocksLocked(const PartName& result,
+                                                   const std::vector<int64_t>& locked) const {
+  for (const auto& name : unpublished_) {
+    if (result.contains(name)) return true;
+  }
+  for (const auto& [name, pending] : uncertain_parts_) {
+    if (result.contains(name)) return true;
+  }
+  for (int64_t number : locked) {
+    if (number >= result.min_block && number <= result.max_block) return true;
+  }
+  return false;
 }
 
 void TableReplica::backgroundLoop() {

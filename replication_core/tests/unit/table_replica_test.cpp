@@ -160,6 +160,30 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
 }
 
+TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
+  TableReplicaOptions options;
+  options.merge_min_parts = 3;
+  options.merge_max_parts = 3;
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+  // Another insert (another replica's, say) holds block 2 and has not committed.
+  BlockNumberAllocator other(paths_);
+  auto held = other.allocate(*observer_, "202612", "202612_77_77");
+  ASSERT_TRUE(held);
+  const auto lock = std::get<BlockNumberLock>(*held);
+  ASSERT_EQ(lock.block_number, 2);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 3
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 4}})));  // block 4
+  // Every run of three neighbours spans block 2: merging would hide its rows when it commits.
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
+  EXPECT_EQ(table_->activeParts().size(), 4u);
+  // Given up: the gap is final, and merging across it is fine.
+  ASSERT_TRUE(observer_->remove(lock.path));
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  EXPECT_EQ(table_->rowCount(), 4u);
+}
+
 TEST_F(TableReplicaTest, AnExhaustedLogStopsInsertsWithAClearError) {
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   ASSERT_TRUE(server_->setSequentialCounterForTest(paths_.log(), 2147483647));

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,13 @@ class TableReplica {
   void resolveUncertainParts(Keeper& keeper);
   bool isLeader(Keeper& keeper);
   void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows);
+  void makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows);
+  // Block numbers locked in block_numbers/<partition>: inserts in flight on any replica.
+  KeeperResult<std::vector<int64_t>> lockedBlockNumbers(Keeper& keeper, const std::string& partition);
+  // Whether a merge into `result` would cover a block that is allocated but not visible here: one
+  // of `locked`, or a block this replica committed and has not made visible yet. Such a merge
+  // would hide that block's rows. Requires parts_mu_.
+  bool rangeHasUnpublishedBlocksLocked(const PartName& result, const std::vector<int64_t>& locked) const;
   void backgroundLoop();
   void updateLogMetrics(Keeper& keeper);
   DataPartPtr makeDataPart(const PartName& name, PartChecksums checksums);
@@ -176,6 +184,9 @@ class TableReplica {
   // Parts whose commit multi got no answer: on disk under their final name, made visible or
   // removed once ZooKeeper says whether the multi was applied.
   std::map<PartName, PendingPartFile> uncertain_parts_;
+  // Blocks this replica allocated and has not made visible (or abandoned) yet. An insert records
+  // its block here, under parts_mu_, before its commit removes the block's lock in ZooKeeper.
+  std::set<PartName> unpublished_;
 
   std::atomic<uint64_t> next_staging_id_{0};
   std::mutex background_mu_;
