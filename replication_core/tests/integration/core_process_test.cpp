@@ -116,7 +116,7 @@ deduplication: {})", table_, dedup);
 };
 
 TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
-  startReplica();
+  ASSERT_NO_FATAL_FAILURE(startReplica());
   auto first = insert(row(1) + row(2) + row(3, 11));
   EXPECT_EQ(first["rows"], 3);
   EXPECT_EQ(first["blocks"], 2);
@@ -141,7 +141,7 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
 }
 
 TEST_F(CoreProcess, ATokenDecidesInsteadOfTheData) {
-  startReplica();
+  ASSERT_NO_FATAL_FAILURE(startReplica());
   EXPECT_EQ(insert(row(1), "insert_deduplication_token=t-1")["rows"], 1);
   EXPECT_EQ(insert(row(2), "insert_deduplication_token=t-1")["deduplicated_blocks"], 1);
   EXPECT_EQ(insert(row(1), "insert_deduplication_token=t-2")["rows"], 1);
@@ -150,7 +150,7 @@ TEST_F(CoreProcess, ATokenDecidesInsteadOfTheData) {
 }
 
 TEST_F(CoreProcess, BadInputNamesRowAndColumnAndWritesNothing) {
-  startReplica();
+  ASSERT_NO_FATAL_FAILURE(startReplica());
   auto bad = insert(row(1) + row(2) + R"({"id":3,"d":"2026-12-01","user":"x","score":"high"})" "\n",
                     "format=JSONEachRow", 400);
   EXPECT_EQ(bad["error"], "BAD_INPUT");
@@ -168,7 +168,7 @@ TEST_F(CoreProcess, BadInputNamesRowAndColumnAndWritesNothing) {
 }
 
 TEST_F(CoreProcess, TheWindowForgetsIdsByCount) {
-  startReplica("{window: 3, windowSeconds: 3600}");
+  ASSERT_NO_FATAL_FAILURE(startReplica("{window: 3, windowSeconds: 3600}"));
   for (uint64_t id = 1; id <= 5; ++id) insert(row(id));
   ASSERT_TRUE(waitFor([&] { return dedupIds() == 3; })) << dedupIds();
   EXPECT_EQ(insert(row(1))["rows"], 1);               // forgotten
@@ -176,7 +176,7 @@ TEST_F(CoreProcess, TheWindowForgetsIdsByCount) {
 }
 
 TEST_F(CoreProcess, TheWindowForgetsIdsByAgeOfTheNewest) {
-  startReplica("{window: 1000, windowSeconds: 1}");
+  ASSERT_NO_FATAL_FAILURE(startReplica("{window: 1000, windowSeconds: 1}"));
   insert(row(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   insert(row(2));  // row 1's id is now more than 1 s older than the newest
@@ -186,7 +186,7 @@ TEST_F(CoreProcess, TheWindowForgetsIdsByAgeOfTheNewest) {
 }
 
 TEST_F(CoreProcess, MergesHappenAndKeepTheRows) {
-  startReplica();
+  ASSERT_NO_FATAL_FAILURE(startReplica());
   for (uint64_t id = 20; id > 0; --id) insert(row(id));
   auto parts = [&] { return json::parse(replica_->get("/parts")->body).size(); };
   ASSERT_TRUE(waitFor([&] { return parts() < 10; })) << parts();
@@ -201,7 +201,7 @@ TEST_F(CoreProcess, MergesHappenAndKeepTheRows) {
 }
 
 TEST_F(CoreProcess, MetricsAndGracefulStop) {
-  startReplica();
+  ASSERT_NO_FATAL_FAILURE(startReplica());
   insert(row(1));
   insert(row(1));
   ASSERT_TRUE(waitFor([&] {
@@ -223,7 +223,7 @@ TEST_F(CoreProcess, MetricsAndGracefulStop) {
 // The promise of the insert path: whatever moment the process dies at, a client that retries every
 // insert it got no answer for ends with each row exactly once.
 TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
-  startReplica();
+  ASSERT_NO_FATAL_FAILURE(startReplica());
   constexpr uint64_t kInserts = 240;
   std::atomic<uint64_t> done{0};
   std::atomic<bool> finished{false};
