@@ -233,21 +233,44 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
     return std::unexpected(InsertError{InsertError::Kind::kInternal, flushed.error()});
   }
   InsertResult result;
-  result.blocks = insert.parts_.size();
-  for (std::size_t i = 0; i < insert.parts_.size(); ++i) {
+  auto& parts = insert.parts_;
+  result.blocks = parts.size();
+  // Parts are written while ZooKeeper allocates their block numbers (they do not depend on each
+  // other), several at a time; the commits stay in order.
+  constexpr std::size_t kParallelWrites = 4;
+  std::vector<PartWrite> writes(parts.size());
+  auto startWrite = [&](std::size_t i) {
+    if (i >= parts.size() || !parts[i].unwritten) return;
+    writes[i] = std::async(std::launch::async, [this, &part = parts[i]] {
+      return writePart(part.dir.parent_path(), *PartName::parse(part.dir.filename().string()),
+                       spec_.schema, *part.unwritten);
+    });
+  };
+  for (std::size_t i = 0; i < kParallelWrites; ++i) startWrite(i);
+  // Whatever happens, no write may outlive this call (it writes into the insert's staging).
+  struct JoinWrites {
+    std::vector<PartWrite>& writes;
+    ~JoinWrites() {
+      for (auto& w : writes) {
+        if (w.valid()) w.wait();
+      }
+    }
+  } join{writes};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    startWrite(i + kParallelWrites);
     std::shared_ptr<Keeper> keeper = this->keeper();
     if (!keeper) {
       metrics_.insert_errors.Increment();
       return std::unexpected(unavailable(fmt::format(
           "ZooKeeper is unreachable; {} of {} blocks were committed, retrying the same insert is "
-          "safe", i, insert.parts_.size())));
+          "safe", i, parts.size())));
     }
-    auto part = commitOne(*keeper, insert.parts_[i], result);
+    auto part = commitOne(*keeper, parts[i], writes[i], result);
     if (!part) {
       metrics_.insert_errors.Increment();
       InsertError error = part.error();
       error.message += fmt::format(" ({} of {} blocks were committed before; retrying the same "
-                                   "insert is safe)", i, insert.parts_.size());
+                                   "insert is safe)", i, parts.size());
       return std::unexpected(error);
     }
     result.parts.push_back(*part);
@@ -260,17 +283,9 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
 
 std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                                                                 PendingPartFile& pending,
+                                                                PartWrite& writing,
                                                                 InsertResult& result) {
   std::error_code ec;
-  // The part's files and the block number's round trip do not depend on each other: write the
-  // staged part while ZooKeeper allocates.
-  std::future<std::expected<PartChecksums, std::string>> writing;
-  if (pending.unwritten) {
-    writing = std::async(std::launch::async, [this, &pending] {
-      return writePart(pending.dir.parent_path(), *PartName::parse(pending.dir.filename().string()),
-                       spec_.schema, *pending.unwritten);
-    });
-  }
   auto allocation = allocator_.allocate(keeper, pending.partition, pending.dedup_id);
   if (writing.valid()) {
     auto written = writing.get();

@@ -17,6 +17,7 @@
 #include <expected>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -144,8 +145,10 @@ class TableReplica {
   // The current session, renewed (and the replica re-activated) after expiry; nullptr if ZooKeeper
   // cannot be reached now.
   std::shared_ptr<Keeper> keeper();
+  using PartWrite = std::future<std::expected<PartChecksums, std::string>>;
+  // `writing`: the part's write, if it was not written yet; waited for before the rename.
   std::expected<std::string, InsertError> commitOne(Keeper& keeper, PendingPartFile& pending,
-                                                    InsertResult& result);
+                                                    PartWrite& writing, InsertResult& result);
   std::size_t mergeRound(Keeper& keeper);
   void resolveUncertainParts(Keeper& keeper);
   bool isLeader(Keeper& keeper);
