@@ -190,7 +190,7 @@ class ReplicaHttpServer::Impl {
     if (path == "/replica") return replica(request);
     if (path == "/healthz") return replyJson(request, http::status_codes::OK, {{"status", "ok"}});
     if (path == "/readyz") {
-      const bool ready = !table_.state().readonly && !draining_;
+      const bool ready = !draining_ && table_.writable();
       return replyJson(request, ready ? http::status_codes::OK : http::status_codes::ServiceUnavailable,
                        {{"status", ready ? "ready" : "not ready"}});
     }

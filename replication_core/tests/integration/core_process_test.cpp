@@ -11,12 +11,14 @@
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::core {
 namespace {
 
 using testing::LocalReplica;
 using testing::LocalZooKeeper;
+using testing::waitFor;
 using nlohmann::json;
 
 LocalZooKeeper& zookeeper() {
@@ -28,15 +30,6 @@ LocalZooKeeper& zookeeper() {
   return *zk;
 }
 
-template <class Predicate>
-bool waitFor(Predicate predicate, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return predicate();
-}
 
 class CoreProcess : public ::testing::Test {
  protected:

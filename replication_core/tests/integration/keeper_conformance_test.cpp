@@ -11,6 +11,7 @@
 #include "rtable/replication_core/sequential_counter.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/testing/wait.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
@@ -18,6 +19,7 @@ namespace {
 
 using testing::FakeKeeperServer;
 using testing::LocalZooKeeper;
+using testing::waitFor;
 
 class KeeperEnvironment {
  public:
@@ -71,15 +73,6 @@ RealEnvironment& realEnvironment() {
   return env;
 }
 
-template <class Predicate>
-bool waitFor(Predicate predicate, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return predicate();
-}
 
 // Collects watch events from any thread.
 class EventLog {

@@ -129,6 +129,10 @@ class TableReplica {
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.
   std::vector<DataPartPtr> activeParts() const;
   uint64_t rowCount() const;
+  // Whether inserts can be committed now: a live ZooKeeper session (renewed if it expired). No
+  // request to ZooKeeper while the session lives, so a readiness probe may ask it often.
+  bool writable() { return keeper() != nullptr; }
+  // Everything /replica shows, including the log counter read from ZooKeeper.
   ReplicaState state();
 
   // Runs one round of background work now (merge selection and execution, dedup window cleanup);
