@@ -196,6 +196,9 @@ class FileWriter {
     return PartChecksums::File{name_, size_, hasher_.digest()};
   }
 
+  // Like finish(), but the fsync is left to `syncs`, which takes the open file.
+  Result<PartChecksums::File> finishDeferringSync(class DeferredSyncs& syncs);
+
  private:
   FileWriter(std::string name, Fd fd) : name_(std::move(name)), fd_(std::move(fd)) {}
 
@@ -204,6 +207,31 @@ class FileWriter {
   Hasher128 hasher_;
   uint64_t size_ = 0;
 };
+
+// Files written but not yet fsynced. Syncing a part's files one after another once all are
+// written lets the file system commit them in fewer journal transactions than a sync per file
+// right after each write.
+class DeferredSyncs {
+ public:
+  void add(std::string name, Fd fd) { files_.emplace_back(std::move(name), std::move(fd)); }
+  Status syncAll(const fs::path& dir) {
+    for (auto& [name, fd] : files_) {
+      Status done = fsyncFd(fd.get());
+      if (done) done = fd.close();
+      if (!done) return std::unexpected(fileError(dir, name, done.error()));
+    }
+    files_.clear();
+    return {};
+  }
+
+ private:
+  std::vector<std::pair<std::string, Fd>> files_;
+};
+
+Result<PartChecksums::File> FileWriter::finishDeferringSync(DeferredSyncs& syncs) {
+  syncs.add(name_, std::move(fd_));
+  return PartChecksums::File{name_, size_, hasher_.digest()};
+}
 
 // Reads a file front to back, hashing every byte it hands out.
 class FileReader {
@@ -691,23 +719,26 @@ Status checkBlockMatchesSchema(const TableSchema& schema, const Block& block) {
   return {};
 }
 
+// A small file, fsynced now or, given `syncs`, later with the others.
 Result<PartChecksums::File> writeTextFile(const fs::path& dir, std::string_view name,
-                                          std::string_view text, bool replace = false) {
+                                          std::string_view text, bool replace = false,
+                                          DeferredSyncs* syncs = nullptr) {
   auto out = FileWriter::create(dir / name, replace);
   if (!out) return std::unexpected(fileError(dir, name, out.error()));
   if (auto ok = out->write(text.data(), text.size()); !ok) {
     return std::unexpected(fileError(dir, name, ok.error()));
   }
-  auto file = out->finish();
+  auto file = syncs ? out->finishDeferringSync(*syncs) : out->finish();
   if (!file) return std::unexpected(fileError(dir, name, file.error()));
   return file;
 }
 
-// Every file of the part into `dir` (which exists and is empty), each fsynced.
+// Every file of the part into `dir` (which exists and is empty), all fsynced at the end.
 Result<PartChecksums> writePartFiles(const fs::path& dir, const TableSchema& schema,
                                      const Block& block) {
   auto context = makeCompressContext();
   if (!context) return std::unexpected(fmt::format("part {}: {}", dir.string(), context.error()));
+  DeferredSyncs syncs;
   std::vector<PartChecksums::File> files;
   for (const Column& column : block.columns) {
     const std::string name = columnFileName(column.name);
@@ -717,20 +748,21 @@ Result<PartChecksums> writePartFiles(const fs::path& dir, const TableSchema& sch
     Status written = writeColumn(compressed, column);
     if (written) written = compressed.finish();
     if (!written) return std::unexpected(fileError(dir, name, written.error()));
-    auto file = out->finish();
+    auto file = out->finishDeferringSync(syncs);
     if (!file) return std::unexpected(fileError(dir, name, file.error()));
     files.push_back(std::move(*file));
   }
   for (auto [name, text] : {std::pair{kColumnsFile, columnsFileText(schema)},
                             std::pair{kCountFile, fmt::format("{}", block.rows())}}) {
-    auto file = writeTextFile(dir, name, text);
+    auto file = writeTextFile(dir, name, text, /*replace=*/false, &syncs);
     if (!file) return std::unexpected(file.error());
     files.push_back(std::move(*file));
   }
   PartChecksums checksums = PartChecksums::fromFiles(std::move(files));
-  if (auto file = writeTextFile(dir, kChecksumsFile, checksums.format()); !file) {
+  if (auto file = writeTextFile(dir, kChecksumsFile, checksums.format(), false, &syncs); !file) {
     return std::unexpected(file.error());
   }
+  if (auto synced = syncs.syncAll(dir); !synced) return std::unexpected(synced.error());
   return checksums;
 }
 
@@ -922,6 +954,27 @@ std::expected<PartChecksums, std::string> writePart(const fs::path& table_dir, c
     fs::remove_all(part_dir, ec);
     return std::unexpected(fmt::format("part {}: {}", part_dir.string(), synced.error()));
   }
+  return checksums;
+}
+
+std::expected<PartChecksums, std::string> writeStagedPart(const fs::path& dir,
+                                                          const TableSchema& schema,
+                                                          const Block& block) {
+  if (auto matches = checkBlockMatchesSchema(schema, block); !matches) {
+    return std::unexpected(fmt::format("part {}: {}", dir.string(), matches.error()));
+  }
+  std::error_code ec;
+  if (!fs::create_directory(dir, ec)) {
+    return std::unexpected(fmt::format("part {}: cannot create it: {}", dir.string(),
+                                       ec ? ec.message() : "it exists"));
+  }
+  auto checksums = writePartFiles(dir, schema, block);
+  if (checksums) {
+    if (auto synced = fsyncDirectory(dir); !synced) {
+      checksums = std::unexpected(fmt::format("part {}: {}", dir.string(), synced.error()));
+    }
+  }
+  if (!checksums) fs::remove_all(dir, ec);
   return checksums;
 }
 

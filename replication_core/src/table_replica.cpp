@@ -242,8 +242,7 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
   auto startWrite = [&](std::size_t i) {
     if (i >= parts.size() || !parts[i].unwritten) return;
     writes[i] = std::async(std::launch::async, [this, &part = parts[i]] {
-      return writePart(part.dir.parent_path(), *PartName::parse(part.dir.filename().string()),
-                       spec_.schema, *part.unwritten);
+      return writeStagedPart(part.dir, spec_.schema, *part.unwritten);
     });
   };
   for (std::size_t i = 0; i < kParallelWrites; ++i) startWrite(i);
@@ -674,7 +673,7 @@ std::expected<void, std::string> PendingInsert::flush(const std::string& partiti
   fs::create_directories(staging_dir_, ec);
   PendingPartFile part{partition, dedup_id, staging_dir_ / staged.format(), sorted.rows(), std::nullopt, std::nullopt};
   if (write_now) {
-    auto written = writePart(staging_dir_, staged, schema, sorted);
+    auto written = writeStagedPart(part.dir, schema, sorted);
     if (!written) return std::unexpected(written.error());
     part.checksums = std::move(*written);
   } else {

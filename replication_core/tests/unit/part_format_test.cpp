@@ -323,6 +323,35 @@ TEST_F(PartFormat, RefusesAnExistingPartAndLeavesNothingBehind) {
   EXPECT_FALSE(no_table);
 }
 
+TEST_F(PartFormat, StagedPartIsTheSamePartWrittenInPlace) {
+  const fs::path table = tableDir("t");
+  const fs::path staging = tableDir("staging");
+  const Block block = makeRows(small_schema_, 1000, 7);
+  auto staged = writeStagedPart(staging / "all_0_0_0", small_schema_, block);
+  ASSERT_TRUE(staged) << staged.error();
+  // No tmp_ directory and no rename inside the staging area: the caller's rename publishes it.
+  EXPECT_EQ(listDir(staging), std::set<std::string>{"all_0_0_0"});
+  fs::rename(staging / "all_0_0_0", table / "all_5_5_0");
+  auto verified = verifyPart(table / "all_5_5_0", small_schema_);
+  ASSERT_TRUE(verified) << verified.error();
+  EXPECT_EQ(*verified, *staged);
+  auto in_place = writePart(tableDir("other"), part("all_5_5_0"), small_schema_, block);
+  ASSERT_TRUE(in_place) << in_place.error();
+  EXPECT_EQ(in_place->total, staged->total);
+
+  // An existing directory is refused and kept; a block that does not fit leaves nothing.
+  fs::create_directory(staging / "all_1_1_0");
+  auto exists = writeStagedPart(staging / "all_1_1_0", small_schema_, block);
+  ASSERT_FALSE(exists);
+  EXPECT_NE(exists.error().find("it exists"), std::string::npos) << exists.error();
+  EXPECT_TRUE(fs::is_directory(staging / "all_1_1_0"));
+  Block wrong = block;
+  wrong.columns[2].null_map.pop_back();
+  auto mismatched = writeStagedPart(staging / "all_2_2_0", small_schema_, wrong);
+  ASSERT_FALSE(mismatched);
+  EXPECT_FALSE(fs::exists(staging / "all_2_2_0"));
+}
+
 struct Corruption {
   std::string what;
   std::function<void(const fs::path&)> apply;

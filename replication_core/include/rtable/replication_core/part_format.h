@@ -54,6 +54,13 @@ struct PartChecksums {
   friend bool operator==(const PartChecksums&, const PartChecksums&) = default;
 };
 
+// Writes `block`'s files into `dir`, which must not exist yet: every file and `dir` fsynced, `dir`
+// removed on failure. For a part staged before its name is known; it becomes visible (and
+// durable) when the caller renames `dir` into the table directory and fsyncs that.
+std::expected<PartChecksums, std::string> writeStagedPart(const std::filesystem::path& dir,
+                                                          const TableSchema& schema,
+                                                          const Block& block);
+
 // Writes `block` (columns as `schema`, rows already sorted by the caller) as part `name` under
 // `table_dir`: into `tmp_<name>`, every file and the directory fsynced, then renamed to `<name>`
 // (never over an existing part) and `table_dir` fsynced. On failure nothing is left behind.
