@@ -145,6 +145,28 @@ TableSpec parse(const YAML::Node& root) {
     result.metrics_port = ports.number<uint16_t>("metrics", result.metrics_port, 1, 65535);
     ports.rejectUnknown();
   }
+  if (spec.has("replication")) {
+    Fields replication(spec.node("replication"), "replication");
+    if (replication.has("secretFile")) {
+      const std::string file = replication.string("secretFile");
+      std::ifstream in(file);
+      std::stringstream text;
+      if (in) text << in.rdbuf();
+      if (!in) throw SpecError{fmt::format("replication.secretFile: cannot read '{}'", file)};
+      result.interserver_secret = text.str();
+      // A Secret's file often ends with a newline that is not part of the secret.
+      while (!result.interserver_secret.empty() &&
+             (result.interserver_secret.back() == '\n' || result.interserver_secret.back() == '\r')) {
+        result.interserver_secret.pop_back();
+      }
+      if (result.interserver_secret.empty()) {
+        throw SpecError{fmt::format("replication.secretFile: '{}' is empty", file)};
+      }
+    }
+    result.fetch_threads = replication.number<std::size_t>("fetchThreads", result.fetch_threads, 1, 64);
+    result.merge_threads = replication.number<std::size_t>("mergeThreads", result.merge_threads, 1, 64);
+    replication.rejectUnknown();
+  }
   spec.rejectUnknown();
   return result;
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 namespace rtable::core {
 namespace {
 
@@ -62,6 +65,38 @@ dataDir: /data
   EXPECT_EQ(spec->http_port, 8123);
   EXPECT_EQ(spec->metrics_port, 9363);
   EXPECT_EQ(spec->zookeeper_root, "/rtable/tables");
+  EXPECT_EQ(spec->interserver_secret, "");
+  EXPECT_EQ(spec->fetch_threads, 4u);
+  EXPECT_EQ(spec->merge_threads, 2u);
+}
+
+TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
+  const auto file = std::filesystem::temp_directory_path() / "rtable-spec-test-secret";
+  std::ofstream(file) << "s3cret\n";
+  const std::string base =
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: r1}\n"
+      "dataDir: /d\n";
+  auto spec = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() +
+                                   ", fetchThreads: 8, mergeThreads: 1}\n");
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->interserver_secret, "s3cret");  // the file's trailing newline is not part of it
+  EXPECT_EQ(spec->fetch_threads, 8u);
+  EXPECT_EQ(spec->merge_threads, 1u);
+
+  std::ofstream(file) << "\n";
+  auto empty = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() + "}\n");
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().find("replication.secretFile: '" + file.string() + "' is empty"),
+            std::string::npos) << empty.error();
+  std::filesystem::remove(file);
+  auto missing = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() + "}\n");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().find("replication.secretFile: cannot read"), std::string::npos)
+      << missing.error();
+  auto zero = TableSpec::parseYaml(base + "replication: {fetchThreads: 0}\n");
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().find("replication.fetchThreads: expected a whole number from 1 to 64"),
+            std::string::npos) << zero.error();
 }
 
 TEST(TableSpec, ErrorsNameTheField) {

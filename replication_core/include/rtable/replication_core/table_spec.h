@@ -15,6 +15,10 @@
 //   dataDir: /var/lib/rtable
 //   listen: 0.0.0.0
 //   ports: {http: 8123, metrics: 9363}
+//   replication:                  # optional
+//     secretFile: /etc/rtable/interserver/secret   # shared by the replicas; guards part fetches
+//     fetchThreads: 4
+//     mergeThreads: 2
 #pragma once
 
 #include <chrono>
@@ -43,6 +47,11 @@ struct TableSpec {
   std::string listen_address = "0.0.0.0";
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;
+  // Replicas fetch parts from each other only with this secret; without one a replica serves no
+  // parts and fetches none.
+  std::string interserver_secret;
+  std::size_t fetch_threads = 4;  // the fetch pool (I/O)
+  std::size_t merge_threads = 2;  // the merge pool (CPU, disk); 2 cores here
 
   static std::expected<TableSpec, std::string> parseYaml(const std::string& text);
   static std::expected<TableSpec, std::string> load(const std::filesystem::path& file);
