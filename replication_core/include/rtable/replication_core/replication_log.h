@@ -1,0 +1,60 @@
+// The replication log in ZooKeeper as one replica sees it (DESIGN.md 2.4; ClickHouse's
+// ReplicatedMergeTreeQueue::pullLogsToQueue and StorageReplicatedMergeTree::cloneReplica):
+// entries are copied verbatim from log/log-N to replicas/<me>/queue/queue-M, and log_pointer (the
+// index of the next entry to pull) moves in the same multi, so an entry is never pulled twice or
+// skipped across crashes.
+//
+// Not thread-safe: one puller per replica.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/replication_queue.h"
+#include "rtable/replication_core/table_paths.h"
+
+namespace rtable::core {
+
+// log-0000000042 -> 42; nullopt for anything else.
+std::optional<int64_t> logEntryIndex(const std::string& node_name);
+
+// Reads replicas/<me>/queue at start, in queue order. Nodes whose text does not parse are removed
+// (and logged): no replica could execute them.
+KeeperResult<std::vector<QueueEntry>> loadQueue(Keeper& keeper, const TablePaths& paths);
+
+class LogPuller {
+ public:
+  // ClickHouse's MAX_MULTI_OPS: the largest batch of entries copied in one multi.
+  static constexpr std::size_t kMaxBatch = 100;
+
+  explicit LogPuller(TablePaths paths) : paths_(std::move(paths)) {}
+
+  // Copies every log entry at or after log_pointer into the queue; returns the new queue entries
+  // in order. Batches start at one entry and double up to kMaxBatch (ClickHouse's
+  // current_multi_batch_size), so a replica that was away catches up in few round trips.
+  KeeperResult<std::vector<QueueEntry>> pull(Keeper& keeper);
+
+  // Multis used by the last pull (for tests and metrics).
+  std::size_t lastPullMultis() const { return last_pull_multis_; }
+
+ private:
+  TablePaths paths_;
+  std::size_t batch_ = 1;
+  std::size_t last_pull_multis_ = 0;
+};
+
+// Makes this replica a copy of `source` (cloneReplica): a get entry for each of the source's
+// parts that no other part of it covers, then the source's own queue, and the source's
+// log_pointer; is_lost becomes 0. Used for a new replica of a table with history and for a lost
+// replica. Returns the queue entries created.
+KeeperResult<std::vector<QueueEntry>> cloneReplica(Keeper& keeper, const TablePaths& paths,
+                                                   const std::string& source);
+
+// The live replica to clone from: active, not lost, with the highest log_pointer (the healthiest).
+KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths);
+
+}  // namespace rtable::core

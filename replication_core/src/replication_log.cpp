@@ -1,0 +1,224 @@
+#include "rtable/replication_core/replication_log.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "rtable/replication_core/active_part_set.h"
+
+namespace rtable::core {
+namespace {
+
+constexpr std::string_view kLogPrefix = "log-";
+constexpr std::string_view kQueuePrefix = "queue-";
+
+std::optional<int64_t> parseDecimal(std::string_view text) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::string nodeName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+QueueEntry queueEntry(std::string node_name, LogEntry entry) {
+  QueueEntry queued;
+  queued.node_name = std::move(node_name);
+  queued.entry = std::move(entry);
+  return queued;
+}
+
+}  // namespace
+
+std::optional<int64_t> logEntryIndex(const std::string& node_name) {
+  if (!node_name.starts_with(kLogPrefix)) return std::nullopt;
+  return parseDecimal(std::string_view(node_name).substr(kLogPrefix.size()));
+}
+
+KeeperResult<std::vector<QueueEntry>> loadQueue(Keeper& keeper, const TablePaths& paths) {
+  auto listed = keeper.children(paths.queue());
+  if (!listed) return std::unexpected(listed.error());
+  std::vector<std::string> names = listed->names;
+  std::sort(names.begin(), names.end());  // queue-%010d: the text order is the queue order
+  std::vector<QueueEntry> entries;
+  for (const auto& name : names) {
+    if (!name.starts_with(kQueuePrefix)) continue;
+    const std::string path = paths.queue() + "/" + name;
+    auto node = keeper.get(path);
+    if (!node) {
+      if (node.error().code == KeeperCode::kNoNode) continue;
+      return std::unexpected(node.error());
+    }
+    auto entry = LogEntry::parse(node->data);
+    if (!entry) {
+      spdlog::error("removing queue entry {} that cannot be executed: {}", path, entry.error());
+      (void)keeper.remove(path);
+      continue;
+    }
+    entries.push_back(queueEntry(name, std::move(*entry)));
+  }
+  return entries;
+}
+
+KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper) {
+  last_pull_multis_ = 0;
+  auto pointer_node = keeper.get(paths_.logPointer());
+  if (!pointer_node) return std::unexpected(pointer_node.error());
+  auto listed = keeper.children(paths_.log());
+  if (!listed) return std::unexpected(listed.error());
+  std::vector<int64_t> indexes;
+  for (const auto& name : listed->names) {
+    if (auto index = logEntryIndex(name)) indexes.push_back(*index);
+  }
+  std::sort(indexes.begin(), indexes.end());
+  // An empty pointer (a replica that never pulled) starts at the oldest entry still in the log.
+  int64_t pointer = 0;
+  if (auto parsed = parseDecimal(pointer_node->data)) {
+    pointer = *parsed;
+  } else if (!indexes.empty()) {
+    pointer = indexes.front();
+  }
+  std::erase_if(indexes, [&](int64_t index) { return index < pointer; });
+  int32_t pointer_version = pointer_node->stat.version;
+
+  std::vector<QueueEntry> pulled;
+  for (std::size_t begin = 0; begin < indexes.size();) {
+    const std::size_t end = std::min(indexes.size(), begin + batch_);
+    std::vector<Op> ops;
+    std::vector<LogEntry> entries;
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::string path = fmt::format("{}{:010d}", paths_.logEntryPrefix(), indexes[i]);
+      auto node = keeper.get(path);
+      if (!node) return std::unexpected(node.error());  // cleanup never removes what we still need
+      auto entry = LogEntry::parse(node->data);
+      if (!entry) {
+        return std::unexpected(KeeperError{KeeperCode::kBadArguments, path,
+                                           "log entry does not parse: " + entry.error(), {}});
+      }
+      ops.push_back(op::Create{paths_.queue() + "/" + std::string(kQueuePrefix), node->data,
+                               CreateMode::kPersistentSequential});
+      entries.push_back(std::move(*entry));
+    }
+    // The version check makes two processes serving one replica unable to both pull.
+    ops.push_back(op::Set{paths_.logPointer(), std::to_string(indexes[end - 1] + 1), pointer_version});
+    auto done = keeper.multi(ops);
+    if (!done) return std::unexpected(done.error());
+    ++last_pull_multis_;
+    pointer_version = done->back().stat.version;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      pulled.push_back(queueEntry(nodeName((*done)[i].path_created), std::move(entries[i])));
+    }
+    begin = end;
+    batch_ = std::min(batch_ * 2, kMaxBatch);
+  }
+  return pulled;
+}
+
+KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths) {
+  auto replicas = keeper.children(paths.replicas());
+  if (!replicas) return std::unexpected(replicas.error());
+  std::optional<std::string> best;
+  int64_t best_pointer = -1;
+  for (const auto& name : replicas->names) {
+    if (name == paths.replica) continue;
+    TablePaths other = paths;
+    other.replica = name;
+    auto active = keeper.exists(other.isActive());
+    auto lost = keeper.get(other.isLost());
+    auto pointer = keeper.get(other.logPointer());
+    if (!active || !lost || !pointer) continue;  // a replica being removed: not a source
+    if (!*active || lost->data == "1") continue;
+    const int64_t value = parseDecimal(pointer->data).value_or(0);
+    if (value > best_pointer) {
+      best_pointer = value;
+      best = name;
+    }
+  }
+  return best;
+}
+
+KeeperResult<std::vector<QueueEntry>> cloneReplica(Keeper& keeper, const TablePaths& paths,
+                                                   const std::string& source) {
+  TablePaths from = paths;
+  from.replica = source;
+  // Our old queue is replaced by the source's state.
+  auto own = keeper.children(paths.queue());
+  if (!own) return std::unexpected(own.error());
+  for (const auto& name : own->names) {
+    if (auto removed = keeper.remove(paths.queue() + "/" + name);
+        !removed && removed.error().code != KeeperCode::kNoNode) {
+      return std::unexpected(removed.error());
+    }
+  }
+
+  // A consistent point: our log_pointer takes the source's while neither its pointer nor its
+  // is_lost changes. Everything before that point is in the source's queue or in its parts;
+  // reading the queue before the parts misses nothing (an entry leaves the queue only after its
+  // part is in the parts list).
+  constexpr int kAttempts = 10;
+  std::vector<std::string> queue_texts;
+  for (int attempt = 0;; ++attempt) {
+    auto pointer = keeper.get(from.logPointer());
+    if (!pointer) return std::unexpected(pointer.error());
+    auto lost = keeper.get(from.isLost());
+    if (!lost) return std::unexpected(lost.error());
+    if (lost->data == "1") {
+      return std::unexpected(KeeperError{KeeperCode::kBadVersion, from.isLost(),
+                                         "the clone source is lost itself", {}});
+    }
+    auto queue = keeper.children(from.queue());
+    if (!queue) return std::unexpected(queue.error());
+    std::vector<std::string> names = queue->names;
+    std::sort(names.begin(), names.end());
+    queue_texts.clear();
+    for (const auto& name : names) {
+      auto node = keeper.get(from.queue() + "/" + name);
+      if (node) queue_texts.push_back(node->data);
+    }
+    auto snapshot = keeper.multi({op::Set{paths.logPointer(), pointer->data, -1},
+                                  op::Check{from.isLost(), lost->stat.version},
+                                  op::Check{from.logPointer(), pointer->stat.version}});
+    if (snapshot) break;
+    if (snapshot.error().code != KeeperCode::kBadVersion || attempt + 1 == kAttempts) {
+      return std::unexpected(snapshot.error());
+    }
+  }
+  auto parts = keeper.children(from.parts());
+  if (!parts) return std::unexpected(parts.error());
+
+  ActiveDataPartSet wanted;
+  for (const auto& name : parts->names) {
+    if (auto part = PartName::parse(name)) (void)wanted.add(*part);
+  }
+  std::vector<std::string> texts;
+  for (const auto& part : wanted.parts()) {
+    LogEntry get;
+    get.type = LogEntry::Type::kGetPart;
+    get.new_part_name = part.format();
+    texts.push_back(get.format());
+  }
+  for (auto& text : queue_texts) texts.push_back(std::move(text));
+
+  std::vector<QueueEntry> created;
+  for (std::size_t begin = 0; begin < texts.size(); begin += LogPuller::kMaxBatch) {
+    const std::size_t end = std::min(texts.size(), begin + LogPuller::kMaxBatch);
+    std::vector<Op> ops;
+    for (std::size_t i = begin; i < end; ++i) {
+      ops.push_back(op::Create{paths.queue() + "/" + std::string(kQueuePrefix), texts[i],
+                               CreateMode::kPersistentSequential});
+    }
+    auto done = keeper.multi(ops);
+    if (!done) return std::unexpected(done.error());
+    for (std::size_t i = begin; i < end; ++i) {
+      auto entry = LogEntry::parse(texts[i]);
+      if (!entry) continue;  // copied verbatim; loadQueue drops it on the next start
+      created.push_back(queueEntry(nodeName((*done)[i - begin].path_created), std::move(*entry)));
+    }
+  }
+  if (auto found = keeper.set(paths.isLost(), "0"); !found) return std::unexpected(found.error());
+  return created;
+}
+
+}  // namespace rtable::core
