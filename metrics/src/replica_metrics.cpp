@@ -44,6 +44,16 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
                            "Parts that failed verification and were moved to detached/")),
       replica_readonly(gauge(r, l, "rtable_replica_readonly",
                              "1 while the replica cannot write (no ZooKeeper session)")),
+      queue_size(gauge(r, l, "rtable_replication_queue_size", "Entries in the replication queue")),
+      queue_oldest_entry_age_seconds(
+          gauge(r, l, "rtable_replication_queue_oldest_entry_age_seconds",
+                "Age of the oldest queue entry (from its log entry's create_time); 0 when empty")),
+      replica_lost(gauge(r, l, "rtable_replica_lost",
+                         "1 while the replica is lost and waits to clone a healthy one")),
+      fetches(counter(r, l, "rtable_fetches_total", "Parts fetched from other replicas")),
+      fetched_bytes(counter(r, l, "rtable_fetched_bytes_total", "Bytes of parts fetched")),
+      fetch_errors(counter(r, l, "rtable_fetch_errors_total",
+                           "Part transfers that failed (each source tried counts once)")),
       labels_(l),
       zookeeper_duration_family_(prometheus::BuildHistogram()
                                      .Name("rtable_zookeeper_request_duration_seconds")
@@ -52,7 +62,15 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       zookeeper_errors_family_(prometheus::BuildCounter()
                                    .Name("rtable_zookeeper_errors_total")
                                    .Help("ZooKeeper requests that failed, by operation and code")
-                                   .Register(r)) {
+                                   .Register(r)),
+      queue_entries_family_(prometheus::BuildGauge()
+                                .Name("rtable_replication_queue_entries")
+                                .Help("Replication queue entries by type")
+                                .Register(r)),
+      queue_postponed_family_(prometheus::BuildCounter()
+                                  .Name("rtable_replication_queue_postponed_total")
+                                  .Help("Queue entries passed over by the selection, by reason")
+                                  .Register(r)) {
   log_counter_exhaustion_seconds.Set(std::numeric_limits<double>::infinity());
 }
 
@@ -71,6 +89,18 @@ prometheus::Counter& ReplicaMetrics::zookeeperErrors(const std::string& operatio
   labels["operation"] = operation;
   labels["code"] = code;
   return zookeeper_errors_family_.Add(labels);
+}
+
+prometheus::Gauge& ReplicaMetrics::queueEntries(const std::string& type) {
+  auto labels = base(labels_);
+  labels["type"] = type;
+  return queue_entries_family_.Add(labels);
+}
+
+prometheus::Counter& ReplicaMetrics::queuePostponed(const std::string& reason) {
+  auto labels = base(labels_);
+  labels["reason"] = reason;
+  return queue_postponed_family_.Add(labels);
 }
 
 void CounterRateEstimator::addSample(double time_seconds, int64_t counter) {

@@ -2,8 +2,10 @@
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_listener.h>
+#include <cpprest/producerconsumerstream.h>
 #include <cpprest/uri.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <charconv>
 #include <condition_variable>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/row_filter.h"
 #include "rtable/replication_core/row_format.h"
@@ -118,6 +121,73 @@ std::string contentType(RowFormat format) {
   return "text/plain";
 }
 
+// --- GET /replication/part: the body's flow control --------------------------------------------
+
+// A part transfer streams through a producer_consumer_buffer that our worker fills from the part's
+// files. The stock buffer grows without bound (a 1 GB part would end up in memory when the network
+// is slower than the disk) and its in_avail() is read without its lock, so the worker counts what
+// cpprestsdk has taken out of the buffer instead, and stays at most kMaxUnsentPartBytes ahead.
+constexpr std::size_t kMaxUnsentPartBytes = 4 << 20;
+// A peer that takes nothing for this long has stopped reading: the worker gives up on it.
+constexpr std::chrono::seconds kPartTransferStall{60};
+
+class PartTransferProgress {
+ public:
+  void taken(std::size_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      taken_ += bytes;
+    }
+    changed_.notify_all();
+  }
+  // The response was sent, or failed (the peer went away, the listener closed).
+  void finished() {
+    {
+      std::lock_guard lock(mu_);
+      finished_ = true;
+    }
+    changed_.notify_all();
+  }
+  // Waits until at most `limit` of the `put` bytes are still in the buffer. False if the response
+  // finished first, or nothing was taken for `stall`.
+  bool waitForRoom(uint64_t put, uint64_t limit, std::chrono::milliseconds stall) {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (finished_) return false;
+      if (put - taken_ <= limit) return true;
+      const uint64_t before = taken_;
+      changed_.wait_for(lock, stall, [&] { return finished_ || taken_ != before; });
+      if (!finished_ && taken_ == before) return false;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  uint64_t taken_ = 0;
+  bool finished_ = false;
+};
+
+class CountedPartBuffer
+    : public concurrency::streams::details::basic_producer_consumer_buffer<uint8_t> {
+ public:
+  explicit CountedPartBuffer(std::shared_ptr<PartTransferProgress> progress)
+      : basic_producer_consumer_buffer(kBodyChunk), progress_(std::move(progress)) {}
+
+ protected:
+  // cpprestsdk's server reads a response body with getn only.
+  pplx::task<size_t> _getn(uint8_t* ptr, size_t count) override {
+    auto progress = progress_;
+    return basic_producer_consumer_buffer::_getn(ptr, count).then([progress](size_t n) {
+      progress->taken(n);
+      return n;
+    });
+  }
+
+ private:
+  std::shared_ptr<PartTransferProgress> progress_;
+};
+
 }  // namespace
 
 class ReplicaHttpServer::Impl {
@@ -183,11 +253,16 @@ class ReplicaHttpServer::Impl {
       if (method != http::methods::POST) return methodNotAllowed(request, "POST");
       return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"));
     }
+    if (path == "/sync") {
+      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      return sync(request, param("timeout_seconds"));
+    }
     if (method != http::methods::GET) return methodNotAllowed(request, "GET");
     if (path == "/select") return select(request, param("format"), param("where"), param("partition"), param("limit"), false);
     if (path == "/count") return select(request, "", param("where"), param("partition"), "", true);
     if (path == "/parts") return parts(request);
     if (path == "/replica") return replica(request);
+    if (path == kPartTransferPath) return sendPart(request, param("name"));
     if (path == "/healthz") return replyJson(request, http::status_codes::OK, {{"status", "ok"}});
     if (path == "/readyz") {
       const bool ready = !draining_ && table_.writable();
@@ -316,6 +391,95 @@ class ReplicaHttpServer::Impl {
     replyJson(request, http::status_codes::OK, list);
   }
 
+  // GET /replication/part?name=: the part's files in the transfer format (docs/formats.md), for
+  // another replica's fetchPart. This worker reads the files and feeds the response's buffer; the
+  // part is held (its directory stays) until the last byte is in the buffer.
+  void sendPart(const http::http_request& request, const std::string& name) {
+    const std::string& secret = table_.spec().interserver_secret;
+    if (secret.empty()) {
+      return replyError(request, http::status_codes::Unauthorized, "UNAUTHORIZED",
+                        "this replica has no interserver secret (spec replication.secretFile), "
+                        "so it serves no parts");
+    }
+    std::string presented;
+    if (!request.headers().match(std::string(kInterserverSecretHeader), presented)) {
+      return replyError(request, http::status_codes::Unauthorized, "UNAUTHORIZED",
+                        fmt::format("the {} header is missing", kInterserverSecretHeader));
+    }
+    if (!interserverSecretMatches(secret, presented)) {
+      return replyError(request, http::status_codes::Unauthorized, "UNAUTHORIZED",
+                        fmt::format("wrong {}", kInterserverSecretHeader));
+    }
+    auto part_name = PartName::parse(name);
+    if (!part_name || part_name->format() != name) {
+      return replyError(request, http::status_codes::BadRequest, "BAD_PART_NAME",
+                        part_name ? fmt::format("'{}' is not a part name as written (that would "
+                                                "be '{}')", name, part_name->format())
+                                  : part_name.error());
+    }
+    DataPartPtr part;
+    for (auto& active : table_.activeParts()) {
+      if (active->name == *part_name) part = std::move(active);
+    }
+    if (!part) {
+      return replyError(request, http::status_codes::NotFound, "NOT_FOUND",
+                        fmt::format("part {} is not active on replica {}", name,
+                                    table_.spec().replica));
+    }
+    auto reader = PartTransferReader::open(part->dir, part->checksums);
+    if (!reader) {
+      return replyError(request, http::status_codes::InternalError, "BROKEN_PART", reader.error());
+    }
+
+    auto progress = std::make_shared<PartTransferProgress>();
+    concurrency::streams::streambuf<uint8_t> buffer(std::make_shared<CountedPartBuffer>(progress));
+    http::http_response response(http::status_codes::OK);
+    response.set_body(concurrency::streams::istream(buffer), reader->contentLength(),
+                      "application/octet-stream");
+    request.reply(response).then([progress](pplx::task<void> sent) {
+      try {
+        sent.get();
+      } catch (...) {  // the peer went away: the worker stops feeding
+      }
+      progress->finished();
+    });
+    // A failure here closes the buffer early: the body ends short of its Content-Length, which
+    // the fetching replica reports as a failed transfer and retries elsewhere.
+    std::vector<uint8_t> chunk(kBodyChunk);
+    uint64_t put = 0;
+    for (;;) {
+      auto n = reader->read(chunk.data(), chunk.size());
+      if (!n) {
+        spdlog::error("sending part {}: {}", name, n.error());
+        break;
+      }
+      if (*n == 0) break;
+      if (!progress->waitForRoom(put, kMaxUnsentPartBytes - *n, kPartTransferStall)) break;
+      buffer.putn_nocopy(chunk.data(), *n).wait();
+      put += *n;
+    }
+    buffer.close(std::ios_base::out).wait();
+  }
+
+  // Waits until this replica has executed every log entry that existed when asked.
+  void sync(const http::http_request& request, const std::string& timeout_text) {
+    int64_t seconds = 60;
+    if (!timeout_text.empty()) {
+      auto [end, ec] = std::from_chars(timeout_text.data(), timeout_text.data() + timeout_text.size(), seconds);
+      if (ec != std::errc() || end != timeout_text.data() + timeout_text.size() || seconds < 0 || seconds > 3600) {
+        replyError(request, http::status_codes::BadRequest, "BAD_TIMEOUT",
+                   fmt::format("timeout_seconds '{}': expected a whole number from 0 to 3600", timeout_text));
+        return;
+      }
+    }
+    if (!table_.syncQueue(std::chrono::seconds(seconds))) {
+      replyError(request, http::status_codes::GatewayTimeout, "SYNC_TIMEOUT",
+                 fmt::format("the replication queue did not drain within {} s (see GET /replica)", seconds));
+      return;
+    }
+    replyJson(request, http::status_codes::OK, {{"status", "synced"}});
+  }
+
   void replica(const http::http_request& request) {
     ReplicaState state = table_.state();
     json body = {{"table", state.table},
@@ -327,7 +491,41 @@ class ReplicaHttpServer::Impl {
                  {"broken_parts", state.broken_parts},
                  {"unexpected_parts", state.unexpected_parts},
                  {"lost_parts", state.lost_parts},
-                 {"uncertain_parts", state.uncertain_parts}};
+                 {"uncertain_parts", state.uncertain_parts},
+                 {"lost", state.lost},
+                 {"postponed", state.postponed}};
+    // Like ClickHouse's system.replication_queue.
+    json queue = json::array();
+    const auto now = std::chrono::steady_clock::now();
+    auto ago = [&](std::chrono::steady_clock::time_point t) -> json {
+      if (t == std::chrono::steady_clock::time_point{}) return nullptr;
+      return std::chrono::duration<double>(now - t).count();
+    };
+    for (std::size_t i = 0; i < state.queue.size(); ++i) {
+      const QueueEntry& e = state.queue[i];
+      json entry = {{"position", i},
+                    {"node_name", e.node_name},
+                    {"type", e.entry.type == LogEntry::Type::kGetPart      ? "GET_PART"
+                             : e.entry.type == LogEntry::Type::kMergeParts ? "MERGE_PARTS"
+                             : e.entry.type == LogEntry::Type::kDropRange  ? "DROP_RANGE"
+                                                                           : "ATTACH_PART"},
+                    {"new_part_name", e.entry.new_part_name},
+                    {"source_replica", e.entry.source_replica},
+                    {"parts_to_merge", e.entry.source_parts},
+                    {"create_time", e.entry.create_time},
+                    {"is_currently_executing", e.currently_executing},
+                    {"num_tries", e.num_tries},
+                    {"last_exception", e.last_exception},
+                    {"last_attempt_seconds_ago", ago(e.last_attempt_time)},
+                    {"num_postponed", e.num_postponed},
+                    {"postpone_reason", e.postpone_reason
+                                            ? json(std::string(postponeReasonName(*e.postpone_reason)))
+                                            : json(nullptr)},
+                    {"postpone_message", e.postpone_message},
+                    {"last_postpone_seconds_ago", ago(e.last_postpone_time)}};
+      queue.push_back(std::move(entry));
+    }
+    body["queue"] = std::move(queue);
     if (state.log) {
       body["log_max_index"] = state.log->maxIndex();
       body["log_counter"] = state.log->counter();

@@ -62,11 +62,12 @@ KeeperResult<std::vector<QueueEntry>> loadQueue(Keeper& keeper, const TablePaths
   return entries;
 }
 
-KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper) {
+KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const SkipEntry& skip,
+                                                       WatchCallback on_new_entries) {
   last_pull_multis_ = 0;
   auto pointer_node = keeper.get(paths_.logPointer());
   if (!pointer_node) return std::unexpected(pointer_node.error());
-  auto listed = keeper.children(paths_.log());
+  auto listed = keeper.children(paths_.log(), std::move(on_new_entries));
   if (!listed) return std::unexpected(listed.error());
   std::vector<int64_t> indexes;
   for (const auto& name : listed->names) {
@@ -97,6 +98,7 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper) {
         return std::unexpected(KeeperError{KeeperCode::kBadArguments, path,
                                            "log entry does not parse: " + entry.error(), {}});
       }
+      if (skip && skip(*entry)) continue;
       ops.push_back(op::Create{paths_.queue() + "/" + std::string(kQueuePrefix), node->data,
                                CreateMode::kPersistentSequential});
       entries.push_back(std::move(*entry));
@@ -139,8 +141,8 @@ KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const
   return best;
 }
 
-KeeperResult<std::vector<QueueEntry>> cloneReplica(Keeper& keeper, const TablePaths& paths,
-                                                   const std::string& source) {
+KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
+                                       const std::string& source) {
   TablePaths from = paths;
   from.replica = source;
   // Our old queue is replaced by the source's state.
@@ -201,7 +203,9 @@ KeeperResult<std::vector<QueueEntry>> cloneReplica(Keeper& keeper, const TablePa
   }
   for (auto& text : queue_texts) texts.push_back(std::move(text));
 
-  std::vector<QueueEntry> created;
+  CloneResult result;
+  result.source_parts = wanted;
+  std::vector<QueueEntry>& created = result.entries;
   for (std::size_t begin = 0; begin < texts.size(); begin += LogPuller::kMaxBatch) {
     const std::size_t end = std::min(texts.size(), begin + LogPuller::kMaxBatch);
     std::vector<Op> ops;
@@ -214,11 +218,121 @@ KeeperResult<std::vector<QueueEntry>> cloneReplica(Keeper& keeper, const TablePa
     for (std::size_t i = begin; i < end; ++i) {
       auto entry = LogEntry::parse(texts[i]);
       if (!entry) continue;  // copied verbatim; loadQueue drops it on the next start
+      if (auto part = PartName::parse(entry->new_part_name);
+          part && entry->type != LogEntry::Type::kDropRange) {
+        (void)result.source_parts.add(*part);
+      }
       created.push_back(queueEntry(nodeName((*done)[i - begin].path_created), std::move(*entry)));
     }
   }
   if (auto found = keeper.set(paths.isLost(), "0"); !found) return std::unexpected(found.error());
-  return created;
+  return result;
+}
+
+KeeperResult<LogCleanupResult> clearOldLogs(Keeper& keeper, const TablePaths& paths,
+                                            LogRetention retention) {
+  LogCleanupResult result;
+  auto replicas_stat = keeper.exists(paths.replicas());
+  if (!replicas_stat) return std::unexpected(replicas_stat.error());
+  if (!*replicas_stat) return result;
+  auto listed = keeper.children(paths.log());
+  if (!listed) return std::unexpected(listed.error());
+  std::vector<int64_t> indexes;
+  for (const auto& name : listed->names) {
+    if (auto index = logEntryIndex(name)) indexes.push_back(*index);
+  }
+  std::sort(indexes.begin(), indexes.end());
+  if (indexes.size() <= retention.min_entries) return result;
+  // Entries older than the newest max_entries no longer hold the log for an inactive replica.
+  const int64_t min_saved_record =
+      indexes[indexes.size() > retention.max_entries ? indexes.size() - retention.max_entries : 0];
+
+  auto replicas = keeper.children(paths.replicas());
+  if (!replicas) return std::unexpected(replicas.error());
+  int64_t min_pointer = INT64_MAX;
+  struct Candidate {
+    std::string name;
+    int32_t host_version;
+    int64_t pointer;
+  };
+  std::vector<Candidate> to_mark_lost;
+  std::size_t not_lost = 0;
+  for (const auto& name : replicas->names) {
+    TablePaths other = paths;
+    other.replica = name;
+    auto host = keeper.exists(other.host());
+    auto pointer = keeper.get(other.logPointer());
+    auto lost = keeper.get(other.isLost());
+    auto active = keeper.exists(other.isActive());
+    if (!host || !pointer || !lost || !active) {
+      // A replica being created or removed: decide next round.
+      return result;
+    }
+    if (!*host) return result;
+    // A pointer never set means the replica has pulled nothing yet: it needs everything.
+    const int64_t value = parseDecimal(pointer->data).value_or(0);
+    const bool is_lost = lost->data == "1";
+    const bool is_active = active->has_value();
+    if (is_active) {
+      min_pointer = std::min(min_pointer, value);  // also a recovering (lost, active) one
+      if (!is_lost) ++not_lost;
+    } else if (!is_lost) {
+      if (value >= min_saved_record) {
+        min_pointer = std::min(min_pointer, value);
+        ++not_lost;
+      } else {
+        to_mark_lost.push_back({name, (**host).version, value});
+      }
+    }
+  }
+  if (!to_mark_lost.empty() && not_lost == 0) {
+    spdlog::warn("all replicas of {} are stale: none is marked lost", paths.table_root);
+    for (const auto& c : to_mark_lost) min_pointer = std::min(min_pointer, c.pointer);
+    to_mark_lost.clear();
+  }
+  for (const auto& candidate : to_mark_lost) {
+    TablePaths other = paths;
+    other.replica = candidate.name;
+    auto marked = keeper.multi({op::Check{other.host(), candidate.host_version},
+                                op::Set{other.isLost(), "1", -1}});
+    if (!marked) {
+      // It came back (its host changed) or went away: keep its entries this round.
+      min_pointer = std::min(min_pointer, candidate.pointer);
+      continue;
+    }
+    spdlog::info("replica {} of {} is lost: its log pointer {} is behind the kept log",
+                 candidate.name, paths.table_root, candidate.pointer);
+    result.marked_lost.push_back(candidate.name);
+  }
+
+  // Never the newest min_entries, nothing at or after the lowest pointer still needed.
+  const int64_t keep_from =
+      std::min(min_pointer, indexes[indexes.size() - retention.min_entries]);
+  std::vector<int64_t> old;
+  for (int64_t index : indexes) {
+    if (index < keep_from) old.push_back(index);
+  }
+  // Batches guarded by the replicas node's version: a replica added meanwhile needs the log.
+  constexpr std::size_t kRemoveBatch = 4 * LogPuller::kMaxBatch;
+  for (std::size_t begin = 0; begin < old.size(); begin += kRemoveBatch) {
+    const std::size_t end = std::min(old.size(), begin + kRemoveBatch);
+    std::vector<Op> ops;
+    for (std::size_t i = begin; i < end; ++i) {
+      ops.push_back(op::Remove{fmt::format("{}{:010d}", paths.logEntryPrefix(), old[i]), -1});
+    }
+    ops.push_back(op::Check{paths.replicas(), (**replicas_stat).version});
+    auto removed = keeper.multi(ops);
+    if (!removed) {
+      if (removed.error().code == KeeperCode::kNoNode) break;  // another cleaner got there first
+      return std::unexpected(removed.error());
+    }
+    result.removed += end - begin;
+  }
+  if (result.removed > 0) {
+    spdlog::info("removed {} old log entries of {}: log-{:010d} - log-{:010d}", result.removed,
+                 paths.table_root, old.front(), old[result.removed - 1]);
+  }
+  return result;
 }
 
 }  // namespace rtable::core

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <deque>
 #include <set>
+#include <sstream>
 
 #include "rtable/replication_core/keeper_retry.h"
+#include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/measured_keeper.h"
 #include "rtable/replication_core/table_registration.h"
 
@@ -52,6 +55,55 @@ InsertError unavailable(const std::string& message) {
 
 }  // namespace
 
+// A fixed number of threads running posted tasks in order; stop() lets running tasks finish and
+// drops the ones not started (their queue entries simply run again after a restart).
+class ExecutionPool {
+ public:
+  explicit ExecutionPool(std::size_t threads) {
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~ExecutionPool() { stop(); }
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      tasks_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      tasks_.clear();
+    }
+    wake_.notify_all();
+    for (auto& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (stopping_) return;
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
 DataPart::~DataPart() {
   if (remove_when_unused) {
     std::error_code ec;
@@ -67,7 +119,9 @@ TableReplica::TableReplica(TableSpec spec, KeeperFactory factory, prometheus::Re
       paths_{spec_.tableRoot(), 1, spec_.replica},
       metrics_(registry, metrics::ReplicaLabels{spec_.table, spec_.replica, 1}),
       allocator_(paths_),
-      dedup_cleaner_(paths_, spec_.deduplication) {}
+      dedup_cleaner_(paths_, spec_.deduplication),
+      queue_(QueueLimits{spec_.fetch_threads, spec_.merge_threads}),
+      puller_(paths_) {}
 
 std::expected<std::unique_ptr<TableReplica>, std::string> TableReplica::open(
     const TableSpec& spec, KeeperFactory keeper_factory, prometheus::Registry& registry,
@@ -146,13 +200,24 @@ std::expected<void, std::string> TableReplica::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+  // The queue as this replica left it; the log after it is pulled by the background work.
+  auto queued = loadQueue(*keeper, paths_);
+  if (!queued) return std::unexpected("loading the replication queue: " + queued.error().toString());
+  {
+    std::lock_guard queue_lock(queue_mu_);
+    for (auto& entry : *queued) queue_.insert(std::move(entry));
+  }
   {
     std::lock_guard lock(keeper_mu_);
     keeper_ = keeper;
   }
   metrics_.replica_readonly.Set(0);
   updateLogMetrics(*keeper);
-  if (options_.background) background_ = std::thread([this] { backgroundLoop(); });
+  if (options_.background) {
+    fetch_pool_ = std::make_unique<ExecutionPool>(spec_.fetch_threads);
+    merge_pool_ = std::make_unique<ExecutionPool>(spec_.merge_threads);
+    background_ = std::thread([this] { backgroundLoop(); });
+  }
   return {};
 }
 
@@ -194,8 +259,10 @@ DataPartPtr TableReplica::makeDataPart(const PartName& name, PartChecksums check
 }
 
 void TableReplica::makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows) {
+  std::lock_guard queue_lock(queue_mu_);
   std::lock_guard lock(parts_mu_);
   makeVisibleLocked(name, std::move(checksums), rows);
+  queue_.addCurrentPart(name);
 }
 
 void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows) {
@@ -450,6 +517,14 @@ ReplicaState TableReplica::state() {
     state.lost_parts = lost_parts_;
     for (const auto& [name, pending] : uncertain_parts_) state.uncertain_parts.push_back(name.format());
   }
+  {
+    std::lock_guard lock(queue_mu_);
+    state.queue = queue_.entries();
+    for (auto reason : kAllPostponeReasons) {
+      state.postponed[std::string(postponeReasonName(reason))] = queue_.postponedCount(reason);
+    }
+  }
+  state.lost = lost_;
   std::shared_ptr<Keeper> keeper = this->keeper();
   state.readonly = keeper == nullptr;
   if (keeper) {
@@ -484,99 +559,488 @@ std::size_t TableReplica::runBackgroundRoundForTest() {
   if (!keeper) return 0;
   resolveUncertainParts(*keeper);
   updateLogMetrics(*keeper);
-  if (!isLeader(*keeper)) return 0;
-  (void)dedup_cleaner_.run(*keeper);
-  return mergeRound(*keeper);
+  if (!cloneIfLost(*keeper)) return 0;
+  updateQueue(*keeper);
+  if (isLeader(*keeper)) {
+    (void)dedup_cleaner_.run(*keeper);
+    assignMerges(*keeper);
+    cleanLog(*keeper);
+  }
+  return scheduleQueue(/*inline_execution=*/true);
 }
 
-std::size_t TableReplica::mergeRound(Keeper& keeper) {
-  // Pick, per partition, the run of neighbouring parts with the fewest rows.
-  std::vector<std::vector<DataPartPtr>> selections;
+bool TableReplica::cloneIfLost(Keeper& keeper) {
+  auto lost = keeper.get(paths_.isLost());
+  if (!lost) return false;
+  if (lost->data != "1") {
+    lost_ = false;
+    return true;
+  }
+  lost_ = true;
+  auto source = chooseCloneSource(keeper, paths_);
+  if (!source || !*source) {
+    spdlog::warn("replica {} is lost (or new on a table with history) and no live replica can be "
+                 "cloned yet", spec_.replica);
+    return false;
+  }
+  std::lock_guard lock(queue_mu_);
+  auto cloned = cloneReplica(keeper, paths_, **source);
+  if (!cloned) {
+    spdlog::warn("cloning replica {}: {}", **source, cloned.error().toString());
+    return false;
+  }
+  // Local parts the table no longer has anywhere (dropped while we were away) go to detached/.
+  std::vector<PartName> strays;
+  {
+    std::lock_guard parts_lock(parts_mu_);
+    for (const auto& [name, part] : active_parts_) {
+      if (!cloned->source_parts.containingPart(name)) strays.push_back(name);
+    }
+  }
+  for (const auto& name : strays) {
+    if (auto removed = keeper.remove(paths_.part(name.format()));
+        !removed && removed.error().code != KeeperCode::kNoNode) {
+      spdlog::warn("cloning: cannot unregister stray part {}: {}", name.format(),
+                   removed.error().toString());
+      return false;
+    }
+    std::lock_guard parts_lock(parts_mu_);
+    active_set_.remove(name);
+    active_parts_.erase(name);
+    std::error_code ec;
+    fs::create_directories(spec_.data_dir / kDetachedDir, ec);
+    fs::rename(spec_.data_dir / name.format(), spec_.data_dir / kDetachedDir / ("clone_" + name.format()), ec);
+    spdlog::info("cloning: part {} is not in {}'s table any more: detached as clone_{}",
+                 name.format(), **source, name.format());
+  }
+  // The old queue was replaced in ZooKeeper; so is the one in memory.
+  ReplicationQueue fresh(QueueLimits{spec_.fetch_threads, spec_.merge_threads});
+  {
+    std::lock_guard parts_lock(parts_mu_);
+    for (const auto& [name, part] : active_parts_) fresh.addCurrentPart(name);
+    metrics_.parts.Set(static_cast<double>(active_parts_.size()));
+  }
+  const std::size_t entries = cloned->entries.size();
+  for (auto& entry : cloned->entries) fresh.insert(std::move(entry));
+  queue_ = std::move(fresh);
+  spdlog::info("replica {} cloned {} ({} queue entries)", spec_.replica, **source, entries);
+  lost_ = false;
+  return true;
+}
+
+bool TableReplica::updateQueue(Keeper& keeper) {
+  std::lock_guard lock(queue_mu_);
+  last_pull_ = std::chrono::steady_clock::now();
+  const auto local = localPartLookup();
+  auto pulled = puller_.pull(
+      keeper,
+      [&](const LogEntry& entry) {
+        // Our own inserts (and anything else already here) need no work.
+        auto part = PartName::parse(entry.new_part_name);
+        if (entry.type != LogEntry::Type::kGetPart || !part) return false;
+        auto here = local(*part);
+        return here && *here == *part;
+      },
+      [this](const WatchEvent&) {
+        {
+          std::lock_guard wake_lock(background_mu_);
+          wake_requested_ = true;
+        }
+        background_wake_.notify_all();
+      });
+  if (!pulled) {
+    spdlog::warn("pulling the replication log: {}", pulled.error().toString());
+    return false;
+  }
+  for (auto& entry : *pulled) queue_.insert(std::move(entry));
+  return true;
+}
+
+ReplicationQueue::LocalPartLookup TableReplica::localPartLookup() const {
+  // A snapshot: blocks committed here but not visible yet count as here (their entries need no
+  // fetch from anyone else).
+  auto set = std::make_shared<ActiveDataPartSet>();
   {
     std::lock_guard lock(parts_mu_);
-    std::map<std::string, std::vector<DataPartPtr>> by_partition;
-    for (const auto& [name, part] : active_parts_) by_partition[name.partition_id].push_back(part);
-    for (auto& [partition, parts] : by_partition) {
-      if (parts.size() < options_.merge_min_parts) continue;
+    *set = active_set_;
+    for (const auto& name : unpublished_) (void)set->add(name);
+    for (const auto& [name, pending] : uncertain_parts_) (void)set->add(name);
+  }
+  return [set](const PartName& part) { return set->containingPart(part); };
+}
+
+std::size_t TableReplica::assignMerges(Keeper& keeper) {
+  // Block locks first, then the log: a block number inside a chosen range is then either locked
+  // (an insert in flight: the range is skipped) or its entry has been pulled (its part is a
+  // virtual part here), because a commit removes the lock and creates the entry in one multi and
+  // later allocations get higher numbers.
+  std::map<std::string, std::vector<int64_t>> locks;
+  {
+    std::set<std::string> partitions;
+    {
+      std::lock_guard lock(queue_mu_);
+      for (const auto& part : queue_.virtualParts().parts()) partitions.insert(part.partition_id);
+    }
+    for (const auto& partition : partitions) {
       auto locked = lockedBlockNumbers(keeper, partition);
-      if (!locked) continue;
+      if (!locked) return 0;
+      locks[partition] = std::move(*locked);
+    }
+  }
+  if (!updateQueue(keeper)) return 0;
+
+  std::vector<LogEntry> merges;
+  {
+    std::lock_guard queue_lock(queue_mu_);
+    std::lock_guard parts_lock(parts_mu_);
+    std::map<std::string, std::vector<PartName>> by_partition;
+    for (const auto& part : queue_.virtualParts().parts()) {
+      if (!part.isFakeDropRange()) by_partition[part.partition_id].push_back(part);
+    }
+    for (const auto& [partition, parts] : by_partition) {
+      if (parts.size() < options_.merge_min_parts || !locks.contains(partition)) continue;
+      // A part can be merged when it is here and nothing in the queue will change it.
+      auto mergeable = [&](const PartName& part) {
+        return active_parts_.contains(part) && !queue_.coveredByQueuedEntry(part) &&
+               !queue_.futureParts().contains(part);
+      };
       const std::size_t width = std::min(options_.merge_max_parts, parts.size());
       std::optional<std::size_t> best;
       uint64_t best_rows = UINT64_MAX;
       for (std::size_t start = 0; start + width <= parts.size(); ++start) {
-        const PartName range{partition, parts[start]->name.min_block,
-                             parts[start + width - 1]->name.max_block, PartName::kMaxLevel, 0};
-        if (rangeHasUnpublishedBlocksLocked(range, *locked)) continue;
+        bool ok = true;
         uint64_t rows = 0;
-        for (std::size_t i = start; i < start + width; ++i) rows += parts[i]->rows;
+        for (std::size_t i = start; i < start + width && ok; ++i) {
+          ok = mergeable(parts[i]);
+          if (ok) rows += active_parts_.at(parts[i])->rows;
+        }
+        const PartName range{partition, parts[start].min_block, parts[start + width - 1].max_block,
+                             PartName::kMaxLevel, 0};
+        if (!ok || rangeHasUnpublishedBlocksLocked(range, locks[partition])) continue;
         if (rows < best_rows) {
           best_rows = rows;
           best = start;
         }
       }
-      if (best) selections.emplace_back(parts.begin() + *best, parts.begin() + *best + width);
+      if (!best) continue;
+      LogEntry entry;
+      entry.type = LogEntry::Type::kMergeParts;
+      entry.create_time = unixNow();
+      entry.source_replica = spec_.replica;
+      PartName result{partition, parts[*best].min_block, parts[*best + width - 1].max_block, 0, 0};
+      for (std::size_t i = *best; i < *best + width; ++i) {
+        entry.source_parts.push_back(parts[i].format());
+        result.level = std::max(result.level, parts[i].level + 1);
+      }
+      entry.new_part_name = result.format();
+      merges.push_back(std::move(entry));
     }
   }
-  std::size_t merged = 0;
-  for (const auto& sources : selections) {
-    PartName result{sources.front()->name.partition_id, sources.front()->name.min_block,
-                    sources.back()->name.max_block, 0, 0};
-    for (const auto& part : sources) result.level = std::max(result.level, part->name.level + 1);
-    LogEntry entry;
-    entry.type = LogEntry::Type::kMergeParts;
-    entry.create_time = unixNow();
-    entry.source_replica = spec_.replica;
-    entry.new_part_name = result.format();
-    for (const auto& part : sources) entry.source_parts.push_back(part->name.format());
-    // The entry goes to the log so that every replica executes the same merge.
-    auto logged = keeper.create(paths_.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential);
-    if (!logged) break;
+  std::size_t assigned = 0;
+  for (const auto& entry : merges) {
+    // Every replica, this one included, executes it from its queue.
+    if (keeper.create(paths_.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential)) {
+      ++assigned;
+    }
+  }
+  if (assigned > 0) updateQueue(keeper);
+  return assigned;
+}
 
-    // Sources are in block order and each is sorted: a stable sort of their concatenation is the
-    // k-way merge, ties in source order, so every replica gets the same bytes.
-    Block rows;
-    bool readable = true;
-    for (const auto& part : sources) {
-      auto block = readPart(part->dir, spec_.schema);
-      if (!block) {
-        readable = false;
+std::size_t TableReplica::scheduleQueue(bool inline_execution) {
+  std::size_t merged = 0;
+  for (;;) {
+    std::optional<SelectedEntry> selected;
+    const bool readonly = this->keeper() == nullptr || lost_;
+    {
+      std::lock_guard lock(queue_mu_);
+      selected = queue_.selectEntryToProcess(localPartLookup(), readonly,
+                                             std::chrono::steady_clock::now());
+      metrics_.queue_size.Set(static_cast<double>(queue_.size()));
+    }
+    if (!selected) return merged;
+    const bool is_merge = selected->action == QueueAction::kMerge;
+    if (inline_execution || selected->action == QueueAction::kNothing ||
+        selected->action == QueueAction::kDropRange) {
+      if (executeEntry(*selected) && is_merge) ++merged;
+      continue;
+    }
+    ExecutionPool& pool = is_merge ? *merge_pool_ : *fetch_pool_;
+    pool.post([this, entry = std::move(*selected)] {
+      executeEntry(entry);
+      {
+        std::lock_guard lock(background_mu_);
+        wake_requested_ = true;  // a finished entry may let others run
+      }
+      background_wake_.notify_all();
+    });
+  }
+}
+
+bool TableReplica::executeEntry(const SelectedEntry& selected) {
+  std::shared_ptr<Keeper> keeper = this->keeper();
+  std::expected<void, std::string> done;
+  if (!keeper) {
+    done = std::unexpected("no ZooKeeper session");
+  } else {
+    switch (selected.action) {
+      case QueueAction::kNothing:
+        if (auto removed = keeper->remove(paths_.queue() + "/" + selected.node_name);
+            !removed && removed.error().code != KeeperCode::kNoNode) {
+          done = std::unexpected(removed.error().toString());
+        }
+        break;
+      case QueueAction::kFetch: done = executeFetch(*keeper, selected); break;
+      case QueueAction::kMerge: done = executeMerge(*keeper, selected); break;
+      case QueueAction::kDropRange: done = executeDropRange(*keeper, selected); break;
+    }
+  }
+  std::vector<std::string> pointless;
+  {
+    std::lock_guard lock(queue_mu_);
+    if (done) {
+      pointless = queue_.finish(selected.node_name);
+    } else {
+      spdlog::warn("queue entry {} ({} {}): {}", selected.node_name,
+                   queueActionName(selected.action), selected.entry.new_part_name, done.error());
+      queue_.fail(selected.node_name, done.error(), std::chrono::steady_clock::now());
+    }
+    metrics_.queue_size.Set(static_cast<double>(queue_.size()));
+  }
+  for (const auto& node : pointless) (void)keeper->remove(paths_.queue() + "/" + node);
+  queue_changed_.notify_all();
+  return done.has_value();
+}
+
+namespace {
+
+// host/port of a replica from its `host` node (ReplicatedMergeTreeAddress text).
+std::optional<FetchSource> parseReplicaAddress(const std::string& replica, const std::string& text) {
+  FetchSource source;
+  source.replica = replica;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("host: ")) source.host = line.substr(6);
+    if (line.starts_with("port: ")) source.port = static_cast<uint16_t>(std::atoi(line.c_str() + 6));
+  }
+  if (source.host.empty() || source.port == 0) return std::nullopt;
+  return source;
+}
+
+}  // namespace
+
+std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
+                                                            const SelectedEntry& selected) {
+  auto wanted = PartName::parse(selected.entry.new_part_name);
+  if (!wanted) return std::unexpected(wanted.error());
+  // Replicas that are live and have the part, or a part covering it (it may have been merged).
+  auto replicas = keeper.children(paths_.replicas());
+  if (!replicas) return std::unexpected(replicas.error().toString());
+  struct Candidate {
+    FetchSource source;
+    PartName part;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& replica : replicas->names) {
+    if (replica == spec_.replica) continue;
+    TablePaths other = paths_;
+    other.replica = replica;
+    auto active = keeper.exists(other.isActive());
+    if (!active || !*active) continue;
+    auto host = keeper.get(other.host());
+    if (!host) continue;
+    auto source = parseReplicaAddress(replica, host->data);
+    if (!source) continue;
+    auto exact = keeper.exists(other.part(wanted->format()));
+    if (exact && *exact) {
+      candidates.insert(candidates.begin(), Candidate{*source, *wanted});
+      continue;
+    }
+    auto parts = keeper.children(other.parts());
+    if (!parts) continue;
+    for (const auto& name : parts->names) {
+      auto part = PartName::parse(name);
+      if (part && part->contains(*wanted)) {
+        candidates.push_back(Candidate{*source, *part});
         break;
       }
-      rows.append(*block);
     }
-    if (!readable) continue;
-    const Block sorted = rows.select(spec_.schema.sortPermutation(rows));
-    auto written = writePart(spec_.data_dir, result, spec_.schema, sorted);
-    if (!written) continue;
-    // The final check and the swap happen under parts_mu_, which an insert needs to record its
-    // block before committing: nothing can slip into the range between them.
-    std::unique_lock parts_lock(parts_mu_);
-    std::vector<PartName> still_active;
-    for (const auto& part : active_set_.partsCoveredBy(result)) still_active.push_back(part);
-    std::vector<PartName> source_names;
-    for (const auto& part : sources) source_names.push_back(part->name);
-    auto locked = lockedBlockNumbers(keeper, result.partition_id);
-    if (still_active != source_names || !locked || rangeHasUnpublishedBlocksLocked(result, *locked)) {
-      parts_lock.unlock();
-      std::error_code ec;
-      fs::remove_all(spec_.data_dir / result.format(), ec);
-      continue;
-    }
-    std::vector<Op> swap = {op::Create{paths_.part(result.format()), "", CreateMode::kPersistent}};
-    for (const auto& part : sources) swap.push_back(op::Remove{paths_.part(part->name.format()), -1});
-    if (auto committed = keeper.multi(swap); !committed) {
-      parts_lock.unlock();
-      std::error_code ec;
-      fs::remove_all(spec_.data_dir / result.format(), ec);
-      continue;
-    }
-    makeVisibleLocked(result, std::move(*written), sorted.rows());
-    parts_lock.unlock();
-    metrics_.merges.Increment();
-    metrics_.merged_rows.Increment(static_cast<double>(sorted.rows()));
-    ++merged;
   }
-  return merged;
+  if (candidates.empty()) {
+    return std::unexpected(fmt::format("no live replica has part {} or a part covering it",
+                                       wanted->format()));
+  }
+  std::string errors;
+  for (const auto& candidate : candidates) {
+    const std::string name = candidate.part.format();
+    const fs::path staging = spec_.data_dir / kStagingDir /
+                             fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
+    std::error_code ec;
+    fs::create_directories(staging.parent_path(), ec);
+    auto fetched = fetchPart(candidate.source, spec_.interserver_secret, name, staging,
+                             spec_.schema, options_.fetch_timeout);
+    if (!fetched) {
+      // A corrupt or cut transfer: the next replica may do better.
+      errors += (errors.empty() ? "" : "; ") + fetched.error().toString();
+      metrics_.fetch_errors.Increment();
+      continue;
+    }
+    uint64_t bytes = 0;
+    for (const auto& file : fetched->files) bytes += file.size;
+    const fs::path final_dir = spec_.data_dir / name;
+    fs::rename(staging, final_dir, ec);
+    if (ec || !syncDirectory(spec_.data_dir)) {
+      fs::remove_all(staging, ec);
+      return std::unexpected(fmt::format("cannot move fetched part to {}", final_dir.string()));
+    }
+    // The part, the parts it replaces here, and the queue entry: one multi.
+    std::vector<Op> ops = {op::Create{paths_.part(name), "", CreateMode::kPersistent}};
+    {
+      std::lock_guard lock(parts_mu_);
+      for (const auto& covered : active_set_.partsCoveredBy(candidate.part)) {
+        if (covered != candidate.part) ops.push_back(op::Remove{paths_.part(covered.format()), -1});
+      }
+    }
+    ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
+    if (auto committed = keeper.multi(ops); !committed) {
+      fs::remove_all(final_dir, ec);
+      return std::unexpected("registering the fetched part: " + committed.error().toString());
+    }
+    makeVisible(candidate.part, std::move(*fetched), 0);
+    metrics_.fetches.Increment();
+    metrics_.fetched_bytes.Increment(static_cast<double>(bytes));
+    return {};
+  }
+  return std::unexpected(errors);
+}
+
+std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
+                                                            const SelectedEntry& selected) {
+  auto result = PartName::parse(selected.entry.new_part_name);
+  if (!result) return std::unexpected(result.error());
+  std::vector<DataPartPtr> sources;
+  {
+    std::lock_guard lock(parts_mu_);
+    for (const auto& name : selected.entry.source_parts) {
+      auto part = PartName::parse(name);
+      auto it = part ? active_parts_.find(*part) : active_parts_.end();
+      if (it == active_parts_.end()) return std::unexpected("merge source " + name + " is not here");
+      sources.push_back(it->second);
+    }
+  }
+  // Sources are in block order and each is sorted: a stable sort of their concatenation is the
+  // k-way merge, ties in source order, so every replica gets the same bytes.
+  Block rows = spec_.schema.emptyBlock();
+  for (const auto& part : sources) {
+    auto block = readPart(part->dir, spec_.schema);
+    if (!block) return std::unexpected("reading merge source: " + block.error());
+    rows.append(*block);
+  }
+  const Block sorted = rows.select(spec_.schema.sortPermutation(rows));
+  auto written = writePart(spec_.data_dir, *result, spec_.schema, sorted);
+  if (!written) return std::unexpected("writing merged part: " + written.error());
+  std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
+  for (const auto& part : sources) ops.push_back(op::Remove{paths_.part(part->name.format()), -1});
+  ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
+  if (auto committed = keeper.multi(ops); !committed) {
+    std::error_code ec;
+    fs::remove_all(spec_.data_dir / result->format(), ec);
+    return std::unexpected("registering the merged part: " + committed.error().toString());
+  }
+  makeVisible(*result, std::move(*written), sorted.rows());
+  metrics_.merges.Increment();
+  metrics_.merged_rows.Increment(static_cast<double>(sorted.rows()));
+  return {};
+}
+
+std::expected<void, std::string> TableReplica::executeDropRange(Keeper& keeper,
+                                                                const SelectedEntry& selected) {
+  auto range = PartName::parse(selected.entry.new_part_name);
+  if (!range) return std::unexpected(range.error());
+  std::vector<PartName> dropped;
+  {
+    std::lock_guard lock(parts_mu_);
+    dropped = active_set_.partsCoveredBy(*range);
+  }
+  std::vector<Op> ops;
+  for (const auto& part : dropped) ops.push_back(op::Remove{paths_.part(part.format()), -1});
+  ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
+  if (auto committed = keeper.multi(ops); !committed) {
+    return std::unexpected("removing dropped parts: " + committed.error().toString());
+  }
+  std::lock_guard lock(parts_mu_);
+  for (const auto& part : dropped) {
+    active_set_.remove(part);
+    if (auto it = active_parts_.find(part); it != active_parts_.end()) {
+      it->second->remove_when_unused = true;
+      active_parts_.erase(it);
+    }
+  }
+  metrics_.parts.Set(static_cast<double>(active_parts_.size()));
+  return {};
+}
+
+void TableReplica::updateQueueMetrics() {
+  std::lock_guard lock(queue_mu_);
+  std::map<std::string, double> by_type = {{"get", 0}, {"merge", 0}, {"drop_range", 0}, {"attach", 0}};
+  int64_t oldest = 0;
+  for (const auto& queued : queue_.entries()) {
+    switch (queued.entry.type) {
+      case LogEntry::Type::kGetPart: by_type["get"] += 1; break;
+      case LogEntry::Type::kMergeParts: by_type["merge"] += 1; break;
+      case LogEntry::Type::kDropRange: by_type["drop_range"] += 1; break;
+      case LogEntry::Type::kAttachPart: by_type["attach"] += 1; break;
+    }
+    if (queued.entry.create_time > 0 && (oldest == 0 || queued.entry.create_time < oldest)) {
+      oldest = queued.entry.create_time;
+    }
+  }
+  for (const auto& [type, count] : by_type) metrics_.queueEntries(type).Set(count);
+  metrics_.queue_size.Set(static_cast<double>(queue_.size()));
+  metrics_.queue_oldest_entry_age_seconds.Set(
+      oldest == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest)));
+  metrics_.replica_lost.Set(lost_ ? 1 : 0);
+  // The queue counts postponements itself; the counters follow it.
+  for (auto reason : kAllPostponeReasons) {
+    auto& counter = metrics_.queuePostponed(std::string(postponeReasonName(reason)));
+    const double total = static_cast<double>(queue_.postponedCount(reason));
+    if (total > counter.Value()) counter.Increment(total - counter.Value());
+  }
+}
+
+bool TableReplica::syncQueue(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::shared_ptr<Keeper> keeper = this->keeper();
+  if (!keeper) return false;
+  // Everything in the log now, pulled; then wait for those entries to leave the queue.
+  if (!cloneIfLost(*keeper) || !updateQueue(*keeper)) return false;
+  std::set<std::string> waiting;
+  {
+    std::lock_guard lock(queue_mu_);
+    for (const auto& entry : queue_.entries()) waiting.insert(entry.node_name);
+  }
+  {
+    std::lock_guard lock(background_mu_);
+    wake_requested_ = true;
+  }
+  background_wake_.notify_all();
+  std::unique_lock lock(queue_mu_);
+  return queue_changed_.wait_until(lock, deadline, [&] {
+    for (const auto& entry : queue_.entries()) {
+      if (waiting.contains(entry.node_name)) return false;
+    }
+    return true;
+  });
+}
+
+std::string TableReplica::checkQueueInvariant() const {
+  std::lock_guard queue_lock(queue_mu_);
+  std::vector<PartName> current;
+  {
+    std::lock_guard parts_lock(parts_mu_);
+    for (const auto& [name, part] : active_parts_) current.push_back(name);
+  }
+  return queue_.checkVirtualPartsInvariant(current);
 }
 
 KeeperResult<std::vector<int64_t>> TableReplica::lockedBlockNumbers(Keeper& keeper,
@@ -608,13 +1072,51 @@ bool TableReplica::rangeHasUnpublishedBlocksLocked(const PartName& result,
   return false;
 }
 
+void TableReplica::cleanLog(Keeper& keeper) {
+  auto cleaned = clearOldLogs(keeper, paths_, LogRetention{spec_.min_logs_to_keep, spec_.max_logs_to_keep});
+  if (!cleaned) spdlog::warn("trimming the replication log: {}", cleaned.error().toString());
+}
+
 void TableReplica::backgroundLoop() {
+  auto last_full_round = std::chrono::steady_clock::time_point{};
+  auto last_log_cleanup = std::chrono::steady_clock::now();
   std::unique_lock lock(background_mu_);
   while (!stopping_) {
+    wake_requested_ = false;
     lock.unlock();
-    runBackgroundRoundForTest();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_full_round >= options_.background_period) {
+      // Leader work, metrics, uncertain parts: once a period.
+      last_full_round = now;
+      std::shared_ptr<Keeper> keeper = this->keeper();
+      if (keeper) {
+        resolveUncertainParts(*keeper);
+        updateLogMetrics(*keeper);
+        if (cloneIfLost(*keeper)) {
+          updateQueue(*keeper);
+          if (isLeader(*keeper)) {
+            (void)dedup_cleaner_.run(*keeper);
+            assignMerges(*keeper);
+            if (now - last_log_cleanup >= spec_.cleanup_period) {
+              last_log_cleanup = now;
+              cleanLog(*keeper);
+            }
+          }
+        }
+      }
+    } else if (std::shared_ptr<Keeper> keeper = this->keeper();
+               keeper && !lost_ && now - last_pull_ >= options_.min_pull_interval) {
+      updateQueue(*keeper);
+    }
+    scheduleQueue(/*inline_execution=*/false);
+    updateQueueMetrics();
     lock.lock();
-    background_wake_.wait_for(lock, options_.background_period, [this] { return stopping_; });
+    // A new log entry or a finished one wakes us, but pulls stay min_pull_interval apart.
+    background_wake_.wait_for(lock, options_.background_period,
+                              [this] { return stopping_ || wake_requested_; });
+    if (!stopping_ && wake_requested_) {
+      background_wake_.wait_for(lock, options_.min_pull_interval, [this] { return stopping_; });
+    }
   }
 }
 
@@ -626,6 +1128,9 @@ void TableReplica::shutdown() {
   }
   background_wake_.notify_all();
   if (background_.joinable()) background_.join();
+  // Running fetches and merges finish; queued ones run after the next start.
+  if (fetch_pool_) fetch_pool_->stop();
+  if (merge_pool_) merge_pool_->stop();
   std::lock_guard lock(keeper_mu_);
   keeper_.reset();
 }

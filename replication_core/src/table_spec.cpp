@@ -165,6 +165,14 @@ TableSpec parse(const YAML::Node& root) {
     }
     result.fetch_threads = replication.number<std::size_t>("fetchThreads", result.fetch_threads, 1, 64);
     result.merge_threads = replication.number<std::size_t>("mergeThreads", result.merge_threads, 1, 64);
+    result.min_logs_to_keep = replication.number<std::size_t>("minLogsToKeep", result.min_logs_to_keep, 1, 1'000'000);
+    result.max_logs_to_keep = replication.number<std::size_t>("maxLogsToKeep", result.max_logs_to_keep, 1, 10'000'000);
+    if (result.max_logs_to_keep < result.min_logs_to_keep) {
+      throw SpecError{fmt::format("replication.maxLogsToKeep: {} is below minLogsToKeep {}",
+                                  result.max_logs_to_keep, result.min_logs_to_keep)};
+    }
+    result.cleanup_period = std::chrono::seconds(
+        replication.number<int64_t>("cleanupPeriodSeconds", result.cleanup_period.count(), 1, 3600));
     replication.rejectUnknown();
   }
   spec.rejectUnknown();

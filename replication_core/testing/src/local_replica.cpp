@@ -1,10 +1,12 @@
 #include "rtable/replication_core/testing/local_replica.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/wait.h>
 
 #include <fstream>
 #include <thread>
+#include <vector>
 
 namespace rtable::core::testing {
 
@@ -27,6 +29,17 @@ std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(Lo
       << fmt::format("dataDir: {}\n", replica->data_dir_.string())
       << fmt::format("listen: {}\n", o.host)
       << fmt::format("ports: {{http: {}, metrics: {}}}\n", replica->http_port_, replica->metrics_port_);
+  std::vector<std::string> replication;
+  if (!o.interserver_secret.empty()) {
+    const auto secret_file = o.work_dir / "interserver-secret";
+    std::ofstream(secret_file) << o.interserver_secret << "\n";
+    replication.push_back(fmt::format("secretFile: {}", secret_file.string()));
+  }
+  if (!o.replication_settings.empty()) replication.push_back(o.replication_settings);
+  if (!replication.empty()) {
+    std::ofstream(o.work_dir / "spec.yaml", std::ios::app)
+        << fmt::format("replication: {{{}}}\n", fmt::join(replication, ", "));
+  }
   if (auto launched = replica->launch(); !launched) return std::unexpected(launched.error());
   return replica;
 }

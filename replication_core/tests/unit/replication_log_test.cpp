@@ -63,6 +63,17 @@ TEST_F(ReplicationLog, PullCopiesEntriesVerbatimAndMovesThePointerInTheSameMulti
   EXPECT_EQ(puller.lastPullMultis(), 0u);
 }
 
+TEST_F(ReplicationLog, EntriesThatNeedNoWorkOnlyMoveThePointer) {
+  appendLog(4, 0);
+  LogPuller puller(r1_);
+  auto pulled = puller.pull(*keeper_, [](const LogEntry& e) {
+    return e.new_part_name == "all_1_1_0" || e.new_part_name == "all_2_2_0";
+  });
+  ASSERT_TRUE(pulled);
+  EXPECT_EQ(queueTexts(r1_), (std::vector<std::string>{"all_0_0_0", "all_3_3_0"}));
+  EXPECT_EQ(keeper_->get(r1_.logPointer())->data, "4");
+}
+
 TEST_F(ReplicationLog, ACatchUpTakesFewRoundTrips) {
   appendLog(1, 0);
   LogPuller puller(r1_);
@@ -130,7 +141,10 @@ TEST_F(ReplicationLog, CloneCopiesTheSourcesPartsQueueAndPointer) {
   ASSERT_TRUE(cloned) << cloned.error().toString();
   // all_1_1_0 and all_2_2_0 are covered by all_1_2_1: only the parts a reader sees are fetched.
   EXPECT_EQ(queueTexts(r2), (std::vector<std::string>{"all_1_2_1", "all_3_3_0", "all_4_4_0"}));
-  EXPECT_EQ(cloned->size(), 3u);
+  EXPECT_EQ(cloned->entries.size(), 3u);
+  EXPECT_EQ(cloned->source_parts.parts(),
+            (std::vector<PartName>{*PartName::parse("all_1_2_1"), *PartName::parse("all_3_3_0"),
+                                   *PartName::parse("all_4_4_0")}));
   EXPECT_EQ(r2_keeper->get(r2.logPointer())->data, "7");
   EXPECT_EQ(r2_keeper->get(r2.isLost())->data, "0");
 }
@@ -153,6 +167,73 @@ TEST_F(ReplicationLog, CloneSourceIsALiveReplicaThatIsNotLost) {
   auto some = chooseCloneSource(*keeper_, r3);
   ASSERT_TRUE(some);
   EXPECT_EQ(*some, std::optional<std::string>("r2"));
+}
+
+class LogCleanup : public ReplicationLog {
+ protected:
+  void SetUp() override {
+    ReplicationLog::SetUp();
+    ASSERT_TRUE(createReplicaIfNotExists(*keeper_, r2_));
+    ASSERT_TRUE(activateReplica(*keeper_, r1_, "host: r1\n"));
+  }
+  std::vector<int64_t> logIndexes() {
+    std::vector<int64_t> indexes;
+    const auto listed = keeper_->children(r1_.log());
+    for (const auto& name : listed->names) indexes.push_back(*logEntryIndex(name));
+    std::sort(indexes.begin(), indexes.end());
+    return indexes;
+  }
+  TablePaths r2_{"/t", 1, "r2"};
+};
+
+TEST_F(LogCleanup, RemovesWhatEveryLiveReplicaPulledAndKeepsTheNewest) {
+  std::unique_ptr<Keeper> r2_session = server_->connect();
+  ASSERT_TRUE(activateReplica(*r2_session, r2_, "host: r2\n"));
+  appendLog(30, 0);
+  ASSERT_TRUE(keeper_->set(r1_.logPointer(), "25"));
+  ASSERT_TRUE(keeper_->set(r2_.logPointer(), "12"));
+  auto cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 1000});
+  ASSERT_TRUE(cleaned) << cleaned.error().toString();
+  EXPECT_EQ(cleaned->removed, 12u);  // r2 still needs 12 onwards
+  EXPECT_EQ(logIndexes().front(), 12);
+  ASSERT_TRUE(keeper_->set(r2_.logPointer(), "30"));
+  cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 1000});
+  ASSERT_TRUE(cleaned);
+  // Everything pulled, but the newest 5 stay.
+  EXPECT_EQ(logIndexes(), (std::vector<int64_t>{25, 26, 27, 28, 29}));
+  EXPECT_TRUE(cleaned->marked_lost.empty());
+}
+
+TEST_F(LogCleanup, AnInactiveReplicaTooFarBehindIsMarkedLost) {
+  appendLog(30, 0);
+  ASSERT_TRUE(keeper_->set(r1_.logPointer(), "30"));
+  ASSERT_TRUE(keeper_->set(r2_.logPointer(), "15"));  // r2 is not active
+  // Within the newest 20: r2 holds the log back.
+  auto cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 20});
+  ASSERT_TRUE(cleaned);
+  EXPECT_EQ(logIndexes().front(), 15);
+  EXPECT_TRUE(cleaned->marked_lost.empty());
+  appendLog(20, 30);
+  // Now 15 is older than the newest 20: r2 is lost and lets go.
+  cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 20});
+  ASSERT_TRUE(cleaned);
+  EXPECT_EQ(cleaned->marked_lost, std::vector<std::string>{"r2"});
+  EXPECT_EQ(keeper_->get(r2_.isLost())->data, "1");
+  EXPECT_EQ(logIndexes().front(), 30);
+}
+
+TEST_F(LogCleanup, NoReplicaIsMarkedLostWhenAllWouldBe) {
+  appendLog(40, 0);
+  // r1's session ends: nobody is active, both pointers are old.
+  keeper_.reset();
+  keeper_ = server_->connect();
+  ASSERT_TRUE(keeper_->set(r1_.logPointer(), "3"));
+  ASSERT_TRUE(keeper_->set(r2_.logPointer(), "5"));
+  auto cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 10});
+  ASSERT_TRUE(cleaned);
+  EXPECT_TRUE(cleaned->marked_lost.empty());
+  EXPECT_EQ(keeper_->get(r1_.isLost())->data, "0");
+  EXPECT_EQ(logIndexes().front(), 3);
 }
 
 }  // namespace

@@ -93,6 +93,15 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().find("replication.secretFile: cannot read"), std::string::npos)
       << missing.error();
+  auto logs = TableSpec::parseYaml(base + "replication: {minLogsToKeep: 3, maxLogsToKeep: 7, cleanupPeriodSeconds: 2}\n");
+  ASSERT_TRUE(logs) << logs.error();
+  EXPECT_EQ(logs->min_logs_to_keep, 3u);
+  EXPECT_EQ(logs->max_logs_to_keep, 7u);
+  EXPECT_EQ(logs->cleanup_period, std::chrono::seconds(2));
+  auto inverted = TableSpec::parseYaml(base + "replication: {minLogsToKeep: 30, maxLogsToKeep: 7}\n");
+  ASSERT_FALSE(inverted);
+  EXPECT_NE(inverted.error().find("replication.maxLogsToKeep: 7 is below minLogsToKeep 30"),
+            std::string::npos) << inverted.error();
   auto zero = TableSpec::parseYaml(base + "replication: {fetchThreads: 0}\n");
   ASSERT_FALSE(zero);
   EXPECT_NE(zero.error().find("replication.fetchThreads: expected a whole number from 1 to 64"),

@@ -43,6 +43,18 @@ class ReplicaMetrics {
   prometheus::Counter& broken_parts;  // parts found broken on start and moved to detached/
   prometheus::Gauge& replica_readonly;
 
+  // Replication (DESIGN.md 2.4): the queue, and what it did.
+  prometheus::Gauge& queue_size;
+  prometheus::Gauge& queue_oldest_entry_age_seconds;
+  prometheus::Gauge& replica_lost;  // 1 while waiting to clone a healthy replica
+  prometheus::Counter& fetches;
+  prometheus::Counter& fetched_bytes;
+  prometheus::Counter& fetch_errors;  // failed transfers (each source tried counts)
+  // Queue entries by type (get, merge, drop_range, attach).
+  prometheus::Gauge& queueEntries(const std::string& type);
+  // Entries passed over by the queue's selection, by reason (covered_by_future_part, ...).
+  prometheus::Counter& queuePostponed(const std::string& reason);
+
   // Latency of one ZooKeeper request by operation (get, exists, children, create, set, remove, multi).
   prometheus::Histogram& zookeeperRequestDuration(const std::string& operation);
   prometheus::Counter& zookeeperErrors(const std::string& operation, const std::string& code);
@@ -51,6 +63,8 @@ class ReplicaMetrics {
   ReplicaLabels labels_;
   prometheus::Family<prometheus::Histogram>& zookeeper_duration_family_;
   prometheus::Family<prometheus::Counter>& zookeeper_errors_family_;
+  prometheus::Family<prometheus::Gauge>& queue_entries_family_;
+  prometheus::Family<prometheus::Counter>& queue_postponed_family_;
 };
 
 // Exhaustion projection from counter samples over a sliding window: counter growth per second and

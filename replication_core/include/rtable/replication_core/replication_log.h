@@ -9,10 +9,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "rtable/replication_core/active_part_set.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/replication_queue.h"
 #include "rtable/replication_core/table_paths.h"
@@ -33,10 +35,17 @@ class LogPuller {
 
   explicit LogPuller(TablePaths paths) : paths_(std::move(paths)) {}
 
+  // Whether an entry needs no work here: a part this replica committed itself is in its parts
+  // already, so its entry only moves the pointer (one queue node written and removed less per
+  // insert than ClickHouse).
+  using SkipEntry = std::function<bool(const LogEntry&)>;
+
   // Copies every log entry at or after log_pointer into the queue; returns the new queue entries
   // in order. Batches start at one entry and double up to kMaxBatch (ClickHouse's
   // current_multi_batch_size), so a replica that was away catches up in few round trips.
-  KeeperResult<std::vector<QueueEntry>> pull(Keeper& keeper);
+  // `on_new_entries` is a one-shot watch on the log's children.
+  KeeperResult<std::vector<QueueEntry>> pull(Keeper& keeper, const SkipEntry& skip = {},
+                                             WatchCallback on_new_entries = {});
 
   // Multis used by the last pull (for tests and metrics).
   std::size_t lastPullMultis() const { return last_pull_multis_; }
@@ -47,14 +56,40 @@ class LogPuller {
   std::size_t last_pull_multis_ = 0;
 };
 
+struct CloneResult {
+  std::vector<QueueEntry> entries;  // this replica's new queue
+  // What the source has or will have: a local part none of these contains has no place in the
+  // table any more (dropped, say, while this replica was away).
+  ActiveDataPartSet source_parts;
+};
+
 // Makes this replica a copy of `source` (cloneReplica): a get entry for each of the source's
 // parts that no other part of it covers, then the source's own queue, and the source's
 // log_pointer; is_lost becomes 0. Used for a new replica of a table with history and for a lost
-// replica. Returns the queue entries created.
-KeeperResult<std::vector<QueueEntry>> cloneReplica(Keeper& keeper, const TablePaths& paths,
-                                                   const std::string& source);
+// replica.
+KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
+                                       const std::string& source);
 
 // The live replica to clone from: active, not lost, with the highest log_pointer (the healthiest).
 KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths);
+
+// How much log to keep (ClickHouse's min_replicated_logs_to_keep / max_replicated_logs_to_keep).
+struct LogRetention {
+  std::size_t min_entries = 10;
+  std::size_t max_entries = 1000;
+};
+
+struct LogCleanupResult {
+  std::size_t removed = 0;                  // log entries removed
+  std::vector<std::string> marked_lost;     // replicas marked lost by this round
+};
+
+// ClickHouse's clearOldLogs, run by the leader: removes entries every live replica has pulled,
+// always keeping the newest `min_entries`. An inactive replica whose pointer is older than the
+// newest `max_entries` no longer holds the log back: it is marked lost (is_lost = 1, guarded by
+// the version of its host node, so a replica that comes back meanwhile is not) and will clone a
+// healthy replica when it returns. No replica is marked lost when all would be.
+KeeperResult<LogCleanupResult> clearOldLogs(Keeper& keeper, const TablePaths& paths,
+                                            LogRetention retention);
 
 }  // namespace rtable::core

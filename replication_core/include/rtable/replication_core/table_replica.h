@@ -1,5 +1,9 @@
 // One replica of a replicated table: its parts on local disk, its registration in ZooKeeper, the
-// insert path and reads. (Fetching from and merging with other replicas come with the queue.)
+// insert path, reads, and replication (DESIGN.md 2.4): the log is pulled into this replica's
+// queue, whose entries run out of order in a fetch pool and a merge pool. Merges are chosen by
+// the leader only, written to the log, and executed by every replica, so parts are the same
+// everywhere. A replica that lacks a merge's sources fetches the merged part instead; a new
+// replica of a table with history (or a lost one) clones a healthy replica first.
 //
 // Insert (DESIGN.md 2.3): the request's rows are parsed whole first, so bad input writes nothing;
 // full parts go to a staging folder of the request. Then, part by part: allocate a block number
@@ -34,6 +38,8 @@
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/part_format.h"
+#include "rtable/replication_core/replication_log.h"
+#include "rtable/replication_core/replication_queue.h"
 #include "rtable/replication_core/sequential_counter.h"
 #include "rtable/replication_core/table_spec.h"
 
@@ -88,6 +94,9 @@ struct ReplicaState {
   std::vector<std::string> unexpected_parts;  // detached on start: on disk, not in ZooKeeper
   std::vector<std::string> lost_parts;        // in ZooKeeper, not on disk
   std::vector<std::string> uncertain_parts;   // commit outcome not known yet
+  bool lost = false;                          // waiting to clone a healthy replica
+  std::vector<QueueEntry> queue;              // in execution order
+  std::map<std::string, uint64_t> postponed;  // postponements so far, by reason
 };
 
 struct TableReplicaOptions {
@@ -97,7 +106,12 @@ struct TableReplicaOptions {
   std::size_t merge_min_parts = 6;
   std::size_t merge_max_parts = 10;
   std::chrono::milliseconds background_period{1000};
-  bool background = true;  // merges and dedup window cleanup in a thread
+  // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
+  // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
+  std::chrono::milliseconds min_pull_interval{100};
+  // A fetch gives up on a source that sends nothing for this long.
+  std::chrono::milliseconds fetch_timeout{30000};
+  bool background = true;  // replication, merges and dedup window cleanup in threads
 };
 
 // One block of an insert, not yet committed: sorted rows (held until the commit writes them, for
@@ -112,6 +126,7 @@ struct PendingPartFile {
 };
 
 class PendingInsert;
+class ExecutionPool;
 
 class TableReplica {
  public:
@@ -135,9 +150,16 @@ class TableReplica {
   // Everything /replica shows, including the log counter read from ZooKeeper.
   ReplicaState state();
 
-  // Runs one round of background work now (merge selection and execution, dedup window cleanup);
-  // returns the number of merges done. The background thread calls this every period.
+  // Runs one round of background work now, in this thread: pull the log, (as leader) clean the
+  // dedup window and assign merges, execute whatever the queue allows. Returns the number of
+  // merges executed.
   std::size_t runBackgroundRoundForTest();
+
+  // Waits until every log entry that exists now has been executed here (POST /sync). False when
+  // `timeout` passed first.
+  bool syncQueue(std::chrono::milliseconds timeout);
+  // "" when virtual_parts = current parts + queue holds, else what differs.
+  std::string checkQueueInvariant() const;
 
   // Stops background work; in-flight inserts finish. The ZooKeeper session is closed last.
   void shutdown();
@@ -153,9 +175,25 @@ class TableReplica {
   // `writing`: the part's write, if it was not written yet; waited for before the rename.
   std::expected<std::string, InsertError> commitOne(Keeper& keeper, PendingPartFile& pending,
                                                     PartWrite& writing, InsertResult& result);
-  std::size_t mergeRound(Keeper& keeper);
+  // Pulls new log entries into the queue; false if ZooKeeper could not be asked.
+  bool updateQueue(Keeper& keeper);
+  // Leader only: chooses merges among parts every replica will have and writes them to the log.
+  std::size_t assignMerges(Keeper& keeper);
+  // Takes every entry the queue lets run now: into the pools, or (`inline_execution`) executes
+  // them here. Returns the merges executed here.
+  std::size_t scheduleQueue(bool inline_execution);
+  // Runs one selected entry and reports the outcome to the queue.
+  bool executeEntry(const SelectedEntry& selected);
+  std::expected<void, std::string> executeFetch(Keeper& keeper, const SelectedEntry& selected);
+  std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
+  std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
+  // A lost replica (or a new one of a table with history) becomes a copy of a healthy one.
+  // False while there is none to copy.
+  bool cloneIfLost(Keeper& keeper);
+  ReplicationQueue::LocalPartLookup localPartLookup() const;
   void resolveUncertainParts(Keeper& keeper);
   bool isLeader(Keeper& keeper);
+  // Lock order: queue_mu_ before parts_mu_.
   void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows);
   void makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows);
   // Block numbers locked in block_numbers/<partition>: inserts in flight on any replica.
@@ -165,6 +203,8 @@ class TableReplica {
   // would hide that block's rows. Requires parts_mu_.
   bool rangeHasUnpublishedBlocksLocked(const PartName& result, const std::vector<int64_t>& locked) const;
   void backgroundLoop();
+  void updateQueueMetrics();
+  void cleanLog(Keeper& keeper);
   void updateLogMetrics(Keeper& keeper);
   DataPartPtr makeDataPart(const PartName& name, PartChecksums checksums);
 
@@ -195,9 +235,20 @@ class TableReplica {
   // its block here, under parts_mu_, before its commit removes the block's lock in ZooKeeper.
   std::set<PartName> unpublished_;
 
+  // The queue and its puller; queue_changed_ tells waiters (syncQueue) that entries finished.
+  mutable std::mutex queue_mu_;
+  ReplicationQueue queue_;
+  LogPuller puller_;
+  std::condition_variable queue_changed_;
+  std::atomic<bool> lost_{false};
+  std::chrono::steady_clock::time_point last_pull_{};
+  std::unique_ptr<ExecutionPool> fetch_pool_;
+  std::unique_ptr<ExecutionPool> merge_pool_;
+
   std::atomic<uint64_t> next_staging_id_{0};
   std::mutex background_mu_;
   std::condition_variable background_wake_;
+  bool wake_requested_ = false;  // a new log entry, or an entry finished
   bool stopping_ = false;
   std::thread background_;
 };

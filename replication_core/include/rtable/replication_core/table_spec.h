@@ -19,6 +19,9 @@
 //     secretFile: /etc/rtable/interserver/secret   # shared by the replicas; guards part fetches
 //     fetchThreads: 4
 //     mergeThreads: 2
+//     minLogsToKeep: 10           # log entries always kept
+//     maxLogsToKeep: 1000         # an offline replica further behind is marked lost
+//     cleanupPeriodSeconds: 30
 #pragma once
 
 #include <chrono>
@@ -52,6 +55,10 @@ struct TableSpec {
   std::string interserver_secret;
   std::size_t fetch_threads = 4;  // the fetch pool (I/O)
   std::size_t merge_threads = 2;  // the merge pool (CPU, disk); 2 cores here
+  // Log trimming by the leader (ClickHouse's min/max_replicated_logs_to_keep, cleanup_delay_period).
+  std::size_t min_logs_to_keep = 10;
+  std::size_t max_logs_to_keep = 1000;
+  std::chrono::seconds cleanup_period{30};
 
   static std::expected<TableSpec, std::string> parseYaml(const std::string& text);
   static std::expected<TableSpec, std::string> load(const std::filesystem::path& file);

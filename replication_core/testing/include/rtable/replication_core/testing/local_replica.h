@@ -22,6 +22,8 @@ struct LocalReplicaOptions {
   std::string replica = "r1";
   std::string host = "127.0.0.1";      // listen and advertised address
   int session_timeout_ms = 4000;       // short, so a killed replica's session ends quickly
+  std::string interserver_secret = "local-replication-secret";  // shared by a table's replicas
+  std::string replication_settings;  // more of the spec's replication mapping, e.g. "minLogsToKeep: 3"
 };
 
 class LocalReplica {

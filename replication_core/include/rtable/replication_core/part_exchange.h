@@ -1,0 +1,99 @@
+// Moving a part between replicas over HTTP (DESIGN.md 2.4 "Fetch"; the wire format is in
+// docs/formats.md "Part transfer between replicas").
+//
+// The sending side is `GET /replication/part?name=<part>` on the replica's HTTP server
+// (http_api.cpp), which streams a PartTransferReader's bytes. The fetching side is fetchPart: it
+// writes the files as they arrive, checks every size and hash against the part's checksums.txt,
+// verifies the whole part, and leaves a durable directory only when all of it is right. Both sides
+// need the replicas' shared secret (TableSpec::interserver_secret).
+//
+// Thread safety: free functions may be called concurrently; a PartTransferReader is used by one
+// thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rtable/replication_core/part_format.h"
+#include "rtable/replication_core/table_schema.h"
+
+namespace rtable::core {
+
+inline constexpr std::string_view kPartTransferPath = "/replication/part";
+inline constexpr std::string_view kInterserverSecretHeader = "X-Rtable-Interserver-Secret";
+
+// Whether `presented` is the secret. The time taken does not depend on where the two differ (it
+// may depend on their lengths).
+bool interserverSecretMatches(std::string_view secret, std::string_view presented);
+
+// The body of a part transfer, read front to back. open() opens every file of the part and checks
+// its size against checksums.txt, so the body's length is known before its first byte is sent and
+// the files stay readable even if the part directory is removed meanwhile.
+class PartTransferReader {
+ public:
+  // `expected`: the checksums the replica loaded for the part; checksums.txt on disk must say the
+  // same. Errors name the part directory and the file.
+  static std::expected<PartTransferReader, std::string> open(const std::filesystem::path& part_dir,
+                                                             const PartChecksums& expected);
+  PartTransferReader(PartTransferReader&&) noexcept;
+  PartTransferReader& operator=(PartTransferReader&&) noexcept;
+  ~PartTransferReader();
+
+  // The whole body in bytes: the Content-Length of the response.
+  uint64_t contentLength() const;
+  // Up to `capacity` next bytes of the body into `data`; 0 once contentLength() bytes were read.
+  // An error (a file that shrank or cannot be read) means the body cannot be completed.
+  std::expected<std::size_t, std::string> read(uint8_t* data, std::size_t capacity);
+
+ private:
+  struct State;
+  explicit PartTransferReader(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// A replica to fetch from: its name (for messages) and where its HTTP API listens.
+struct FetchSource {
+  std::string replica;
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct FetchError {
+  enum class Kind {
+    kUnauthorized,  // the source refused our secret, has none, or we have none
+    kNotFound,      // the part is not active on the source
+    kTransfer,      // no complete answer: refused, reset, cut short, timed out, or an HTTP error
+    kCorrupt,       // the bytes arrived but are not the part: a size, hash or format mismatch
+    kLocal,         // on our side: our disk, dest_dir exists, or a request we cannot make
+  };
+  Kind kind;
+  std::string message;  // names the source replica, and the file for kCorrupt
+  int http_status = 0;  // the source's HTTP status; 0 when no HTTP answer arrived
+
+  std::string toString() const;
+};
+
+std::string_view fetchErrorKindName(FetchError::Kind kind);
+
+// Fetches `part_name` from `from` into `dest_dir`, which must not exist (it is not touched if it
+// does). The files are written as they arrive and checked against the received checksums.txt
+// (size and XXH3-128) while writing; then the whole part is verified (verifyPart: the schema's
+// files, columns decode), every file and `dest_dir` are fsynced. The part becomes visible (and
+// durable) when the caller renames `dest_dir` into the table directory and fsyncs that, as for
+// writeStagedPart. On any failure `dest_dir` is removed.
+//
+// `timeout` bounds connecting and every wait for the source (an idle connection), not the whole
+// transfer, whose length depends on the part's size. Host name resolution is not bounded by it.
+std::expected<PartChecksums, FetchError> fetchPart(const FetchSource& from,
+                                                   const std::string& secret,
+                                                   const std::string& part_name,
+                                                   const std::filesystem::path& dest_dir,
+                                                   const TableSchema& schema,
+                                                   std::chrono::milliseconds timeout);
+
+}  // namespace rtable::core

@@ -1,0 +1,837 @@
+#include "rtable/replication_core/part_exchange.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "rtable/replication_core/hash128.h"
+#include "rtable/replication_core/part_name.h"
+
+namespace rtable::core {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kMagicLine = "rtable part transfer v1";
+constexpr std::string_view kChecksumsFile = "checksums.txt";
+// part_format.cpp refuses a larger checksums.txt (its kMaxTextFileBytes), so no valid part has one.
+constexpr uint64_t kMaxChecksumsBytes = 16 << 20;
+// A line of the body is short: the magic line, a count, or `<name>\t<size>` with a column file's
+// name; a longer one is not a transfer of ours, and is not buffered.
+constexpr std::size_t kMaxLineBytes = 4096;
+constexpr std::size_t kMaxResponseHeadBytes = 64 << 10;
+// An error answer is a small JSON object; more of it is not read.
+constexpr std::size_t kMaxErrorBodyBytes = 64 << 10;
+// Bytes per receive and per file write.
+constexpr std::size_t kChunkBytes = 256 << 10;
+
+std::string errnoText(int error) {
+  return std::generic_category().message(error);
+}
+
+// Text from the wire for a message: at most 80 bytes, non-printable bytes as \xNN.
+std::string shown(std::string_view text) {
+  constexpr std::size_t kMaxShown = 80;
+  std::string out = "'";
+  for (char c : text.substr(0, kMaxShown)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    }
+  }
+  out += text.size() > kMaxShown ? "'..." : "'";
+  return out;
+}
+
+std::optional<uint64_t> parseDecimal(std::string_view text) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// A file name from the wire that is safe to create inside the part directory.
+bool isSafeFileName(std::string_view name) {
+  if (name.empty() || name.find('/') != std::string_view::npos ||
+      name.find("..") != std::string_view::npos) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+  // close(2)'s own error matters for files just written (a deferred write error).
+  std::expected<void, std::string> close() {
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) return std::unexpected(fmt::format("close failed: {}", errnoText(errno)));
+    return {};
+  }
+
+ private:
+  int fd_;
+};
+
+std::expected<void, std::string> fsyncFd(int fd) {
+  while (::fsync(fd) != 0) {
+    if (errno != EINTR) return std::unexpected(fmt::format("fsync failed: {}", errnoText(errno)));
+  }
+  return {};
+}
+
+}  // namespace
+
+bool interserverSecretMatches(std::string_view secret, std::string_view presented) {
+  if (secret.empty() || secret.size() != presented.size()) return false;
+  return CRYPTO_memcmp(secret.data(), presented.data(), secret.size()) == 0;
+}
+
+// --- The sending side ------------------------------------------------------------------------
+
+// The body as pieces: text held here (the header lines, checksums.txt), or a file's bytes.
+struct PartTransferReader::State {
+  struct Piece {
+    std::string text;
+    Fd file;
+    std::string file_name;
+    uint64_t size = 0;
+  };
+  fs::path part_dir;
+  std::vector<Piece> pieces;
+  std::size_t current = 0;
+  uint64_t offset = 0;  // in pieces[current]
+  uint64_t length = 0;
+
+  void appendText(std::string_view text) {
+    if (pieces.empty() || pieces.back().file.get() >= 0) pieces.emplace_back();
+    pieces.back().text += text;
+    pieces.back().size = pieces.back().text.size();
+  }
+};
+
+PartTransferReader::PartTransferReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PartTransferReader::PartTransferReader(PartTransferReader&&) noexcept = default;
+PartTransferReader& PartTransferReader::operator=(PartTransferReader&&) noexcept = default;
+PartTransferReader::~PartTransferReader() = default;
+
+std::expected<PartTransferReader, std::string> PartTransferReader::open(
+    const fs::path& part_dir, const PartChecksums& expected) {
+  auto fail = [&](std::string_view file, std::string_view what) {
+    return std::unexpected(fmt::format("part {}: {}: {}", part_dir.string(), file, what));
+  };
+  auto openSized =
+      [&](std::string_view name) -> std::expected<std::pair<Fd, uint64_t>, std::string> {
+    Fd fd(::open((part_dir / name).c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return fail(name, fmt::format("cannot open: {}", errnoText(errno)));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return fail(name, fmt::format("fstat: {}", errnoText(errno)));
+    if (!S_ISREG(st.st_mode)) return fail(name, "not a regular file");
+    return std::pair{std::move(fd), static_cast<uint64_t>(st.st_size)};
+  };
+
+  auto checksums_file = openSized(kChecksumsFile);
+  if (!checksums_file) return std::unexpected(checksums_file.error());
+  auto& [checksums_fd, checksums_size] = *checksums_file;
+  if (checksums_size > kMaxChecksumsBytes) {
+    return fail(kChecksumsFile, fmt::format("larger than {} bytes", kMaxChecksumsBytes));
+  }
+  std::string checksums_text(checksums_size, '\0');
+  for (std::size_t done = 0; done < checksums_text.size();) {
+    const ssize_t n = ::pread(checksums_fd.get(), checksums_text.data() + done,
+                              checksums_text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(kChecksumsFile, fmt::format("read failed: {}", errnoText(errno)));
+    if (n == 0) return fail(kChecksumsFile, "shrank while being read");
+    done += static_cast<std::size_t>(n);
+  }
+  auto checksums = PartChecksums::parse(checksums_text);
+  if (!checksums) return fail(kChecksumsFile, checksums.error());
+  if (*checksums != expected) {
+    return fail(kChecksumsFile,
+                fmt::format("says total {}, the replica loaded the part with total {}",
+                            checksums->total.hex(), expected.total.hex()));
+  }
+
+  auto state = std::make_unique<State>();
+  state->part_dir = part_dir;
+  state->appendText(fmt::format("{}\n{}\n{}\t{}\n", kMagicLine, checksums->files.size() + 1,
+                                kChecksumsFile, checksums_text.size()));
+  state->appendText(checksums_text);
+  for (const auto& file : checksums->files) {
+    auto opened = openSized(file.name);
+    if (!opened) return std::unexpected(opened.error());
+    if (opened->second != file.size) {
+      return fail(file.name,
+                  fmt::format("size {} bytes, checksums.txt says {}", opened->second, file.size));
+    }
+    state->appendText(fmt::format("{}\t{}\n", file.name, file.size));
+    state->pieces.push_back(State::Piece{{}, std::move(opened->first), file.name, file.size});
+  }
+  for (const auto& piece : state->pieces) state->length += piece.size;
+  return PartTransferReader(std::move(state));
+}
+
+uint64_t PartTransferReader::contentLength() const {
+  return state_->length;
+}
+
+std::expected<std::size_t, std::string> PartTransferReader::read(uint8_t* data,
+                                                                 std::size_t capacity) {
+  State& s = *state_;
+  std::size_t done = 0;
+  while (done < capacity && s.current < s.pieces.size()) {
+    State::Piece& piece = s.pieces[s.current];
+    if (s.offset == piece.size) {
+      ++s.current;
+      s.offset = 0;
+      continue;
+    }
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<uint64_t>(capacity - done, piece.size - s.offset));
+    if (piece.file.get() < 0) {
+      std::memcpy(data + done, piece.text.data() + s.offset, n);
+      done += n;
+      s.offset += n;
+      continue;
+    }
+    const ssize_t got = ::pread(piece.file.get(), data + done, n, static_cast<off_t>(s.offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return std::unexpected(fmt::format("part {}: {}: read failed: {}", s.part_dir.string(),
+                                         piece.file_name, errnoText(errno)));
+    }
+    if (got == 0) {
+      return std::unexpected(fmt::format("part {}: {}: ends after {} of its {} bytes",
+                                         s.part_dir.string(), piece.file_name, s.offset,
+                                         piece.size));
+    }
+    done += static_cast<std::size_t>(got);
+    s.offset += static_cast<uint64_t>(got);
+  }
+  return done;
+}
+
+// --- The fetching side -----------------------------------------------------------------------
+//
+// A plain blocking socket, one request per connection ("Connection: close"), rather than
+// cpprestsdk's http_client: the client reads the response body at its own pace with TCP's flow
+// control (cpprestsdk's client copies the body into an unbounded stream buffer as fast as it
+// arrives), a short body is an exact count against Content-Length, every wait has our deadline,
+// and no request depends on cpprestsdk's thread pool, which a fetch thread must not wait on.
+
+std::string_view fetchErrorKindName(FetchError::Kind kind) {
+  switch (kind) {
+    case FetchError::Kind::kUnauthorized:
+      return "unauthorized";
+    case FetchError::Kind::kNotFound:
+      return "not found";
+    case FetchError::Kind::kTransfer:
+      return "transfer failed";
+    case FetchError::Kind::kCorrupt:
+      return "corrupt";
+    case FetchError::Kind::kLocal:
+      return "local error";
+  }
+  return "unknown";
+}
+
+std::string FetchError::toString() const {
+  return http_status != 0
+             ? fmt::format("{} (HTTP {}): {}", fetchErrorKindName(kind), http_status, message)
+             : fmt::format("{}: {}", fetchErrorKindName(kind), message);
+}
+
+namespace {
+
+using Kind = FetchError::Kind;
+template <class T>
+using FetchResult = std::expected<T, FetchError>;
+
+// What the errors of one fetch start with.
+struct FetchContext {
+  const FetchSource& from;
+  const std::string& part_name;
+
+  std::unexpected<FetchError> error(Kind kind, std::string_view what, int status = 0) const {
+    return std::unexpected(
+        FetchError{kind,
+                   fmt::format("fetching part {} from replica {} ({}:{}): {}", part_name,
+                               from.replica, from.host, from.port, what),
+                   status});
+  }
+};
+
+class Connection {
+ public:
+  static FetchResult<Connection> open(const FetchContext& context,
+                                      std::chrono::milliseconds timeout) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(context.from.port);
+    const int rc = ::getaddrinfo(context.from.host.c_str(), port.c_str(), &hints, &found);
+    if (rc != 0) {
+      return context.error(Kind::kTransfer, fmt::format("cannot resolve host '{}': {}",
+                                                        context.from.host, ::gai_strerror(rc)));
+    }
+    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+    std::string last_error = "no address";
+    for (const addrinfo* address = found; address; address = address->ai_next) {
+      Fd fd(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                     address->ai_protocol));
+      if (fd.get() < 0) {
+        last_error = fmt::format("socket: {}", errnoText(errno));
+        continue;
+      }
+      Connection connection(std::move(fd), timeout);
+      if (::connect(connection.fd_.get(), address->ai_addr, address->ai_addrlen) == 0) {
+        return connection;
+      }
+      if (errno != EINPROGRESS) {
+        last_error = errnoText(errno);
+        continue;
+      }
+      if (!connection.waitFor(POLLOUT)) {
+        last_error = fmt::format("no connection within {} ms", timeout.count());
+        continue;
+      }
+      int error = 0;
+      socklen_t length = sizeof(error);
+      if (::getsockopt(connection.fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
+        error = errno;
+      }
+      if (error == 0) return connection;
+      last_error = errnoText(error);
+    }
+    return context.error(Kind::kTransfer, fmt::format("cannot connect: {}", last_error));
+  }
+
+  FetchResult<void> sendAll(const FetchContext& context, std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
+      if (n >= 0) {
+        data.remove_prefix(static_cast<std::size_t>(n));
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!waitFor(POLLOUT)) {
+          return context.error(
+              Kind::kTransfer,
+              fmt::format("the request could not be sent within {} ms", timeout_.count()));
+        }
+      } else if (errno != EINTR) {
+        return context.error(Kind::kTransfer,
+                             fmt::format("sending the request: {}", errnoText(errno)));
+      }
+    }
+    return {};
+  }
+
+  // Some bytes into `data`; 0 when the source closed the connection.
+  FetchResult<std::size_t> receive(const FetchContext& context, char* data, std::size_t capacity) {
+    for (;;) {
+      const ssize_t n = ::recv(fd_.get(), data, capacity, 0);
+      if (n >= 0) return static_cast<std::size_t>(n);
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!waitFor(POLLIN)) {
+          return context.error(Kind::kTransfer,
+                               fmt::format("nothing received for {} ms", timeout_.count()));
+        }
+      } else if (errno != EINTR) {
+        return context.error(Kind::kTransfer, fmt::format("receiving: {}", errnoText(errno)));
+      }
+    }
+  }
+
+ private:
+  Connection(Fd fd, std::chrono::milliseconds timeout) : fd_(std::move(fd)), timeout_(timeout) {}
+
+  // Whether the socket became ready for `events` (or has an error to report) within the timeout.
+  bool waitFor(short events) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_.get(), events, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), INT32_MAX)));
+      if (n > 0) return true;
+      if (n < 0 && errno != EINTR) return true;  // the next call reports the error
+    }
+  }
+
+  Fd fd_;
+  std::chrono::milliseconds timeout_;
+};
+
+struct ResponseHead {
+  int status = 0;
+  std::optional<uint64_t> content_length;
+  bool chunked = false;
+};
+
+// The response: its head, then a body of exactly Content-Length bytes. Reads never go past the
+// body, whatever the body's contents announce.
+class Response {
+ public:
+  Response(Connection connection, const FetchContext& context)
+      : connection_(std::move(connection)), context_(context) {}
+
+  FetchResult<ResponseHead> readHead() {
+    std::size_t head_end;
+    while ((head_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (buffer_.size() > kMaxResponseHeadBytes) {
+        return context_.error(Kind::kTransfer, fmt::format("the answer's head is longer than {} "
+                                                           "bytes",
+                                                           kMaxResponseHeadBytes));
+      }
+      auto more = receiveMore();
+      if (!more) return std::unexpected(more.error());
+      if (!*more) {
+        return context_.error(Kind::kTransfer,
+                              buffer_.empty() ? "the connection closed without an answer"
+                                              : "the connection closed inside the answer's head");
+      }
+    }
+    const std::string_view head = std::string_view(buffer_).substr(0, head_end);
+    ResponseHead result;
+    std::size_t line_end = head.find("\r\n");
+    const std::string_view status_line = head.substr(0, line_end);
+    if (!status_line.starts_with("HTTP/1.") || status_line.size() < 12 || status_line[8] != ' ') {
+      return context_.error(Kind::kTransfer,
+                            fmt::format("not an HTTP answer: {}", shown(status_line)));
+    }
+    auto status = parseDecimal(status_line.substr(9, 3));
+    if (!status) {
+      return context_.error(Kind::kTransfer,
+                            fmt::format("unreadable status line {}", shown(status_line)));
+    }
+    result.status = static_cast<int>(*status);
+    while (line_end != std::string_view::npos) {
+      const std::size_t start = line_end + 2;
+      line_end = head.find("\r\n", start);
+      const std::string_view line =
+          head.substr(start, line_end == head.npos ? head.npos : line_end - start);
+      const std::size_t colon = line.find(':');
+      if (colon == std::string_view::npos) continue;
+      std::string name(line.substr(0, colon));
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      std::string_view value = line.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+      }
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) {
+        value.remove_suffix(1);
+      }
+      if (name == "content-length") {
+        result.content_length = parseDecimal(value);
+        if (!result.content_length) {
+          return context_.error(Kind::kTransfer,
+                                fmt::format("unreadable Content-Length {}", shown(value)));
+        }
+      } else if (name == "transfer-encoding") {
+        result.chunked = true;
+      }
+    }
+    position_ = head_end + 4;
+    body_left_ = result.content_length.value_or(0);
+    body_length_ = body_left_;
+    return result;
+  }
+
+  // An error answer's body: up to kMaxErrorBodyBytes of it, whatever arrived of it.
+  std::string readErrorBody(const ResponseHead& head) {
+    body_left_ =
+        std::min<uint64_t>(head.content_length.value_or(kMaxErrorBodyBytes), kMaxErrorBodyBytes);
+    std::string body;
+    while (body_left_ > 0) {
+      auto chunk = nextBodyBytes(body_left_);
+      if (!chunk) break;
+      body += *chunk;
+    }
+    return body;
+  }
+
+  uint64_t bodyLeft() const { return body_left_; }
+  uint64_t bodyLength() const { return body_length_; }
+
+  // The next 1..max bytes of the body (valid until the next call); an error at the end of the
+  // body or of the connection.
+  FetchResult<std::string_view> nextBodyBytes(uint64_t max) {
+    if (body_left_ == 0 || max == 0) {
+      return context_.error(Kind::kCorrupt, "read past the end of the body");  // callers check
+    }
+    if (position_ == buffer_.size()) {
+      buffer_.clear();
+      position_ = 0;
+      auto more = receiveMore();
+      if (!more) return std::unexpected(more.error());
+      if (!*more) {
+        return context_.error(Kind::kTransfer,
+                              fmt::format("the connection closed after {} of the body's {} bytes",
+                                          body_length_ - body_left_, body_length_));
+      }
+    }
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<uint64_t>({max, body_left_, buffer_.size() - position_}));
+    const std::string_view bytes = std::string_view(buffer_).substr(position_, n);
+    position_ += n;
+    body_left_ -= n;
+    return bytes;
+  }
+
+  // A line of the body without its '\n'. `what` names it for errors.
+  FetchResult<std::string> readLine(std::string_view what) {
+    std::string line;
+    for (;;) {
+      if (body_left_ == 0) {
+        return context_.error(
+            Kind::kCorrupt,
+            fmt::format("the body ends {} {}", line.empty() ? "before" : "inside", what));
+      }
+      // Peek at what is buffered, so that only the line is consumed.
+      if (position_ == buffer_.size()) {
+        auto more = nextBodyBytes(1);
+        if (!more) return std::unexpected(more.error());
+        if ((*more)[0] == '\n') return line;
+        line += *more;
+        continue;
+      }
+      const std::string_view buffered = std::string_view(buffer_).substr(
+          position_,
+          static_cast<std::size_t>(std::min<uint64_t>(body_left_, buffer_.size() - position_)));
+      const std::size_t newline = buffered.find('\n');
+      const std::size_t take = newline == std::string_view::npos ? buffered.size() : newline;
+      if (line.size() + take > kMaxLineBytes) {
+        return context_.error(Kind::kCorrupt, fmt::format("{} is longer than {} bytes: {}", what,
+                                                          kMaxLineBytes, shown(line)));
+      }
+      line += buffered.substr(0, take);
+      const std::size_t consumed = take + (newline == std::string_view::npos ? 0 : 1);
+      position_ += consumed;
+      body_left_ -= consumed;
+      if (newline != std::string_view::npos) return line;
+    }
+  }
+
+ private:
+  // Appends what the connection has; false when it closed.
+  FetchResult<bool> receiveMore() {
+    const std::size_t old_size = buffer_.size();
+    buffer_.resize(old_size + kChunkBytes);
+    auto n = connection_.receive(context_, buffer_.data() + old_size, kChunkBytes);
+    buffer_.resize(old_size + (n ? *n : 0));
+    if (!n) return std::unexpected(n.error());
+    return *n > 0;
+  }
+
+  Connection connection_;
+  const FetchContext& context_;
+  std::string buffer_;
+  std::size_t position_ = 0;  // in buffer_: the next byte not consumed
+  uint64_t body_left_ = 0;
+  uint64_t body_length_ = 0;
+};
+
+// The `<name>\t<size>` line before each file.
+struct FileLine {
+  std::string name;
+  uint64_t size = 0;
+};
+
+FetchResult<FileLine> readFileLine(Response& response, const FetchContext& context,
+                                   std::size_t index) {
+  auto line = response.readLine(fmt::format("the line of file {}", index + 1));
+  if (!line) return std::unexpected(line.error());
+  const std::size_t tab = line->find('\t');
+  std::optional<uint64_t> size;
+  if (tab != std::string::npos) size = parseDecimal(std::string_view(*line).substr(tab + 1));
+  if (!size) {
+    return context.error(Kind::kCorrupt, fmt::format("file {}: expected '<name>\\t<size>', got {}",
+                                                     index + 1, shown(*line)));
+  }
+  FileLine file{line->substr(0, tab), *size};
+  if (!isSafeFileName(file.name)) {
+    return context.error(Kind::kCorrupt, fmt::format("file {}: {} is not a file name of a part",
+                                                     index + 1, shown(file.name)));
+  }
+  if (file.size > response.bodyLeft()) {
+    return context.error(Kind::kCorrupt,
+                         fmt::format("file {}: {} bytes announced, the body has {} bytes left",
+                                     file.name, file.size, response.bodyLeft()));
+  }
+  return file;
+}
+
+// Files written into the part directory, fsynced together once all are there.
+class PartFiles {
+ public:
+  PartFiles(const fs::path& dir, const FetchContext& context) : dir_(dir), context_(context) {}
+
+  FetchResult<int> create(const std::string& name) {
+    Fd fd(::open((dir_ / name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) {
+      return context_.error(Kind::kLocal, fmt::format("{}: cannot create {}: {}", name,
+                                                      (dir_ / name).string(), errnoText(errno)));
+    }
+    files_.emplace_back(name, std::move(fd));
+    return files_.back().second.get();
+  }
+
+  FetchResult<void> write(int fd, const std::string& name, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return context_.error(Kind::kLocal, fmt::format("{}: write to {} failed: {}", name,
+                                                        dir_.string(), errnoText(errno)));
+      }
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return {};
+  }
+
+  // Every file, then the directory.
+  FetchResult<void> syncAll() {
+    for (auto& [name, fd] : files_) {
+      auto done = fsyncFd(fd.get());
+      if (done) done = fd.close();
+      if (!done) {
+        return context_.error(Kind::kLocal,
+                              fmt::format("{} in {}: {}", name, dir_.string(), done.error()));
+      }
+    }
+    files_.clear();
+    Fd dir(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dir.get() < 0) {
+      return context_.error(Kind::kLocal,
+                            fmt::format("cannot open {}: {}", dir_.string(), errnoText(errno)));
+    }
+    if (auto synced = fsyncFd(dir.get()); !synced) {
+      return context_.error(Kind::kLocal, fmt::format("{}: {}", dir_.string(), synced.error()));
+    }
+    return {};
+  }
+
+ private:
+  const fs::path& dir_;
+  const FetchContext& context_;
+  std::vector<std::pair<std::string, Fd>> files_;
+};
+
+// The body into `dest_dir` (created, empty), checked as it arrives. See docs/formats.md.
+FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& context,
+                                       const fs::path& dest_dir, const TableSchema& schema) {
+  auto magic = response.readLine("the first line");
+  if (!magic) return std::unexpected(magic.error());
+  if (*magic != kMagicLine) {
+    return context.error(Kind::kCorrupt, fmt::format("the body starts with {}, not '{}'",
+                                                     shown(*magic), kMagicLine));
+  }
+  auto count_line = response.readLine("the file count");
+  if (!count_line) return std::unexpected(count_line.error());
+  const auto count = parseDecimal(*count_line);
+  if (!count || *count == 0) {
+    return context.error(Kind::kCorrupt,
+                         fmt::format("expected a file count, got {}", shown(*count_line)));
+  }
+
+  PartFiles files(dest_dir, context);
+  // checksums.txt first: it says what every other file must be.
+  auto first = readFileLine(response, context, 0);
+  if (!first) return std::unexpected(first.error());
+  if (first->name != kChecksumsFile) {
+    return context.error(Kind::kCorrupt, fmt::format("the first file is {}, not {}",
+                                                     shown(first->name), kChecksumsFile));
+  }
+  if (first->size > kMaxChecksumsBytes) {
+    return context.error(Kind::kCorrupt,
+                         fmt::format("{}: {} bytes, more than the {} allowed", kChecksumsFile,
+                                     first->size, kMaxChecksumsBytes));
+  }
+  std::string checksums_text;
+  checksums_text.reserve(static_cast<std::size_t>(first->size));
+  while (checksums_text.size() < first->size) {
+    auto bytes = response.nextBodyBytes(first->size - checksums_text.size());
+    if (!bytes) return std::unexpected(bytes.error());
+    checksums_text += *bytes;
+  }
+  auto checksums = PartChecksums::parse(checksums_text);
+  if (!checksums) {
+    return context.error(Kind::kCorrupt, fmt::format("{}: {}", kChecksumsFile, checksums.error()));
+  }
+  auto checksums_fd = files.create(first->name);
+  if (!checksums_fd) return std::unexpected(checksums_fd.error());
+  if (auto ok = files.write(*checksums_fd, first->name, checksums_text); !ok)
+    return std::unexpected(ok.error());
+  if (*count != checksums->files.size() + 1) {
+    return context.error(Kind::kCorrupt,
+                         fmt::format("the body announces {} files, checksums.txt lists {} besides "
+                                     "itself",
+                                     *count, checksums->files.size()));
+  }
+
+  for (std::size_t i = 0; i < checksums->files.size(); ++i) {
+    const PartChecksums::File& expected = checksums->files[i];
+    auto line = readFileLine(response, context, i + 1);
+    if (!line) return std::unexpected(line.error());
+    if (line->name != expected.name) {
+      return context.error(Kind::kCorrupt,
+                           fmt::format("file {} arrived where checksums.txt lists {} next",
+                                       shown(line->name), expected.name));
+    }
+    if (line->size != expected.size) {
+      return context.error(Kind::kCorrupt,
+                           fmt::format("{}: {} bytes announced, checksums.txt says {}",
+                                       expected.name, line->size, expected.size));
+    }
+    auto fd = files.create(expected.name);
+    if (!fd) return std::unexpected(fd.error());
+    Hasher128 hasher;
+    for (uint64_t left = expected.size; left > 0;) {
+      auto bytes = response.nextBodyBytes(left);
+      if (!bytes) return std::unexpected(bytes.error());
+      hasher.update(bytes->data(), bytes->size());
+      if (auto ok = files.write(*fd, expected.name, *bytes); !ok)
+        return std::unexpected(ok.error());
+      left -= bytes->size();
+    }
+    if (const Hash128 hash = hasher.digest(); hash != expected.hash) {
+      return context.error(
+          Kind::kCorrupt, fmt::format("{}: hash {}, checksums.txt says {} (the content is corrupt)",
+                                      expected.name, hash.hex(), expected.hash.hex()));
+    }
+  }
+  if (response.bodyLeft() != 0) {
+    return context.error(Kind::kCorrupt,
+                         fmt::format("{} bytes follow the last file", response.bodyLeft()));
+  }
+
+  // Sizes and hashes hold; now the part as a whole: the schema's files, columns that decode.
+  auto verified = verifyPart(dest_dir, schema);
+  if (!verified) return context.error(Kind::kCorrupt, verified.error());
+  if (auto synced = files.syncAll(); !synced) return std::unexpected(synced.error());
+  return std::move(*verified);
+}
+
+std::string urlEncode(std::string_view value) {
+  std::string out;
+  for (unsigned char c : value) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::string& secret,
+                                     const fs::path& dest_dir, const TableSchema& schema,
+                                     std::chrono::milliseconds timeout) {
+  auto connection = Connection::open(context, timeout);
+  if (!connection) return std::unexpected(connection.error());
+  const std::string& host = context.from.host;
+  const std::string request =
+      fmt::format("GET {}?name={} HTTP/1.1\r\nHost: {}:{}\r\n{}: {}\r\nConnection: close\r\n\r\n",
+                  kPartTransferPath, urlEncode(context.part_name),
+                  host.find(':') == std::string::npos ? host : fmt::format("[{}]", host),
+                  context.from.port, kInterserverSecretHeader, secret);
+  if (auto sent = connection->sendAll(context, request); !sent)
+    return std::unexpected(sent.error());
+
+  Response response(std::move(*connection), context);
+  auto head = response.readHead();
+  if (!head) return std::unexpected(head.error());
+  if (head->status != 200) {
+    const std::string body = response.readErrorBody(*head);
+    std::string what = fmt::format("HTTP {}", head->status);
+    const auto json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.contains("error") && json["error"].is_string()) {
+      what += " " + json["error"].get<std::string>();
+    }
+    if (json.is_object() && json.contains("message") && json["message"].is_string()) {
+      what += ": " + json["message"].get<std::string>();
+    } else if (!body.empty()) {
+      what += ": " + shown(body);
+    }
+    const Kind kind = head->status == 401   ? Kind::kUnauthorized
+                      : head->status == 404 ? Kind::kNotFound
+                                            : Kind::kTransfer;
+    return context.error(kind, what, head->status);
+  }
+  if (!head->content_length || head->chunked) {
+    return context.error(Kind::kTransfer, "the answer has no Content-Length", head->status);
+  }
+  auto received = receivePart(response, context, dest_dir, schema);
+  if (!received) received.error().http_status = head->status;
+  return received;
+}
+
+}  // namespace
+
+std::expected<PartChecksums, FetchError> fetchPart(
+    const FetchSource& from, const std::string& secret, const std::string& part_name,
+    const fs::path& dest_dir, const TableSchema& schema, std::chrono::milliseconds timeout) {
+  const FetchContext context{from, part_name};
+  if (secret.empty()) {
+    return context.error(Kind::kUnauthorized,
+                         "this replica has no interserver secret (spec replication.secretFile), "
+                         "so it fetches no parts");
+  }
+  if (!std::all_of(secret.begin(), secret.end(),
+                   [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; })) {
+    return context.error(Kind::kLocal,
+                         "the interserver secret holds control characters, which an HTTP header "
+                         "cannot carry");
+  }
+  auto name = PartName::parse(part_name);
+  if (!name || name->format() != part_name) {
+    return context.error(
+        Kind::kLocal,
+        name ? fmt::format("not a part name as written (that would be '{}')", name->format())
+             : name.error());
+  }
+  // mkdir is the claim on dest_dir: a directory that exists is someone else's and stays as it is.
+  std::error_code ec;
+  if (!fs::create_directory(dest_dir, ec)) {
+    return context.error(Kind::kLocal, fmt::format("cannot create {}: {}", dest_dir.string(),
+                                                   ec ? ec.message() : "it exists"));
+  }
+  auto fetched = fetchInto(context, secret, dest_dir, schema, timeout);
+  if (!fetched) fs::remove_all(dest_dir, ec);
+  return fetched;
+}
+
+}  // namespace rtable::core
