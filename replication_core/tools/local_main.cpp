@@ -1,14 +1,15 @@
 // rtable-local: runs rtable on an embedded default: a local ZooKeeper 3.8; a demo tree of
 // replicated tables in rtable's and ClickHouse's layouts, one pushed to the seed-002 failure (the
-// log counter at 2147483647, inserts fail with "node exists") and one close to it; one rtable-core
-// replica of a table `events` with a demo insert, its retried duplicate, a count and the metrics;
-// and rtable-inspect over all of it.
+// log counter at 2147483647, inserts fail with "node exists") and one close to it; three
+// rtable-core replicas of a table `events`: a demo insert on one, its retry on another
+// (deduplicated), the rows read on the third, the metrics; and rtable-inspect over all of it.
 #include <fmt/format.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <thread>
 #include <string>
+#include <vector>
 
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/log_entry.h"
@@ -24,9 +25,9 @@ namespace testing = rtable::core::testing;
 
 constexpr const char* kUsage =
     "usage: rtable-local [--work-dir DIR] [--keep-running]\n"
-    "Starts a local ZooKeeper and one rtable-core replica, inserts demo rows, builds a demo tree of\n"
+    "Starts a local ZooKeeper and three rtable-core replicas, inserts demo rows, builds a demo tree of\n"
     "replicated tables and runs rtable-inspect.\n"
-    "--keep-running leaves ZooKeeper and the replica up (Ctrl-C to stop) to try them yourself.\n";
+    "--keep-running leaves ZooKeeper and the replicas up (Ctrl-C to stop) to try them yourself.\n";
 
 constexpr const char* kEventsTable = R"(table: events
 columns:
@@ -147,28 +148,41 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
     }
   }
 
-  fmt::print("\nStarting rtable-core: one replica of table 'events' ...\n");
+  fmt::print("\nStarting rtable-core: three replicas of table 'events' ...\n");
   std::fflush(stdout);
-  testing::LocalReplicaOptions replica_options;
-  replica_options.binary = RTABLE_CORE_BINARY;
-  replica_options.work_dir = (*zk)->workDir() / "events-r1";
-  replica_options.table_yaml = kEventsTable;
-  replica_options.zookeeper = (*zk)->connectString();
-  auto replica = testing::LocalReplica::start(replica_options);
-  if (!replica) return std::unexpected(Failure{"rtable-core did not start: " + replica.error()});
-  const std::string base = fmt::format("http://127.0.0.1:{}", (*replica)->httpPort());
-  fmt::print("rtable-core serves {} (spec: {})\n\n", base, (replica_options.work_dir / "spec.yaml").string());
-  fmt::print("$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl   # 3 rows, 2 months\n  {}\n",
-             base, show((*replica)->post("/insert?format=JSONEachRow", kDemoRows)));
-  fmt::print("$ (the client did not see the answer and retries the same insert)\n  {}\n",
-             show((*replica)->post("/insert?format=JSONEachRow", kDemoRows)));
-  fmt::print("$ curl '{}/count'\n  {}\n", base, show((*replica)->get("/count")));
-  fmt::print("$ curl '{}/select?where=clicks%20%3E%202'\n  {}\n", base,
-             show((*replica)->get("/select?where=clicks%20%3E%202")));
+  std::vector<std::unique_ptr<testing::LocalReplica>> replicas;
+  for (const char* name : {"r1", "r2", "r3"}) {
+    testing::LocalReplicaOptions replica_options;
+    replica_options.binary = RTABLE_CORE_BINARY;
+    replica_options.work_dir = (*zk)->workDir() / fmt::format("events-{}", name);
+    replica_options.table_yaml = kEventsTable;
+    replica_options.zookeeper = (*zk)->connectString();
+    replica_options.replica = name;
+    auto started = testing::LocalReplica::start(replica_options);
+    if (!started) return std::unexpected(Failure{fmt::format("rtable-core {} did not start: {}", name, started.error())});
+    fmt::print("  {} serves http://127.0.0.1:{} (spec: {})\n", name, (*started)->httpPort(),
+               (replica_options.work_dir / "spec.yaml").string());
+    replicas.push_back(std::move(*started));
+  }
+  auto url = [&](std::size_t i) { return fmt::format("http://127.0.0.1:{}", replicas[i]->httpPort()); };
+  auto& replica = replicas[0];
+  const std::string base = url(0);
+  fmt::print("\n$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl   # r1: 3 rows, 2 months\n  {}\n",
+             base, show(replica->post("/insert?format=JSONEachRow", kDemoRows)));
+  fmt::print("$ (the client did not see the answer and retries the same insert, on r2)\n"
+             "$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl\n  {}\n",
+             url(1), show(replicas[1]->post("/insert?format=JSONEachRow", kDemoRows)));
+  fmt::print("$ curl -X POST '{}/sync'   # r3: wait until its replication queue has drained\n  {}\n",
+             url(2), show(replicas[2]->post("/sync", "")));
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    fmt::print("$ curl '{}/count'   # r{}\n  {}\n", url(i), i + 1, show(replicas[i]->get("/count")));
+  }
+  fmt::print("$ curl '{}/select?where=clicks%20%3E%202'   # r3\n  {}\n", url(2),
+             show(replicas[2]->get("/select?where=clicks%20%3E%202")));
   // Background work publishes the log counter within a second.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  fmt::print("$ curl 'http://127.0.0.1:{}/metrics' | grep ...\n", (*replica)->metricsPort());
-  if (auto metrics = (*replica)->metrics()) {
+  fmt::print("$ curl 'http://127.0.0.1:{}/metrics' | grep ...   # r1\n", replica->metricsPort());
+  if (auto metrics = replica->metrics()) {
     std::size_t start = 0;
     while (start < metrics->body.size()) {
       std::size_t end = metrics->body.find('\n', start);
@@ -176,7 +190,8 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
       const std::string line = metrics->body.substr(start, end - start);
       for (const char* name : {"rtable_inserts_total", "rtable_inserted_rows_total",
                                "rtable_insert_deduplicated_blocks_total", "rtable_log_counter{",
-                               "rtable_log_counter_headroom_ratio", "rtable_parts{"}) {
+                               "rtable_log_counter_headroom_ratio", "rtable_parts{",
+                               "rtable_replication_queue_size{", "rtable_fetches_total{"}) {
         if (line.starts_with(name)) fmt::print("  {}\n", line);
       }
       start = end + 1;
@@ -199,16 +214,17 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
   }
 
   if (keep_running) {
-    fmt::print("\nZooKeeper keeps running at {} and rtable-core at {}. Try:\n"
+    fmt::print("\nZooKeeper keeps running at {} and rtable-core r1 at {} (r2 at {}, r3 at {}). Try:\n"
                "  {} --zookeeper {} --format json\n"
                "  curl -X POST '{}/insert?format=TSV' --data-binary $'2026-12-03\\tdee\\t2\\t\\\\N\\n'\n"
                "  curl '{}/replica'\n"
                "Ctrl-C stops both.\n",
-               (*zk)->connectString(), base, RTABLE_INSPECT_BINARY, (*zk)->connectString(), base, base);
+               (*zk)->connectString(), base, url(1), url(2), RTABLE_INSPECT_BINARY,
+               (*zk)->connectString(), base, url(2));
     std::fflush(stdout);
     signal(SIGINT, onSignal);
     signal(SIGTERM, onSignal);
-    while (!g_stop && (*zk)->running() && (*replica)->running()) pause();
+    while (!g_stop && (*zk)->running() && replica->running()) pause();
   }
   return {};
 }

@@ -3,6 +3,8 @@
 //   POST /insert?format=&insert_deduplication_token=&insert_quorum=&table=   rows in the body
 //   GET  /select?format=&where=&partition=&limit=    GET /count?where=&partition=
 //   GET  /parts    GET /replica    GET /healthz    GET /readyz
+//   POST /sync?timeout_seconds=    wait for the replication queue to drain
+//   GET  /replication/part?name=   a part for another replica (interserver secret header)
 //
 // Errors are JSON {"error": CODE, "message": ...} with the fitting status. cpprestsdk's thread
 // pool must never block (a blocked pool stops serving), so each request is handed to a pool of
