@@ -251,7 +251,8 @@ class ReplicaHttpServer::Impl {
     }
     if (path == "/insert") {
       if (method != http::methods::POST) return methodNotAllowed(request, "POST");
-      return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"));
+      return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"),
+                    param("insert_quorum_timeout"));
     }
     if (path == "/sync") {
       if (method != http::methods::POST) return methodNotAllowed(request, "POST");
@@ -280,15 +281,34 @@ class ReplicaHttpServer::Impl {
   }
 
   void insert(const http::http_request& request, const std::string& format_name,
-              const std::string& token, const std::string& quorum) {
+              const std::string& token, const std::string& quorum, const std::string& quorum_timeout) {
     auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
     if (!format) return replyError(request, http::status_codes::BadRequest, "BAD_FORMAT", "format: " + format.error());
-    if (!quorum.empty() && quorum != "0" && quorum != "1") {
-      return replyError(request, http::status_codes::NotImplemented, "QUORUM_NOT_AVAILABLE",
-                        fmt::format("insert_quorum={} needs replication between replicas, which this "
-                                    "version does not have yet; use 0 or 1", quorum));
+    InsertOptions options;
+    options.deduplication_token = token;
+    auto number = [](const std::string& text, uint64_t max) -> std::optional<uint64_t> {
+      uint64_t value = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || end != text.data() + text.size() || value > max) return std::nullopt;
+      return value;
+    };
+    if (!quorum.empty()) {
+      auto value = number(quorum, 1000);
+      if (!value) {
+        return replyError(request, http::status_codes::BadRequest, "BAD_QUORUM",
+                          fmt::format("insert_quorum '{}': expected a number of replicas (0 or 1: no quorum)", quorum));
+      }
+      options.quorum = *value;
     }
-    auto pending = table_.beginInsert(InsertOptions{token});
+    if (!quorum_timeout.empty()) {
+      auto value = number(quorum_timeout, 86'400'000);
+      if (!value) {
+        return replyError(request, http::status_codes::BadRequest, "BAD_QUORUM_TIMEOUT",
+                          fmt::format("insert_quorum_timeout '{}': expected milliseconds (at most a day)", quorum_timeout));
+      }
+      options.quorum_timeout = std::chrono::milliseconds(*value);
+    }
+    auto pending = table_.beginInsert(std::move(options));
     RowParser parser(table_.spec().schema, *format);
     std::string add_error;
     auto sink = [&](Block&& block) {
@@ -323,6 +343,11 @@ class ReplicaHttpServer::Impl {
         case InsertError::Kind::kUnknownOutcome:
           return replyError(request, http::status_codes::InternalError, "UNKNOWN_STATUS_OF_INSERT",
                             error.message + "; retrying the same insert is safe");
+        case InsertError::Kind::kTooFewReplicas:
+          return replyError(request, http::status_codes::ServiceUnavailable, "TOO_FEW_LIVE_REPLICAS",
+                            error.message, json::object(), {{"Retry-After", "5"}});
+        case InsertError::Kind::kQuorumTimeout:
+          return replyError(request, http::status_codes::InternalError, "QUORUM_TIMEOUT", error.message);
         case InsertError::Kind::kInternal:
           return replyError(request, http::status_codes::InternalError, "INTERNAL", error.message);
       }

@@ -1,5 +1,7 @@
 #include "rtable/replication_core/insert_protocol.h"
 
+#include "rtable/replication_core/quorum.h"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -99,13 +101,19 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
 
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
                                                  const LogEntry& entry, const BlockNumberLock& lock) {
-  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp };
-  auto committed = keeper.multi({
+  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp, kQuorumOp };
+  std::vector<Op> ops = {
       op::Create{paths.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
       op::Create{paths.dedupHash(entry.block_id), entry.new_part_name, CreateMode::kPersistent},
       op::Create{paths.part(entry.new_part_name), "", CreateMode::kPersistent},
       op::Remove{lock.path, -1},
-  });
+  };
+  if (entry.quorum >= 2) {
+    // This replica has the part: it is the first of the quorum.
+    QuorumEntry quorum{entry.new_part_name, static_cast<std::size_t>(entry.quorum), {paths.replica}};
+    ops.push_back(op::Create{paths.quorumParallel(entry.new_part_name), quorum.format(), CreateMode::kPersistent});
+  }
+  auto committed = keeper.multi(ops);
   if (committed) return Committed{(*committed)[kLogOp].path_created};
   const KeeperError& error = committed.error();
   if (error.isConnectionLevel()) return std::unexpected(CommitError{CommitFailure::kUnknownOutcome, error, {}});

@@ -14,6 +14,7 @@
 
 #include "rtable/replication_core/keeper_retry.h"
 #include "rtable/replication_core/part_exchange.h"
+#include "rtable/replication_core/quorum.h"
 #include "rtable/replication_core/measured_keeper.h"
 #include "rtable/replication_core/table_registration.h"
 
@@ -302,6 +303,30 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
   InsertResult result;
   auto& parts = insert.parts_;
   result.blocks = parts.size();
+  const std::size_t quorum = insert.options_.quorum >= 2 ? insert.options_.quorum : 0;
+  const auto quorum_deadline = std::chrono::steady_clock::now() + insert.options_.quorum_timeout;
+  if (quorum > 0) {
+    // ClickHouse's checkQuorumPrecondition: a quorum that cannot be reached now is refused before
+    // anything is written.
+    std::shared_ptr<Keeper> keeper = this->keeper();
+    if (!keeper) {
+      metrics_.insert_errors.Increment();
+      return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was written"));
+    }
+    auto active = countActiveReplicas(*keeper, paths_);
+    auto parent = createAncestorsAndSelf(*keeper, paths_.quorumParallel());
+    if (!active || !parent) {
+      metrics_.insert_errors.Increment();
+      return std::unexpected(unavailable("ZooKeeper: " + (!active ? active.error() : parent.error()).toString()));
+    }
+    if (*active < quorum) {
+      metrics_.insert_errors.Increment();
+      return std::unexpected(InsertError{
+          InsertError::Kind::kTooFewReplicas,
+          fmt::format("Number of alive replicas ({}) is less than requested quorum ({}); nothing "
+                      "was written", *active, quorum)});
+    }
+  }
   // Parts are written while ZooKeeper allocates their block numbers (they do not depend on each
   // other), several at a time; the commits stay in order.
   constexpr std::size_t kParallelWrites = 4;
@@ -331,7 +356,7 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
           "ZooKeeper is unreachable; {} of {} blocks were committed, retrying the same insert is "
           "safe", i, parts.size())));
     }
-    auto part = commitOne(*keeper, parts[i], writes[i], result);
+    auto part = commitOne(*keeper, parts[i], writes[i], result, quorum);
     if (!part) {
       metrics_.insert_errors.Increment();
       InsertError error = part.error();
@@ -340,6 +365,23 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
       return std::unexpected(error);
     }
     result.parts.push_back(*part);
+  }
+  if (quorum > 0) {
+    for (const auto& part : result.parts) {
+      std::shared_ptr<Keeper> keeper = this->keeper();
+      auto reached = keeper ? waitForQuorum(*keeper, paths_, part, quorum_deadline)
+                            : KeeperResult<bool>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "no session", {}}));
+      if (!reached || !*reached) {
+        metrics_.insert_errors.Increment();
+        return std::unexpected(InsertError{
+            InsertError::Kind::kQuorumTimeout,
+            fmt::format("the insert is committed on this replica, but part {} did not reach {} "
+                        "replicas within {} ms{}; it may still become visible on the others, and "
+                        "retrying the same insert is safe (it is deduplicated)",
+                        part, quorum, insert.options_.quorum_timeout.count(),
+                        reached ? "" : " (ZooKeeper: " + reached.error().toString() + ")")});
+      }
+    }
   }
   metrics_.inserts.Increment();
   metrics_.inserted_rows.Increment(static_cast<double>(result.rows));
@@ -350,7 +392,8 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
 std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                                                                 PendingPartFile& pending,
                                                                 PartWrite& writing,
-                                                                InsertResult& result) {
+                                                                InsertResult& result,
+                                                                std::size_t quorum) {
   std::error_code ec;
   auto allocation = allocator_.allocate(keeper, pending.partition, pending.dedup_id);
   if (writing.valid()) {
@@ -408,6 +451,7 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   entry.source_replica = spec_.replica;
   entry.block_id = pending.dedup_id;
   entry.new_part_name = name.format();
+  entry.quorum = static_cast<int>(quorum);
   auto committed = commitPart(keeper, paths_, entry, lock);
   if (committed) {
     makeVisible(name, *pending.checksums, pending.rows);
@@ -907,6 +951,13 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
       return std::unexpected("registering the fetched part: " + committed.error().toString());
     }
     makeVisible(candidate.part, std::move(*fetched), 0);
+    if (selected.entry.quorum >= 2 && candidate.part == *wanted) {
+      // Counted once the part is here for good; a failure leaves the insert waiting, not wrong.
+      if (auto counted = addToQuorum(keeper, paths_, candidate.part.format()); !counted) {
+        spdlog::warn("adding {} to the quorum of {}: {}", spec_.replica, candidate.part.format(),
+                     counted.error().toString());
+      }
+    }
     metrics_.fetches.Increment();
     metrics_.fetched_bytes.Increment(static_cast<double>(bytes));
     return {};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -77,6 +78,14 @@ std::expected<HttpResponse, std::string> LocalReplica::post(const std::string& t
 
 std::expected<HttpResponse, std::string> LocalReplica::metrics() const {
   return httpRequest(options_.host, metrics_port_, "GET", "/metrics");
+}
+
+void LocalReplica::freezeForTest() {
+  if (process_) ::kill(process_->pid(), SIGSTOP);
+}
+
+void LocalReplica::thawForTest() {
+  if (process_) ::kill(process_->pid(), SIGCONT);
 }
 
 void LocalReplica::kill9() {

@@ -4,13 +4,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <thread>
 
+#include "replication_cluster.h"
 #include "rtable/replication_core/testing/local_replica.h"
-#include "rtable/replication_core/testing/local_zookeeper.h"
 #include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::core {
@@ -18,127 +16,9 @@ namespace {
 
 using nlohmann::json;
 using testing::LocalReplica;
-using testing::LocalZooKeeper;
 using testing::waitFor;
 
-LocalZooKeeper& zookeeper() {
-  static std::unique_ptr<LocalZooKeeper> zk = [] {
-    auto started = LocalZooKeeper::start();
-    if (!started) throw std::runtime_error(started.error());
-    return std::move(*started);
-  }();
-  return *zk;
-}
-
-// What one replica holds: its active parts with their checksums, and its rows.
-struct ReplicaContents {
-  std::map<std::string, std::string> parts;  // name -> checksum
-  uint64_t rows = 0;
-  std::size_t queue_size = 0;
-  friend bool operator==(const ReplicaContents& a, const ReplicaContents& b) {
-    return a.parts == b.parts && a.rows == b.rows && a.queue_size == b.queue_size;
-  }
-};
-
-class Replication : public ::testing::Test {
- protected:
-  void SetUp() override {
-    table_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    char pattern[] = "/tmp/rtable-replication-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    work_dir_ = pattern;
-  }
-  void TearDown() override {
-    replicas_.clear();
-    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(work_dir_);
-  }
-
-  LocalReplica& addReplica(const std::string& name, const std::string& secret = "s3cret",
-                           const std::string& replication_settings = "") {
-    testing::LocalReplicaOptions options;
-    options.binary = RTABLE_CORE_BINARY;
-    options.work_dir = work_dir_ / name;
-    options.zookeeper = zookeeper().connectString();
-    options.replica = name;
-    options.interserver_secret = secret;
-    options.replication_settings = replication_settings;
-    options.table_yaml = fmt::format(R"(table: {}
-columns:
-  - {{name: id, type: UInt64}}
-  - {{name: d, type: Date}}
-  - {{name: user, type: String}}
-partitionBy: toYYYYMM(d)
-orderBy: [id])", table_);
-    auto replica = LocalReplica::start(options);
-    EXPECT_TRUE(replica) << replica.error();
-    if (!replica) throw std::runtime_error(replica.error());
-    replicas_[name] = std::move(*replica);
-    return *replicas_[name];
-  }
-
-  static std::string row(uint64_t id) {
-    return fmt::format(R"({{"id":{},"d":"2026-{:02d}-0{}","user":"u{}"}})", id, 10 + id % 3,
-                       1 + id % 9, id % 7) + "\n";
-  }
-
-  void insert(LocalReplica& replica, const std::string& body) {
-    auto response = replica.post("/insert?format=JSONEachRow", body);
-    ASSERT_TRUE(response) << response.error();
-    ASSERT_EQ(response->status, 200) << response->body;
-  }
-
-  static std::optional<ReplicaContents> contents(LocalReplica& replica) {
-    ReplicaContents c;
-    auto parts = replica.get("/parts");
-    auto state = replica.get("/replica");
-    auto count = replica.get("/count");
-    if (!parts || !state || !count || parts->status != 200 || state->status != 200) return std::nullopt;
-    for (const auto& part : json::parse(parts->body)) {
-      c.parts[part["name"].get<std::string>()] = part["checksum"].get<std::string>();
-    }
-    c.rows = json::parse(count->body)["rows"].get<uint64_t>();
-    c.queue_size = json::parse(state->body)["queue"].size();
-    return c;
-  }
-
-  // The shared check: every running replica drains its queue and ends with the same parts (same
-  // checksums) and rows; returns that common content.
-  ReplicaContents expectConverged(std::chrono::seconds timeout = std::chrono::seconds(90)) {
-    std::map<std::string, std::optional<ReplicaContents>> last;
-    const bool converged = waitFor([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // 3 requests per replica a round
-      last.clear();
-      for (auto& [name, replica] : replicas_) {
-        if (replica->running()) last[name] = contents(*replica);
-      }
-      const auto& first = last.begin()->second;
-      if (!first || first->queue_size != 0) return false;
-      for (const auto& [name, c] : last) {
-        if (!c || !(*c == *first)) return false;
-      }
-      return true;
-    }, timeout);
-    if (!converged) {
-      std::string report;
-      for (const auto& [name, c] : last) {
-        report += fmt::format("\n{}: ", name);
-        if (!c) {
-          report += "unreachable";
-          continue;
-        }
-        report += fmt::format("rows {}, queue {}, parts", c->rows, c->queue_size);
-        for (const auto& [part, sum] : c->parts) report += " " + part;
-      }
-      ADD_FAILURE() << "replicas did not converge:" << report;
-      return {};
-    }
-    return *last.begin()->second;
-  }
-
-  std::string table_;
-  std::filesystem::path work_dir_;
-  std::map<std::string, std::unique_ptr<LocalReplica>> replicas_;
-};
+class Replication : public ReplicationCluster {};
 
 TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
   std::vector<LocalReplica*> all = {&addReplica("r1"), &addReplica("r2"), &addReplica("r3")};
@@ -220,6 +100,43 @@ TEST_F(Replication, AReplicaOfflineTooLongIsMarkedLostThenClonesAndConverges) {
   auto state = r3.get("/replica");
   ASSERT_TRUE(state);
   EXPECT_FALSE(json::parse(state->body)["lost"].get<bool>());
+}
+
+TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
+  auto& r1 = addReplica("r1");
+  auto& r2 = addReplica("r2");
+  auto& r3 = addReplica("r3");
+  // All up: acknowledged only once all three have the part.
+  auto all = r1.post("/insert?format=JSONEachRow&insert_quorum=3", row(1));
+  ASSERT_TRUE(all && all->status == 200) << (all ? all->body : all.error());
+  const std::string part = json::parse(all->body)["parts"][0].get<std::string>();
+  for (auto* other : {&r2, &r3}) {
+    auto parts = other->get("/parts");
+    ASSERT_TRUE(parts);
+    EXPECT_NE(parts->body.find(part), std::string::npos) << "acknowledged before this replica had " << part;
+  }
+
+  // One down: a quorum of three cannot be reached, and nothing is written.
+  ASSERT_EQ(r3.terminate(), 0);
+  auto refused = r1.post("/insert?format=JSONEachRow&insert_quorum=3", row(2));
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_NE(refused->body.find("TOO_FEW_LIVE_REPLICAS"), std::string::npos) << refused->body;
+
+  // r2 alive but stuck: the quorum of two times out cleanly, saying the rows may still appear.
+  r2.freezeForTest();
+  auto late = r1.post("/insert?format=JSONEachRow&insert_quorum=2&insert_quorum_timeout=1500", row(3));
+  r2.thawForTest();
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->status, 500) << late->body;
+  EXPECT_NE(late->body.find("QUORUM_TIMEOUT"), std::string::npos) << late->body;
+  EXPECT_NE(late->body.find("may still become visible"), std::string::npos) << late->body;
+  // The retry is deduplicated and waits for the same quorum, which r2 now completes.
+  auto retried = r1.post("/insert?format=JSONEachRow&insert_quorum=2", row(3));
+  ASSERT_TRUE(retried && retried->status == 200) << (retried ? retried->body : retried.error());
+  EXPECT_EQ(json::parse(retried->body)["deduplicated_blocks"].get<int>(), 1);
+  ASSERT_TRUE(r3.launch());
+  EXPECT_EQ(expectConverged().rows, 2u);
 }
 
 TEST_F(Replication, AFetchNeedsTheSharedSecret) {

@@ -4,8 +4,9 @@
 //      create the ephemeral-sequential block_numbers/<partition>/block-]. The sequence number is
 //      the part's block number; a collision on the check means the block is a duplicate.
 //   2. commitPart: one multi = [create log/log- (a `get` entry), create deduplication_hashes/<id>
-//      = part name, create replicas/<me>/parts/<part>, remove the block lock]. Only after it
-//      succeeds is the part made visible and the insert acknowledged.
+//      = part name, create replicas/<me>/parts/<part>, remove the block lock, and for a quorum
+//      insert create quorum/parallel/<part>]. Only after it succeeds is the part made visible and
+//      the insert acknowledged (for a quorum insert, once the quorum node is gone).
 //
 // A crash between them leaves an ephemeral lock that goes with the session and a tmp part that is
 // removed on start: the block is neither visible nor remembered, so a client's retry inserts it.

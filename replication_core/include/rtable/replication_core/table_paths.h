@@ -28,6 +28,8 @@ struct TablePaths {
   std::string dedupHashes() const { return generationRoot() + "/deduplication_hashes"; }
   std::string dedupHash(const std::string& id) const { return dedupHashes() + "/" + id; }
   std::string quorum() const { return generationRoot() + "/quorum"; }
+  std::string quorumParallel() const { return quorum() + "/parallel"; }
+  std::string quorumParallel(const std::string& part) const { return quorumParallel() + "/" + part; }
   std::string leaderElection() const { return generationRoot() + "/leader_election"; }
   std::string temp() const { return generationRoot() + "/temp"; }
   std::string replicas() const { return generationRoot() + "/replicas"; }

@@ -49,6 +49,10 @@ using KeeperFactory = std::function<KeeperResult<std::unique_ptr<Keeper>>()>;
 
 struct InsertOptions {
   std::string deduplication_token;  // insert_deduplication_token: the token decides, not the data
+  // insert_quorum: acknowledge once this many replicas have every part (0 or 1: this one).
+  std::size_t quorum = 0;
+  // insert_quorum_timeout (ClickHouse's default: 600 s).
+  std::chrono::milliseconds quorum_timeout{600000};
 };
 
 struct InsertResult {
@@ -63,6 +67,8 @@ struct InsertError {
     kUnavailable,     // no ZooKeeper session: nothing was written, retry later
     kLogExhausted,    // the table's log counter is at 2147483647 (seed 002): inserts cannot succeed
     kUnknownOutcome,  // some block may or may not be committed: a retry with the same data is safe
+    kTooFewReplicas,  // fewer live replicas than the quorum asked: nothing was written
+    kQuorumTimeout,   // committed here, not yet on enough replicas: it may still become visible
     kInternal,
   };
   Kind kind;
@@ -174,7 +180,8 @@ class TableReplica {
   using PartWrite = std::future<std::expected<PartChecksums, std::string>>;
   // `writing`: the part's write, if it was not written yet; waited for before the rename.
   std::expected<std::string, InsertError> commitOne(Keeper& keeper, PendingPartFile& pending,
-                                                    PartWrite& writing, InsertResult& result);
+                                                    PartWrite& writing, InsertResult& result,
+                                                    std::size_t quorum);
   // Pulls new log entries into the queue; false if ZooKeeper could not be asked.
   bool updateQueue(Keeper& keeper);
   // Leader only: chooses merges among parts every replica will have and writes them to the log.

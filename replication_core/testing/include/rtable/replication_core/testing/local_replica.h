@@ -46,6 +46,9 @@ class LocalReplica {
   // SIGTERM; the exit code, or -1 when killed by a signal.
   int terminate();
   bool running() { return process_ && process_->running(); }
+  // SIGSTOP / SIGCONT: a replica that is alive (its session too, for a while) but does nothing.
+  void freezeForTest();
+  void thawForTest();
 
  private:
   explicit LocalReplica(LocalReplicaOptions options) : options_(std::move(options)) {}
