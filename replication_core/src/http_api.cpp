@@ -254,6 +254,10 @@ class ReplicaHttpServer::Impl {
       return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"),
                     param("insert_quorum_timeout"));
     }
+    if (path == "/drop_partition") {
+      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      return dropPartition(request, param("partition"));
+    }
     if (path == "/sync") {
       if (method != http::methods::POST) return methodNotAllowed(request, "POST");
       return sync(request, param("timeout_seconds"));
@@ -348,6 +352,8 @@ class ReplicaHttpServer::Impl {
                             error.message, json::object(), {{"Retry-After", "5"}});
         case InsertError::Kind::kQuorumTimeout:
           return replyError(request, http::status_codes::InternalError, "QUORUM_TIMEOUT", error.message);
+        case InsertError::Kind::kBadRequest:
+          return replyError(request, http::status_codes::BadRequest, "BAD_REQUEST", error.message);
         case InsertError::Kind::kInternal:
           return replyError(request, http::status_codes::InternalError, "INTERNAL", error.message);
       }
@@ -484,6 +490,24 @@ class ReplicaHttpServer::Impl {
       put += *n;
     }
     buffer.close(std::ios_base::out).wait();
+  }
+
+  // DROP PARTITION, replicated; answers once this replica has executed it.
+  void dropPartition(const http::http_request& request, const std::string& partition) {
+    if (partition.empty()) {
+      return replyError(request, http::status_codes::BadRequest, "BAD_PARTITION", "partition: required");
+    }
+    auto dropped = table_.dropPartition(partition);
+    if (!dropped) {
+      const InsertError& error = dropped.error();
+      if (error.kind == InsertError::Kind::kBadRequest) {
+        return replyError(request, http::status_codes::BadRequest, "BAD_PARTITION", error.message);
+      }
+      return replyError(request, http::status_codes::ServiceUnavailable, "UNAVAILABLE", error.message,
+                        json::object(), {{"Retry-After", "1"}});
+    }
+    const bool here = table_.syncQueue(std::chrono::seconds(30));
+    replyJson(request, http::status_codes::OK, {{"dropped_range", *dropped}, {"executed_here", here}});
   }
 
   // Waits until this replica has executed every log entry that existed when asked.

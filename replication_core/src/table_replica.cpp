@@ -1059,6 +1059,69 @@ void TableReplica::updateQueueMetrics() {
   }
 }
 
+std::expected<std::string, InsertError> TableReplica::dropPartition(const std::string& partition) {
+  if (!isValidPartitionId(partition)) {
+    return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
+                                       fmt::format("partition '{}' is not a partition id", partition)});
+  }
+  std::shared_ptr<Keeper> keeper = this->keeper();
+  if (!keeper) return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was dropped"));
+  if (auto made = createAncestorsAndSelf(*keeper, paths_.blockNumbers(partition)); !made) {
+    return std::unexpected(unavailable("ZooKeeper: " + made.error().toString()));
+  }
+  // Our own block number bounds the range: every block below it was allocated before the drop.
+  constexpr int kAttempts = 10;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    auto lock = keeper->create(paths_.blockLockPrefix(partition), "", CreateMode::kEphemeralSequential);
+    if (!lock) return std::unexpected(unavailable("ZooKeeper: " + lock.error().toString()));
+    const int64_t bound = std::strtoll(lock->c_str() + lock->rfind('-') + 1, nullptr, 10);
+    auto locks = lockedBlockNumbers(*keeper, partition);
+    if (!locks) {
+      (void)keeper->remove(*lock);
+      return std::unexpected(unavailable("ZooKeeper: " + locks.error().toString()));
+    }
+    if (bound == 0) {
+      (void)keeper->remove(*lock);
+      return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
+                                         fmt::format("partition '{}' has no data", partition)});
+    }
+    const PartName range{partition, 0, bound - 1, PartName::kMaxLevel, 0};
+    LogEntry entry;
+    entry.type = LogEntry::Type::kDropRange;
+    entry.create_time = unixNow();
+    entry.source_replica = spec_.replica;
+    entry.new_part_name = range.format();
+    std::vector<Op> ops = {
+        op::Create{paths_.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
+        op::Remove{*lock, -1}};
+    // Inserts holding a block in the range are cancelled: their commit finds its lock gone.
+    for (int64_t number : *locks) {
+      if (number < bound) ops.push_back(op::Remove{fmt::format("{}{:010d}", paths_.blockLockPrefix(partition), number), -1});
+    }
+    auto done = keeper->multi(ops);
+    if (!done) {
+      (void)keeper->remove(*lock);
+      // An insert committed (its lock went) between our read and the multi: look again.
+      if (done.error().code == KeeperCode::kNoNode) continue;
+      return std::unexpected(unavailable("ZooKeeper: " + done.error().toString()));
+    }
+    // The rows may come again: forget their dedup ids (ClickHouse's clearBlocksInPartition).
+    auto ids = keeper->children(paths_.dedupHashes());
+    if (ids) {
+      for (const auto& id : ids->names) {
+        if (id.starts_with(partition + "_")) (void)keeper->remove(paths_.dedupHash(id));
+      }
+    }
+    {
+      std::lock_guard lock_guard(background_mu_);
+      wake_requested_ = true;
+    }
+    background_wake_.notify_all();
+    return range.format();
+  }
+  return std::unexpected(unavailable("inserts kept committing into the partition; try again"));
+}
+
 bool TableReplica::syncQueue(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::shared_ptr<Keeper> keeper = this->keeper();

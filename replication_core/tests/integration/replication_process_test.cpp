@@ -139,6 +139,38 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
   EXPECT_EQ(expectConverged().rows, 2u);
 }
 
+TEST_F(Replication, DropPartitionIsReplicatedAndForgetsItsDedupIds) {
+  auto& r1 = addReplica("r1");
+  auto& r2 = addReplica("r2");
+  addReplica("r3");
+  // row(id) puts id in month 10 + id % 3: 202610, 202611, 202612.
+  std::string month_11;
+  for (uint64_t id = 0; id < 30; ++id) {
+    insert(id % 2 ? r1 : r2, row(id));
+    if (id % 3 == 1) month_11 += row(id);
+  }
+  EXPECT_EQ(expectConverged().rows, 30u);
+  auto dropped = r2.post("/drop_partition?partition=202611", "");
+  ASSERT_TRUE(dropped && dropped->status == 200) << (dropped ? dropped->body : dropped.error());
+  EXPECT_EQ(json::parse(dropped->body)["dropped_range"].get<std::string>().substr(0, 9), "202611_0_");
+  const ReplicaContents after = expectConverged();
+  EXPECT_EQ(after.rows, 20u);
+  for (const auto& [part, checksum] : after.parts) EXPECT_FALSE(part.starts_with("202611_")) << part;
+  // The same rows again are new rows now, not duplicates.
+  auto again = r1.post("/insert?format=JSONEachRow", month_11);
+  ASSERT_TRUE(again && again->status == 200) << (again ? again->body : again.error());
+  EXPECT_EQ(json::parse(again->body)["deduplicated_blocks"].get<int>(), 0);
+  EXPECT_EQ(expectConverged().rows, 30u);
+
+  auto bad = r1.post("/drop_partition?partition=20..11", "");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto empty = r1.post("/drop_partition?partition=209901", "");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 400) << empty->body;
+  EXPECT_NE(empty->body.find("has no data"), std::string::npos) << empty->body;
+}
+
 TEST_F(Replication, AFetchNeedsTheSharedSecret) {
   auto& r1 = addReplica("r1", "right");
   insert(r1, row(1));

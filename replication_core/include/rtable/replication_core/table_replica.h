@@ -69,6 +69,7 @@ struct InsertError {
     kUnknownOutcome,  // some block may or may not be committed: a retry with the same data is safe
     kTooFewReplicas,  // fewer live replicas than the quorum asked: nothing was written
     kQuorumTimeout,   // committed here, not yet on enough replicas: it may still become visible
+    kBadRequest,      // the request names something that cannot be done (nothing changed)
     kInternal,
   };
   Kind kind;
@@ -160,6 +161,12 @@ class TableReplica {
   // dedup window and assign merges, execute whatever the queue allows. Returns the number of
   // merges executed.
   std::size_t runBackgroundRoundForTest();
+
+  // DROP PARTITION: a drop entry covering every block of `partition` allocated so far goes to the
+  // log (inserts still in flight in that range are cancelled: their locks go in the same multi),
+  // and the partition's dedup ids are forgotten, so the same rows can be inserted again. Every
+  // replica executes it from its queue. Returns the drop range part name.
+  std::expected<std::string, InsertError> dropPartition(const std::string& partition);
 
   // Waits until every log entry that exists now has been executed here (POST /sync). False when
   // `timeout` passed first.
