@@ -187,7 +187,23 @@ std::expected<void, std::string> TableReplica::start() {
     unexpected_parts_.push_back(text);
   }
   for (const auto& name : in_keeper) {
-    if (!local.contains(name)) lost_parts_.push_back(name);
+    if (local.contains(name)) continue;
+    lost_parts_.push_back(name);
+    // Lost here (broken and detached, or its files gone): unlist it and fetch it again from a
+    // replica that has it, in one multi (ClickHouse's removePartAndEnqueueFetch).
+    LogEntry get;
+    get.type = LogEntry::Type::kGetPart;
+    get.create_time = unixNow();
+    get.new_part_name = name;
+    auto requeued = keeper->multi({op::Remove{paths_.part(name), -1},
+                                   op::Create{paths_.queue() + "/queue-", get.format(),
+                                              CreateMode::kPersistentSequential}});
+    if (requeued) {
+      spdlog::warn("part {} is listed for this replica but not on disk: fetching it again", name);
+    } else {
+      spdlog::error("part {} is lost here and could not be queued for a fetch: {}", name,
+                    requeued.error().toString());
+    }
   }
 
   // After a kill -9 the previous process's is_active lives until its session times out.

@@ -124,6 +124,11 @@ TEST_F(TableReplicaTest, StartReconcilesDiskWithZooKeeper) {
   auto state = table_->state();
   EXPECT_EQ(state.unexpected_parts, std::vector<std::string>{"202612_5_5_0"});
   EXPECT_EQ(state.lost_parts, std::vector<std::string>{"202612_0_0_0"});
+  // The lost part is no longer listed for this replica, and a fetch of it is queued.
+  EXPECT_FALSE(*observer_->exists(paths_.part("202612_0_0_0")));
+  ASSERT_EQ(state.queue.size(), 1u);
+  EXPECT_EQ(state.queue[0].entry.type, LogEntry::Type::kGetPart);
+  EXPECT_EQ(state.queue[0].entry.new_part_name, "202612_0_0_0");
   EXPECT_EQ(state.active_parts, 1u);
   EXPECT_EQ(table_->rowCount(), 1u);
   ASSERT_TRUE(state.log);
