@@ -15,6 +15,14 @@ prometheus::Gauge& gauge(prometheus::Registry& r, const ReplicaLabels& l, const 
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(base(l));
 }
 
+// 1 ms .. ~10 min: a small part's fetch or merge takes milliseconds, a big one minutes.
+prometheus::Histogram& histogram(prometheus::Registry& r, const ReplicaLabels& l,
+                                 const std::string& name, const std::string& help) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.001, 0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30, 100, 600};
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add(base(l), kBuckets);
+}
+
 prometheus::Counter& counter(prometheus::Registry& r, const ReplicaLabels& l,
                              const std::string& name, const std::string& help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(base(l));
@@ -54,6 +62,13 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       fetched_bytes(counter(r, l, "rtable_fetched_bytes_total", "Bytes of parts fetched")),
       fetch_errors(counter(r, l, "rtable_fetch_errors_total",
                            "Part transfers that failed (each source tried counts once)")),
+      fetch_duration_seconds(histogram(r, l, "rtable_fetch_duration_seconds",
+                                       "Time to fetch, verify and register one part")),
+      merged_bytes(counter(r, l, "rtable_merged_bytes_total", "Bytes of parts written by merges")),
+      merge_duration_seconds(histogram(r, l, "rtable_merge_duration_seconds",
+                                       "Time to merge and register one part")),
+      absolute_delay_seconds(gauge(r, l, "rtable_replica_absolute_delay_seconds",
+                                   "Seconds since the oldest insert not yet fetched here; 0 when none")),
       labels_(l),
       zookeeper_duration_family_(prometheus::BuildHistogram()
                                      .Name("rtable_zookeeper_request_duration_seconds")

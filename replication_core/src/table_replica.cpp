@@ -867,7 +867,9 @@ bool TableReplica::executeEntry(const SelectedEntry& selected) {
     }
     metrics_.queue_size.Set(static_cast<double>(queue_.size()));
   }
-  for (const auto& node : pointless) (void)keeper->remove(paths_.queue() + "/" + node);
+  if (keeper) {
+    for (const auto& node : pointless) (void)keeper->remove(paths_.queue() + "/" + node);
+  }
   queue_changed_.notify_all();
   return done.has_value();
 }
@@ -931,6 +933,7 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
                                        wanted->format()));
   }
   std::string errors;
+  const auto started = std::chrono::steady_clock::now();
   for (const auto& candidate : candidates) {
     const std::string name = candidate.part.format();
     const fs::path staging = spec_.data_dir / kStagingDir /
@@ -967,6 +970,8 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
       return std::unexpected("registering the fetched part: " + committed.error().toString());
     }
     makeVisible(candidate.part, std::move(*fetched), 0);
+    metrics_.fetch_duration_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (selected.entry.quorum >= 2 && candidate.part == *wanted) {
       // Counted once the part is here for good; a failure leaves the insert waiting, not wrong.
       if (auto counted = addToQuorum(keeper, paths_, candidate.part.format()); !counted) {
@@ -997,6 +1002,7 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
   }
   // Sources are in block order and each is sorted: a stable sort of their concatenation is the
   // k-way merge, ties in source order, so every replica gets the same bytes.
+  const auto started = std::chrono::steady_clock::now();
   Block rows = spec_.schema.emptyBlock();
   for (const auto& part : sources) {
     auto block = readPart(part->dir, spec_.schema);
@@ -1014,9 +1020,14 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
     fs::remove_all(spec_.data_dir / result->format(), ec);
     return std::unexpected("registering the merged part: " + committed.error().toString());
   }
+  uint64_t bytes = 0;
+  for (const auto& file : written->files) bytes += file.size;
   makeVisible(*result, std::move(*written), sorted.rows());
   metrics_.merges.Increment();
   metrics_.merged_rows.Increment(static_cast<double>(sorted.rows()));
+  metrics_.merged_bytes.Increment(static_cast<double>(bytes));
+  metrics_.merge_duration_seconds.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return {};
 }
 
@@ -1051,7 +1062,12 @@ void TableReplica::updateQueueMetrics() {
   std::lock_guard lock(queue_mu_);
   std::map<std::string, double> by_type = {{"get", 0}, {"merge", 0}, {"drop_range", 0}, {"attach", 0}};
   int64_t oldest = 0;
+  int64_t oldest_insert = 0;
   for (const auto& queued : queue_.entries()) {
+    if (queued.entry.type == LogEntry::Type::kGetPart && queued.entry.create_time > 0 &&
+        (oldest_insert == 0 || queued.entry.create_time < oldest_insert)) {
+      oldest_insert = queued.entry.create_time;
+    }
     switch (queued.entry.type) {
       case LogEntry::Type::kGetPart: by_type["get"] += 1; break;
       case LogEntry::Type::kMergeParts: by_type["merge"] += 1; break;
@@ -1067,6 +1083,8 @@ void TableReplica::updateQueueMetrics() {
   metrics_.queue_oldest_entry_age_seconds.Set(
       oldest == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest)));
   metrics_.replica_lost.Set(lost_ ? 1 : 0);
+  metrics_.absolute_delay_seconds.Set(
+      oldest_insert == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest_insert)));
   // The queue counts postponements itself; the counters follow it.
   for (auto reason : kAllPostponeReasons) {
     auto& counter = metrics_.queuePostponed(std::string(postponeReasonName(reason)));
@@ -1234,9 +1252,13 @@ void TableReplica::backgroundLoop() {
           }
         }
       }
-    } else if (std::shared_ptr<Keeper> keeper = this->keeper();
-               keeper && !lost_ && now - last_pull_ >= options_.min_pull_interval) {
-      updateQueue(*keeper);
+    } else if (std::shared_ptr<Keeper> keeper = this->keeper(); keeper && !lost_) {
+      bool due;
+      {
+        std::lock_guard queue_lock(queue_mu_);
+        due = now - last_pull_ >= options_.min_pull_interval;
+      }
+      if (due) updateQueue(*keeper);
     }
     scheduleQueue(/*inline_execution=*/false);
     updateQueueMetrics();

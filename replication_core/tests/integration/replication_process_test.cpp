@@ -35,6 +35,30 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
   for (const auto& [name, checksum] : common.parts) merged |= !name.ends_with("_0");
   EXPECT_TRUE(merged) << "no merge ran";
 
+  // The replication metrics (DESIGN.md 4) of a replica that fetched and merged.
+  auto metrics = all[0]->metrics();
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  auto value = [&](const std::string& name) -> double {
+    const auto at = metrics->body.find("\n" + name + "{");
+    if (at == std::string::npos) return -1;
+    const auto end = metrics->body.find('\n', at + 1);
+    const std::string line = metrics->body.substr(at + 1, end - at - 1);
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  };
+  EXPECT_GT(value("rtable_fetches_total"), 0);
+  EXPECT_GT(value("rtable_fetched_bytes_total"), 0);
+  EXPECT_GT(value("rtable_fetch_duration_seconds_count"), 0);
+  EXPECT_GT(value("rtable_merges_total"), 0);
+  EXPECT_GT(value("rtable_merged_bytes_total"), 0);
+  EXPECT_EQ(value("rtable_replication_queue_size"), 0);
+  EXPECT_EQ(value("rtable_replica_absolute_delay_seconds"), 0);
+  EXPECT_EQ(value("rtable_replica_lost"), 0);
+  for (const char* reason : {"covered_by_future_part", "merge_source_missing", "intersects_drop_range",
+                             "fetch_pool_full", "merge_pool_full", "backoff_after_failure",
+                             "replica_readonly"}) {
+    EXPECT_NE(metrics->body.find(fmt::format("reason=\"{}\"", reason)), std::string::npos) << reason;
+  }
+
   // Every row on every replica, exactly once.
   for (auto* replica : all) {
     auto selected = replica->get("/select?format=TSV&where=id%20%3C%201000");

@@ -50,6 +50,11 @@ class ReplicaMetrics {
   prometheus::Counter& fetches;
   prometheus::Counter& fetched_bytes;
   prometheus::Counter& fetch_errors;  // failed transfers (each source tried counts)
+  prometheus::Histogram& fetch_duration_seconds;
+  prometheus::Counter& merged_bytes;
+  prometheus::Histogram& merge_duration_seconds;
+  // ClickHouse's absolute_delay: seconds since the oldest insert this replica has not fetched yet.
+  prometheus::Gauge& absolute_delay_seconds;
   // Queue entries by type (get, merge, drop_range, attach).
   prometheus::Gauge& queueEntries(const std::string& type);
   // Entries passed over by the queue's selection, by reason (covered_by_future_part, ...).

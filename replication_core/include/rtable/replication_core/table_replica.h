@@ -255,7 +255,7 @@ class TableReplica {
   LogPuller puller_;
   std::condition_variable queue_changed_;
   std::atomic<bool> lost_{false};
-  std::chrono::steady_clock::time_point last_pull_{};
+  std::chrono::steady_clock::time_point last_pull_{};  // guarded by queue_mu_
   std::unique_ptr<ExecutionPool> fetch_pool_;
   std::unique_ptr<ExecutionPool> merge_pool_;
 
