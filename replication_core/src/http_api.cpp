@@ -17,6 +17,7 @@
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/row_filter.h"
 #include "rtable/replication_core/row_format.h"
+#include "worker_pool.h"
 
 namespace rtable::core {
 namespace {
@@ -26,58 +27,6 @@ using nlohmann::json;
 
 constexpr std::size_t kBodyChunk = 256 * 1024;
 constexpr std::size_t kMaxQueuedRequests = 1024;
-
-// Our workers: a bounded queue of requests and N threads that may block.
-class WorkerPool {
- public:
-  explicit WorkerPool(std::size_t threads) {
-    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  bool submit(std::function<void()> task) {
-    std::lock_guard lock(mu_);
-    if (stopping_ || queue_.size() >= kMaxQueuedRequests) return false;
-    queue_.push_back(std::move(task));
-    ++in_flight_;
-    wake_.notify_one();
-    return true;
-  }
-  // Waits until every submitted task has finished, or the deadline.
-  bool waitIdle(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    return idle_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      auto task = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-      if (--in_flight_ == 0) idle_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::condition_variable idle_;
-  std::deque<std::function<void()>> queue_;
-  std::size_t in_flight_ = 0;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
 
 // cpprestsdk's set_body(std::string) reads a char buffer through an unsigned-char stream (a type
 // pun UBSan reports); a byte buffer of the stream's own type avoids it.
@@ -193,7 +142,7 @@ class CountedPartBuffer
 class ReplicaHttpServer::Impl {
  public:
   Impl(TableReplica& table, const std::string& uri, std::size_t workers)
-      : table_(table), listener_(web::uri(uri)), workers_(workers) {}
+      : table_(table), listener_(web::uri(uri)), workers_(workers, kMaxQueuedRequests) {}
 
   std::expected<void, std::string> open() {
     listener_.support([this](http::http_request request) {

@@ -17,6 +17,7 @@
 #include "rtable/replication_core/quorum.h"
 #include "rtable/replication_core/measured_keeper.h"
 #include "rtable/replication_core/table_registration.h"
+#include "worker_pool.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -55,55 +56,6 @@ InsertError unavailable(const std::string& message) {
 }
 
 }  // namespace
-
-// A fixed number of threads running posted tasks in order; stop() lets running tasks finish and
-// drops the ones not started (their queue entries simply run again after a restart).
-class ExecutionPool {
- public:
-  explicit ExecutionPool(std::size_t threads) {
-    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~ExecutionPool() { stop(); }
-  void post(std::function<void()> task) {
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) return;
-      tasks_.push_back(std::move(task));
-    }
-    wake_.notify_one();
-  }
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      tasks_.clear();
-    }
-    wake_.notify_all();
-    for (auto& thread : threads_) {
-      if (thread.joinable()) thread.join();
-    }
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-      if (stopping_) return;
-      auto task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
 
 DataPart::~DataPart() {
   if (remove_when_unused) {
@@ -231,8 +183,8 @@ std::expected<void, std::string> TableReplica::start() {
   metrics_.replica_readonly.Set(0);
   updateLogMetrics(*keeper);
   if (options_.background) {
-    fetch_pool_ = std::make_unique<ExecutionPool>(spec_.fetch_threads);
-    merge_pool_ = std::make_unique<ExecutionPool>(spec_.merge_threads);
+    fetch_pool_ = std::make_unique<WorkerPool>(spec_.fetch_threads);
+    merge_pool_ = std::make_unique<WorkerPool>(spec_.merge_threads);
     background_ = std::thread([this] { backgroundLoop(); });
   }
   return {};
@@ -825,8 +777,8 @@ std::size_t TableReplica::scheduleQueue(bool inline_execution) {
       if (executeEntry(*selected) && is_merge) ++merged;
       continue;
     }
-    ExecutionPool& pool = is_merge ? *merge_pool_ : *fetch_pool_;
-    pool.post([this, entry = std::move(*selected)] {
+    WorkerPool& pool = is_merge ? *merge_pool_ : *fetch_pool_;
+    pool.submit([this, entry = std::move(*selected)] {
       executeEntry(entry);
       {
         std::lock_guard lock(background_mu_);

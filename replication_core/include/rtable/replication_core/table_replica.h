@@ -133,7 +133,7 @@ struct PendingPartFile {
 };
 
 class PendingInsert;
-class ExecutionPool;
+class WorkerPool;
 
 class TableReplica {
  public:
@@ -256,8 +256,8 @@ class TableReplica {
   std::condition_variable queue_changed_;
   std::atomic<bool> lost_{false};
   std::chrono::steady_clock::time_point last_pull_{};  // guarded by queue_mu_
-  std::unique_ptr<ExecutionPool> fetch_pool_;
-  std::unique_ptr<ExecutionPool> merge_pool_;
+  std::unique_ptr<WorkerPool> fetch_pool_;
+  std::unique_ptr<WorkerPool> merge_pool_;
 
   std::atomic<uint64_t> next_staging_id_{0};
   std::mutex background_mu_;
