@@ -669,14 +669,14 @@ bool TableReplica::updateQueue(Keeper& keeper) {
 }
 
 ReplicationQueue::LocalPartLookup TableReplica::localPartLookup() const {
-  // A snapshot: blocks committed here but not visible yet count as here (their entries need no
-  // fetch from anyone else).
+  // A snapshot: blocks this replica is committing count as here (their entries need no fetch
+  // from anyone else). Uncertain parts do not: until ZooKeeper says they were registered, their
+  // entries must stay in the queue.
   auto set = std::make_shared<ActiveDataPartSet>();
   {
     std::lock_guard lock(parts_mu_);
     *set = active_set_;
     for (const auto& name : unpublished_) (void)set->add(name);
-    for (const auto& [name, pending] : uncertain_parts_) (void)set->add(name);
   }
   return [set](const PartName& part) { return set->containingPart(part); };
 }
@@ -917,9 +917,8 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
       }
     }
     ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
-    if (auto committed = keeper.multi(ops); !committed) {
-      fs::remove_all(final_dir, ec);
-      return std::unexpected("registering the fetched part: " + committed.error().toString());
+    if (auto registered = registerPart(keeper, ops, candidate.part, final_dir, *fetched); !registered) {
+      return std::unexpected("registering the fetched part: " + registered.error());
     }
     makeVisible(candidate.part, std::move(*fetched), 0);
     metrics_.fetch_duration_seconds.Observe(
@@ -936,6 +935,26 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
     return {};
   }
   return std::unexpected(errors);
+}
+
+std::expected<void, std::string> TableReplica::registerPart(Keeper& keeper, const std::vector<Op>& ops,
+                                                            const PartName& part,
+                                                            const fs::path& dir,
+                                                            const PartChecksums& checksums) {
+  auto committed = keeper.multi(ops);
+  if (committed) return {};
+  std::error_code ec;
+  if (!committed.error().isConnectionLevel()) {
+    fs::remove_all(dir, ec);
+    return std::unexpected(committed.error().toString());
+  }
+  // No answer: the multi is atomic, so our parts node will tell whether it was applied. Until
+  // then the files stay; resolveUncertainParts makes the part visible or removes it, and the
+  // entry, retried, then finds the part here (or fetches or merges again).
+  std::lock_guard lock(parts_mu_);
+  uncertain_parts_[part] = PendingPartFile{part.partition_id, "", dir, 0, std::nullopt, checksums};
+  return std::unexpected(fmt::format("{} (the outcome is checked once ZooKeeper answers)",
+                                     committed.error().toString()));
 }
 
 std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
@@ -967,10 +986,9 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
   std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
   for (const auto& part : sources) ops.push_back(op::Remove{paths_.part(part->name.format()), -1});
   ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
-  if (auto committed = keeper.multi(ops); !committed) {
-    std::error_code ec;
-    fs::remove_all(spec_.data_dir / result->format(), ec);
-    return std::unexpected("registering the merged part: " + committed.error().toString());
+  if (auto registered = registerPart(keeper, ops, *result, spec_.data_dir / result->format(), *written);
+      !registered) {
+    return std::unexpected("registering the merged part: " + registered.error());
   }
   uint64_t bytes = 0;
   for (const auto& file : written->files) bytes += file.size;

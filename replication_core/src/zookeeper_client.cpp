@@ -209,6 +209,13 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
  protected:
   KeeperResult<std::vector<OpResult>> multiImpl(const std::vector<Op>& ops) override {
     if (ops.empty()) return std::vector<OpResult>{};
+    // libzookeeper_mt 3.8's zoo_amulti frees an uninitialised request path for every op after the
+    // first one whose path check fails, and on an expired handle that check fails: a double free
+    // (seen in the fault tests). Never hand it an expired handle. (A session that expires while
+    // the request is being built can still hit it: a window of microseconds.)
+    if (is_unrecoverable(handle_) != ZOK) {
+      return std::unexpected(KeeperError{KeeperCode::kSessionExpired, "", "session expired", {}});
+    }
     const std::size_t n = ops.size();
     std::vector<zoo_op_t> zoo_ops(n);
     std::vector<zoo_op_result_t> zoo_results(n);

@@ -201,6 +201,11 @@ class TableReplica {
   std::expected<void, std::string> executeFetch(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
+  // The multi that registers a part made here (fetched or merged, its files at `dir`). Refused:
+  // the files are removed. No answer: the part becomes an uncertain part, resolved later.
+  std::expected<void, std::string> registerPart(Keeper& keeper, const std::vector<Op>& ops,
+                                                const PartName& part, const std::filesystem::path& dir,
+                                                const PartChecksums& checksums);
   // A lost replica (or a new one of a table with history) becomes a copy of a healthy one.
   // False while there is none to copy.
   bool cloneIfLost(Keeper& keeper);
