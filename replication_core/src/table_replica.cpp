@@ -705,47 +705,57 @@ std::size_t TableReplica::assignMerges(Keeper& keeper) {
   {
     std::lock_guard queue_lock(queue_mu_);
     std::lock_guard parts_lock(parts_mu_);
+    // ClickHouse's max_replicated_merges_in_queue: merges waiting anywhere in the queue.
+    std::size_t queued_merges = 0;
+    for (const auto& queued : queue_.entries()) {
+      if (queued.entry.type == LogEntry::Type::kMergeParts) ++queued_merges;
+    }
     std::map<std::string, std::vector<PartName>> by_partition;
     for (const auto& part : queue_.virtualParts().parts()) {
       if (!part.isFakeDropRange()) by_partition[part.partition_id].push_back(part);
     }
     for (const auto& [partition, parts] : by_partition) {
       if (parts.size() < options_.merge_min_parts || !locks.contains(partition)) continue;
+      // Several disjoint merges per round, so merges keep up with a stream of small inserts.
+      std::set<PartName> taken;
       // A part can be merged when it is here and nothing in the queue will change it.
       auto mergeable = [&](const PartName& part) {
-        return active_parts_.contains(part) && !queue_.coveredByQueuedEntry(part) &&
-               !queue_.futureParts().contains(part);
+        return !taken.contains(part) && active_parts_.contains(part) &&
+               !queue_.coveredByQueuedEntry(part) && !queue_.futureParts().contains(part);
       };
       const std::size_t width = std::min(options_.merge_max_parts, parts.size());
-      std::optional<std::size_t> best;
-      uint64_t best_rows = UINT64_MAX;
-      for (std::size_t start = 0; start + width <= parts.size(); ++start) {
-        bool ok = true;
-        uint64_t rows = 0;
-        for (std::size_t i = start; i < start + width && ok; ++i) {
-          ok = mergeable(parts[i]);
-          if (ok) rows += active_parts_.at(parts[i])->rows;
+      while (queued_merges + merges.size() < options_.max_queued_merges) {
+        std::optional<std::size_t> best;
+        uint64_t best_rows = UINT64_MAX;
+        for (std::size_t start = 0; start + width <= parts.size(); ++start) {
+          bool ok = true;
+          uint64_t rows = 0;
+          for (std::size_t i = start; i < start + width && ok; ++i) {
+            ok = mergeable(parts[i]);
+            if (ok) rows += active_parts_.at(parts[i])->rows;
+          }
+          const PartName range{partition, parts[start].min_block,
+                               parts[start + width - 1].max_block, PartName::kMaxLevel, 0};
+          if (!ok || rangeHasUnpublishedBlocksLocked(range, locks[partition])) continue;
+          if (rows < best_rows) {
+            best_rows = rows;
+            best = start;
+          }
         }
-        const PartName range{partition, parts[start].min_block, parts[start + width - 1].max_block,
-                             PartName::kMaxLevel, 0};
-        if (!ok || rangeHasUnpublishedBlocksLocked(range, locks[partition])) continue;
-        if (rows < best_rows) {
-          best_rows = rows;
-          best = start;
+        if (!best) break;
+        LogEntry entry;
+        entry.type = LogEntry::Type::kMergeParts;
+        entry.create_time = unixNow();
+        entry.source_replica = spec_.replica;
+        PartName result{partition, parts[*best].min_block, parts[*best + width - 1].max_block, 0, 0};
+        for (std::size_t i = *best; i < *best + width; ++i) {
+          entry.source_parts.push_back(parts[i].format());
+          result.level = std::max(result.level, parts[i].level + 1);
+          taken.insert(parts[i]);
         }
+        entry.new_part_name = result.format();
+        merges.push_back(std::move(entry));
       }
-      if (!best) continue;
-      LogEntry entry;
-      entry.type = LogEntry::Type::kMergeParts;
-      entry.create_time = unixNow();
-      entry.source_replica = spec_.replica;
-      PartName result{partition, parts[*best].min_block, parts[*best + width - 1].max_block, 0, 0};
-      for (std::size_t i = *best; i < *best + width; ++i) {
-        entry.source_parts.push_back(parts[i].format());
-        result.level = std::max(result.level, parts[i].level + 1);
-      }
-      entry.new_part_name = result.format();
-      merges.push_back(std::move(entry));
     }
   }
   std::size_t assigned = 0;

@@ -165,6 +165,22 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
 }
 
+TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
+  TableReplicaOptions options;
+  options.merge_min_parts = 3;
+  options.merge_max_parts = 3;
+  options.max_queued_merges = 2;
+  open(options);
+  for (uint64_t x = 0; x < 9; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  // Nine parts, windows of three, at most two merges queued: two merges in one round.
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 2u);
+  std::vector<std::string> names;
+  for (const auto& p : table_->activeParts()) names.push_back(p->name.format());
+  EXPECT_EQ(names.size(), 5u);
+  EXPECT_EQ(table_->rowCount(), 9u);
+  EXPECT_EQ(table_->checkQueueInvariant(), "");
+}
+
 TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
   TableReplicaOptions options;
   options.merge_min_parts = 3;

@@ -112,6 +112,8 @@ struct TableReplicaOptions {
   // `merge_max_parts` of its smallest neighbouring parts.
   std::size_t merge_min_parts = 6;
   std::size_t merge_max_parts = 10;
+  // At most this many merges wait in the queue (ClickHouse's max_replicated_merges_in_queue).
+  std::size_t max_queued_merges = 16;
   std::chrono::milliseconds background_period{1000};
   // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
   // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
