@@ -17,6 +17,9 @@ packages=(
 if [[ "${1:-}" == "--test" ]]; then
   # The side-by-side reference: ClickHouse 18.16's ReplicatedMergeTree on our ZooKeeper.
   packages+=(clickhouse-server clickhouse-client)
+  # The operator's test control plane makes its certificates with the openssl CLI
+  # (docs/control-plane.md); its binaries are built from Go modules, not installed.
+  packages+=(openssl)
 fi
 
 missing=()

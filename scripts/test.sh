@@ -12,6 +12,10 @@ if [[ "${1:-}" == "--quick" ]]; then
 fi
 
 scripts/install-deps.sh --test
+# The operator's tests run against a real kube-apiserver built from Go modules; cached by version
+# in .cache/control-plane/, so only the first run pays the build.
+echo "=== control plane"
+e2e/build-control-plane.sh >/dev/null
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
