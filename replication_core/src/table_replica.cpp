@@ -832,6 +832,8 @@ bool TableReplica::executeEntry(const SelectedEntry& selected) {
   if (keeper) {
     for (const auto& node : pointless) (void)keeper->remove(paths_.queue() + "/" + node);
   }
+  // The queue's gauges follow each finished entry, not only the background round.
+  updateQueueMetrics();
   queue_changed_.notify_all();
   return done.has_value();
 }

@@ -35,9 +35,9 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
   for (const auto& [name, checksum] : common.parts) merged |= !name.ends_with("_0");
   EXPECT_TRUE(merged) << "no merge ran";
 
-  // The replication metrics (DESIGN.md 4) of a replica that fetched and merged.
-  auto metrics = all[0]->metrics();
-  ASSERT_TRUE(metrics && metrics->status == 200);
+  // The replication metrics (DESIGN.md 4) of a replica that fetched and merged. Gauges follow
+  // the queue as entries finish: wait for the drained state to show.
+  std::expected<testing::HttpResponse, std::string> metrics;
   auto value = [&](const std::string& name) -> double {
     const auto at = metrics->body.find("\n" + name + "{");
     if (at == std::string::npos) return -1;
@@ -45,6 +45,11 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
     const std::string line = metrics->body.substr(at + 1, end - at - 1);
     return std::stod(line.substr(line.rfind(' ') + 1));
   };
+  ASSERT_TRUE(waitFor([&] {
+    metrics = all[0]->metrics();
+    return metrics && metrics->status == 200 && value("rtable_replication_queue_size") == 0 &&
+           value("rtable_replica_absolute_delay_seconds") == 0;
+  }, std::chrono::seconds(10))) << (metrics ? metrics->body : metrics.error());
   EXPECT_GT(value("rtable_fetches_total"), 0);
   EXPECT_GT(value("rtable_fetched_bytes_total"), 0);
   EXPECT_GT(value("rtable_fetch_duration_seconds_count"), 0);
