@@ -22,6 +22,7 @@
 
 #include "rtable/replication_core/hash128.h"
 #include "rtable/replication_core/part_name.h"
+#include "posix_file.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -40,10 +41,6 @@ constexpr std::size_t kMaxResponseHeadBytes = 64 << 10;
 constexpr std::size_t kMaxErrorBodyBytes = 64 << 10;
 // Bytes per receive and per file write.
 constexpr std::size_t kChunkBytes = 256 << 10;
-
-std::string errnoText(int error) {
-  return std::generic_category().message(error);
-}
 
 // Text from the wire for a message: at most 80 bytes, non-printable bytes as \xNN.
 std::string shown(std::string_view text) {
@@ -78,36 +75,6 @@ bool isSafeFileName(std::string_view name) {
   }
   return std::all_of(name.begin(), name.end(),
                      [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
-}
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-  // close(2)'s own error matters for files just written (a deferred write error).
-  std::expected<void, std::string> close() {
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return std::unexpected(fmt::format("close failed: {}", errnoText(errno)));
-    return {};
-  }
-
- private:
-  int fd_;
-};
-
-std::expected<void, std::string> fsyncFd(int fd) {
-  while (::fsync(fd) != 0) {
-    if (errno != EINTR) return std::unexpected(fmt::format("fsync failed: {}", errnoText(errno)));
-  }
-  return {};
 }
 
 }  // namespace

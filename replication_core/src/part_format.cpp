@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include "posix_file.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -51,10 +52,6 @@ constexpr std::string_view kTemporaryPrefix = "tmp_";
 constexpr std::string_view kDetachedDir = "detached";
 constexpr std::string_view kBrokenPrefix = "broken_";
 constexpr std::string_view kChecksumsHeader = "rtable checksums format version: 1";
-
-std::string errnoText(int error) {
-  return std::generic_category().message(error);
-}
 
 std::string fileError(const fs::path& part_dir, std::string_view file, std::string_view what) {
   return fmt::format("part {}: {}: {}", part_dir.string(), file, what);
@@ -98,54 +95,6 @@ std::optional<Hash128> parseHashHex(std::string_view text) {
 }
 
 // --- Files -----------------------------------------------------------------------------------
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-  // close(2)'s own error matters for files just written (a deferred write error).
-  Status close() {
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return std::unexpected(fmt::format("close failed: {}", errnoText(errno)));
-    return {};
-  }
-
- private:
-  int fd_;
-};
-
-Result<Fd> openFd(const fs::path& path, int flags, mode_t mode = 0) {
-  for (;;) {
-    const int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-    if (fd >= 0) return Fd(fd);
-    if (errno != EINTR) return std::unexpected(fmt::format("cannot open: {}", errnoText(errno)));
-  }
-}
-
-Status fsyncFd(int fd) {
-  while (::fsync(fd) != 0) {
-    if (errno != EINTR) return std::unexpected(fmt::format("fsync failed: {}", errnoText(errno)));
-  }
-  return {};
-}
-
-// Makes a directory's entries (created, renamed, removed files) durable.
-Status fsyncDirectory(const fs::path& dir) {
-  auto fd = openFd(dir, O_RDONLY | O_DIRECTORY);
-  if (!fd) return std::unexpected(fmt::format("directory {}: {}", dir.string(), fd.error()));
-  if (auto synced = fsyncFd(fd->get()); !synced) {
-    return std::unexpected(fmt::format("directory {}: {}", dir.string(), synced.error()));
-  }
-  return {};
-}
 
 // rename(2) that never replaces `to`: plain rename would replace an empty directory.
 Status renameNoReplace(const fs::path& from, const fs::path& to) {

@@ -17,6 +17,7 @@
 #include "rtable/replication_core/quorum.h"
 #include "rtable/replication_core/measured_keeper.h"
 #include "rtable/replication_core/table_registration.h"
+#include "posix_file.h"
 #include "worker_pool.h"
 
 namespace rtable::core {
@@ -37,13 +38,7 @@ double steadySeconds() {
 }
 
 // A rename is durable once the directory holding the new name is synced.
-bool syncDirectory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
+bool syncDirectory(const fs::path& dir) { return fsyncDirectory(dir).has_value(); }
 
 std::string replicaAddress(const TableSpec& spec) {
   // ClickHouse's ReplicatedMergeTreeAddress text, so tools that read `host` find their way.
