@@ -58,7 +58,13 @@ TEST(TableObjects, EveryObjectIsLabelledAndOwnedByTheTable) {
   EXPECT_EQ(objects.headless_service["metadata"]["name"], "events-headless");
   EXPECT_EQ(objects.headless_service["spec"]["clusterIP"], "None");
   EXPECT_EQ(objects.client_service["metadata"]["name"], "events");
-  EXPECT_EQ(objects.secret["stringData"]["secret"], "s3cr3t");
+  EXPECT_EQ(objects.secret["data"]["secret"], "czNjcjN0");  // base64 of s3cr3t
+  for (const auto& [plain, encoded] : std::vector<std::pair<std::string, std::string>>{
+           {"", ""}, {"a", "YQ=="}, {"ab", "YWI="}, {"abc", "YWJj"}, {"abcd", "YWJjZA=="}}) {
+    TableObjectsContext c = context("events");
+    c.interserver_secret = plain;
+    EXPECT_EQ(renderTableObjects(spec(), c).secret["data"]["secret"], encoded) << plain;
+  }
 }
 
 TEST(TableObjects, TheStatefulSetRunsRtableCoreWithItsConfigSecretAndProbes) {
