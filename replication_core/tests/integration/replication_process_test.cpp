@@ -164,8 +164,26 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
   auto retried = r1.post("/insert?format=JSONEachRow&insert_quorum=2", row(3));
   ASSERT_TRUE(retried && retried->status == 200) << (retried ? retried->body : retried.error());
   EXPECT_EQ(json::parse(retried->body)["deduplicated_blocks"].get<int>(), 1);
+
+  // auto: a majority of the three registered replicas, two, which r1 and r2 make.
+  auto majority = r2.post("/insert?format=JSONEachRow&insert_quorum=auto", row(4));
+  ASSERT_TRUE(majority && majority->status == 200) << (majority ? majority->body : majority.error());
+  auto on_r1 = r1.get("/parts");
+  ASSERT_TRUE(on_r1);
+  EXPECT_NE(on_r1->body.find(json::parse(majority->body)["parts"][0].get<std::string>()), std::string::npos);
+  // With r2 down too, one live replica of three is not a majority.
+  ASSERT_EQ(r2.terminate(), 0);
+  auto minority = r1.post("/insert?format=JSONEachRow&insert_quorum=auto", row(5));
+  ASSERT_TRUE(minority);
+  EXPECT_EQ(minority->status, 503) << minority->body;
+  EXPECT_NE(minority->body.find("a majority of 3 replicas"), std::string::npos) << minority->body;
+  auto bad = r1.post("/insert?format=JSONEachRow&insert_quorum=most", row(5));
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("insert_quorum 'most'"), std::string::npos) << bad->body;
+  ASSERT_TRUE(r2.launch());
   ASSERT_TRUE(r3.launch());
-  EXPECT_EQ(expectConverged().rows, 2u);
+  EXPECT_EQ(expectConverged().rows, 3u);
 }
 
 TEST_F(Replication, DropPartitionIsReplicatedAndForgetsItsDedupIds) {
