@@ -62,6 +62,9 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       fetched_bytes(counter(r, l, "rtable_fetched_bytes_total", "Bytes of parts fetched")),
       fetch_errors(counter(r, l, "rtable_fetch_errors_total",
                            "Part transfers that failed (each source tried counts once)")),
+      parts_lost_forever(counter(r, l, "rtable_parts_lost_forever_total",
+                                 "Parts that no replica has or can produce any more; their queue "
+                                 "entries were given up")),
       fetch_duration_seconds(histogram(r, l, "rtable_fetch_duration_seconds",
                                        "Time to fetch, verify and register one part")),
       merged_bytes(counter(r, l, "rtable_merged_bytes_total", "Bytes of parts written by merges")),

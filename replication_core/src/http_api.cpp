@@ -207,6 +207,10 @@ class ReplicaHttpServer::Impl {
       if (method != http::methods::POST) return methodNotAllowed(request, "POST");
       return dropPartition(request, param("partition"));
     }
+    if (path == "/drop_replica") {
+      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      return dropReplica(request, param("name"));
+    }
     if (path == "/sync") {
       if (method != http::methods::POST) return methodNotAllowed(request, "POST");
       return sync(request, param("timeout_seconds"));
@@ -245,11 +249,13 @@ class ReplicaHttpServer::Impl {
       if (ec != std::errc() || end != text.data() + text.size() || value > max) return std::nullopt;
       return value;
     };
-    if (!quorum.empty()) {
+    if (quorum == "auto") {
+      options.quorum_auto = true;
+    } else if (!quorum.empty()) {
       auto value = number(quorum, 1000);
       if (!value) {
         return replyError(request, http::status_codes::BadRequest, "BAD_QUORUM",
-                          fmt::format("insert_quorum '{}': expected a number of replicas (0 or 1: no quorum)", quorum));
+                          fmt::format("insert_quorum '{}': expected a number of replicas (0 or 1: no quorum) or 'auto' (a majority)", quorum));
       }
       options.quorum = *value;
     }
@@ -303,6 +309,8 @@ class ReplicaHttpServer::Impl {
           return replyError(request, http::status_codes::InternalError, "QUORUM_TIMEOUT", error.message);
         case InsertError::Kind::kBadRequest:
           return replyError(request, http::status_codes::BadRequest, "BAD_REQUEST", error.message);
+        case InsertError::Kind::kNotFound:
+          return replyError(request, http::status_codes::NotFound, "NOT_FOUND", error.message);
         case InsertError::Kind::kInternal:
           return replyError(request, http::status_codes::InternalError, "INTERNAL", error.message);
       }
@@ -457,6 +465,27 @@ class ReplicaHttpServer::Impl {
     }
     const bool here = table_.syncQueue(std::chrono::seconds(30));
     replyJson(request, http::status_codes::OK, {{"dropped_range", *dropped}, {"executed_here", here}});
+  }
+
+  // SYSTEM DROP REPLICA: removes a stopped replica's nodes from ZooKeeper.
+  void dropReplica(const http::http_request& request, const std::string& name) {
+    if (name.empty() || name.find('/') != std::string::npos) {
+      return replyError(request, http::status_codes::BadRequest, "BAD_REPLICA",
+                        name.empty() ? "name: required" : fmt::format("name '{}': not a replica name", name));
+    }
+    auto dropped = table_.dropReplica(name);
+    if (!dropped) {
+      const InsertError& error = dropped.error();
+      if (error.kind == InsertError::Kind::kBadRequest) {
+        return replyError(request, http::status_codes::Conflict, "REPLICA_NOT_REMOVABLE", error.message);
+      }
+      if (error.kind == InsertError::Kind::kNotFound) {
+        return replyError(request, http::status_codes::NotFound, "UNKNOWN_REPLICA", error.message);
+      }
+      return replyError(request, http::status_codes::ServiceUnavailable, "UNAVAILABLE", error.message,
+                        json::object(), {{"Retry-After", "1"}});
+    }
+    replyJson(request, http::status_codes::OK, {{"removed_replica", name}});
   }
 
   // Waits until this replica has executed every log entry that existed when asked.

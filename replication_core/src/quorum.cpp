@@ -82,10 +82,12 @@ std::expected<QuorumEntry, std::string> QuorumEntry::parse(std::string_view text
   return entry;
 }
 
-KeeperResult<std::size_t> countActiveReplicas(Keeper& keeper, const TablePaths& paths) {
+KeeperResult<ReplicaCount> countReplicas(Keeper& keeper, const TablePaths& paths) {
   auto replicas = keeper.children(paths.replicas());
   if (!replicas) return std::unexpected(replicas.error());
-  std::size_t active = 0;
+  ReplicaCount count;
+  count.total = replicas->names.size();
+  std::size_t& active = count.active;
   for (const auto& name : replicas->names) {
     TablePaths other = paths;
     other.replica = name;
@@ -93,7 +95,7 @@ KeeperResult<std::size_t> countActiveReplicas(Keeper& keeper, const TablePaths& 
     if (!is_active) return std::unexpected(is_active.error());
     if (*is_active) ++active;
   }
-  return active;
+  return count;
 }
 
 KeeperStatus addToQuorum(Keeper& keeper, const TablePaths& paths, const std::string& part) {

@@ -42,11 +42,15 @@ KeeperResult<std::vector<QueueEntry>> loadQueue(Keeper& keeper, const TablePaths
   if (!listed) return std::unexpected(listed.error());
   std::vector<std::string> names = listed->names;
   std::sort(names.begin(), names.end());  // queue-%010d: the text order is the queue order
+  std::erase_if(names, [](const std::string& name) { return !name.starts_with(kQueuePrefix); });
+  std::vector<std::string> entry_paths;
+  for (const auto& name : names) entry_paths.push_back(paths.queue() + "/" + name);
+  auto nodes = keeper.getMany(entry_paths);
   std::vector<QueueEntry> entries;
-  for (const auto& name : names) {
-    if (!name.starts_with(kQueuePrefix)) continue;
-    const std::string path = paths.queue() + "/" + name;
-    auto node = keeper.get(path);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const std::string& path = entry_paths[i];
+    auto& node = nodes[i];
     if (!node) {
       if (node.error().code == KeeperCode::kNoNode) continue;
       return std::unexpected(node.error());
@@ -89,13 +93,19 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
     const std::size_t end = std::min(indexes.size(), begin + batch_);
     std::vector<Op> ops;
     std::vector<LogEntry> entries;
+    std::vector<std::string> entry_paths;
     for (std::size_t i = begin; i < end; ++i) {
-      const std::string path = fmt::format("{}{:010d}", paths_.logEntryPrefix(), indexes[i]);
-      auto node = keeper.get(path);
+      entry_paths.push_back(fmt::format("{}{:010d}", paths_.logEntryPrefix(), indexes[i]));
+    }
+    // One pipelined read for the whole batch: a replica catching up on N entries pays about one
+    // round trip per batch, not one per entry.
+    auto nodes = keeper.getMany(entry_paths);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      auto& node = nodes[i];
       if (!node) return std::unexpected(node.error());  // cleanup never removes what we still need
       auto entry = LogEntry::parse(node->data);
       if (!entry) {
-        return std::unexpected(KeeperError{KeeperCode::kBadArguments, path,
+        return std::unexpected(KeeperError{KeeperCode::kBadArguments, entry_paths[i],
                                            "log entry does not parse: " + entry.error(), {}});
       }
       if (skip && skip(*entry)) continue;
@@ -116,6 +126,42 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
     batch_ = std::min(batch_ * 2, kMaxBatch);
   }
   return pulled;
+}
+
+std::string_view missingPartName(MissingPart state) {
+  switch (state) {
+    case MissingPart::kOnSomeReplica: return "on_some_replica";
+    case MissingPart::kMayStillBeMerged: return "may_still_be_merged";
+    case MissingPart::kLostForever: return "lost_forever";
+  }
+  return "unknown";
+}
+
+KeeperResult<MissingPart> searchForMissingPart(Keeper& keeper, const TablePaths& paths,
+                                               const PartName& part) {
+  auto replicas = keeper.children(paths.replicas());
+  if (!replicas) return std::unexpected(replicas.error());
+  const std::vector<std::string> names = std::move(replicas->names);
+  bool found_min = false;
+  bool found_max = false;
+  for (const auto& name : names) {
+    TablePaths other = paths;
+    other.replica = name;
+    auto listed = keeper.children(other.parts());
+    if (!listed) {
+      if (listed.error().code == KeeperCode::kNoNode) continue;  // being created or removed
+      return std::unexpected(listed.error());
+    }
+    for (const auto& part_name : listed->names) {
+      auto have = PartName::parse(part_name);
+      if (!have) continue;
+      if (have->contains(part)) return MissingPart::kOnSomeReplica;
+      if (!part.contains(*have)) continue;
+      found_min = found_min || have->min_block == part.min_block;
+      found_max = found_max || have->max_block == part.max_block;
+    }
+  }
+  return found_min && found_max ? MissingPart::kMayStillBeMerged : MissingPart::kLostForever;
 }
 
 KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths) {
@@ -175,9 +221,16 @@ KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
     std::vector<std::string> names = queue->names;
     std::sort(names.begin(), names.end());
     queue_texts.clear();
-    for (const auto& name : names) {
-      auto node = keeper.get(from.queue() + "/" + name);
-      if (node) queue_texts.push_back(node->data);
+    std::vector<std::string> entry_paths;
+    for (const auto& name : names) entry_paths.push_back(from.queue() + "/" + name);
+    for (auto& node : keeper.getMany(entry_paths)) {
+      // An entry gone meanwhile was executed there: the pointer check below decides whether the
+      // copy is still consistent. Any other failure would silently drop an entry from the copy.
+      if (node) {
+        queue_texts.push_back(std::move(node->data));
+      } else if (node.error().code != KeeperCode::kNoNode) {
+        return std::unexpected(node.error());
+      }
     }
     auto snapshot = keeper.multi({op::Set{paths.logPointer(), pointer->data, -1},
                                   op::Check{from.isLost(), lost->stat.version},
@@ -264,6 +317,9 @@ KeeperResult<LogCleanupResult> clearOldLogs(Keeper& keeper, const TablePaths& pa
     auto pointer = keeper.get(other.logPointer());
     auto lost = keeper.get(other.isLost());
     auto active = keeper.exists(other.isActive());
+    // A lost replica that no process serves holds nothing back, even one half removed by
+    // dropReplica (which marks it lost first).
+    if (lost && lost->data == "1" && active && !*active) continue;
     if (!host || !pointer || !lost || !active) {
       // A replica being created or removed: decide next round.
       return result;

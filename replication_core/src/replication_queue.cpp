@@ -210,6 +210,7 @@ std::vector<std::string> ReplicationQueue::finish(const std::string& node_name) 
   const LogEntry entry = it->entry;
   entries_.erase(it);
   executing_.erase(node_name);
+  forgetActualPart(node_name);
   auto part = partOf(entry.new_part_name);
   if (part) future_parts_.erase(*part);
   if (entry.type == LogEntry::Type::kDropRange && part) {
@@ -226,6 +227,60 @@ std::vector<std::string> ReplicationQueue::finish(const std::string& node_name) 
   return removed;
 }
 
+std::vector<std::string> ReplicationQueue::forgetLostPart(
+    const std::string& node_name, const std::vector<PartName>& current_parts) {
+  std::vector<std::string> also_removed;
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const QueueEntry& e) { return e.node_name == node_name; });
+  if (it == entries_.end()) return also_removed;
+  const std::string lost = it->entry.new_part_name;
+  if (auto part = partOf(lost)) future_parts_.erase(*part);
+  entries_.erase(it);
+  executing_.erase(node_name);
+  forgetActualPart(node_name);
+  // Other entries for the same part (a part requeued at start and its log entry pulled later)
+  // cannot succeed either.
+  std::erase_if(entries_, [&](const QueueEntry& other) {
+    if (other.currently_executing || other.entry.type == LogEntry::Type::kDropRange ||
+        other.entry.new_part_name != lost) {
+      return false;
+    }
+    also_removed.push_back(other.node_name);
+    return true;
+  });
+  // The lost part may have covered parts that stay (a merge's sources held here, another entry's
+  // part): the virtual parts are rebuilt as the invariant defines them.
+  virtual_parts_ = ActiveDataPartSet();
+  for (const auto& part : current_parts) (void)virtual_parts_.add(part);
+  for (const auto& queued : entries_) {
+    if (auto part = partOf(queued.entry.new_part_name)) (void)virtual_parts_.add(*part);
+  }
+  return also_removed;
+}
+
+bool ReplicationQueue::setActualPart(const std::string& node_name, const PartName& actual) {
+  for (const auto& [future, node] : future_parts_) {
+    if (node == node_name || future.isDisjoint(actual)) continue;
+    // Another entry's own small part inside it does not stop us (that entry will find the same
+    // covering part and give way); another covering fetch, or a bigger part, does.
+    auto other_actual = actual_parts_.find(node);
+    const bool is_other_actual = other_actual != actual_parts_.end() && other_actual->second == future;
+    if (is_other_actual || !actual.contains(future)) return false;
+  }
+  forgetActualPart(node_name);
+  future_parts_[actual] = node_name;
+  actual_parts_[node_name] = actual;
+  return true;
+}
+
+void ReplicationQueue::forgetActualPart(const std::string& node_name) {
+  auto it = actual_parts_.find(node_name);
+  if (it == actual_parts_.end()) return;
+  auto future = future_parts_.find(it->second);
+  if (future != future_parts_.end() && future->second == node_name) future_parts_.erase(future);
+  actual_parts_.erase(it);
+}
+
 void ReplicationQueue::fail(const std::string& node_name, std::string error,
                             QueueClock::time_point now) {
   auto it = std::find_if(entries_.begin(), entries_.end(),
@@ -235,6 +290,7 @@ void ReplicationQueue::fail(const std::string& node_name, std::string error,
   it->last_exception = std::move(error);
   it->last_exception_time = now;
   executing_.erase(node_name);
+  forgetActualPart(node_name);
   if (auto part = partOf(it->entry.new_part_name)) future_parts_.erase(*part);
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
 #include "rtable/replication_core/sequential_counter.h"
 
 namespace rtable::core {
@@ -59,10 +61,93 @@ KeeperResult<Registration> createReplicaIfNotExists(Keeper& keeper, const TableP
       op::Set{paths.replicas(), "last added replica: " + paths.replica, (*replicas)->version},
   });
   if (created) return Registration::kCreated;
-  if (created.error().code == KeeperCode::kNodeExists && created.error().failed_op_index == 0u) {
-    return Registration::kAlreadyThere;
+  if (created.error().code != KeeperCode::kNodeExists || created.error().failed_op_index != 0u) {
+    return std::unexpected(created.error());
   }
-  return std::unexpected(created.error());
+  // The root is there. A dropReplica that was cut short removes queue/ and parts/ (and then the
+  // rest) only after setting is_lost; whatever it removed is created again, and a replica missing
+  // any of them is lost: its parts in ZooKeeper are gone, so it must clone.
+  auto queue = keeper.exists(paths.queue());
+  if (!queue) return std::unexpected(queue.error());
+  auto parts = keeper.exists(paths.parts());
+  if (!parts) return std::unexpected(parts.error());
+  auto pointer = keeper.exists(paths.logPointer());
+  if (!pointer) return std::unexpected(pointer.error());
+  if (*queue && *parts && *pointer) return Registration::kAlreadyThere;
+  spdlog::warn("replica {} was partly removed from ZooKeeper; completing it as a lost replica",
+               paths.replicaRoot());
+  for (const auto& path : {paths.host(), paths.logPointer(), paths.queue(), paths.parts()}) {
+    auto made = keeper.create(path, "", CreateMode::kPersistent);
+    if (!made && made.error().code != KeeperCode::kNodeExists) return std::unexpected(made.error());
+  }
+  auto lost = keeper.create(paths.isLost(), "1", CreateMode::kPersistent);
+  if (!lost && lost.error().code != KeeperCode::kNodeExists) return std::unexpected(lost.error());
+  if (!lost) {
+    if (auto set = keeper.set(paths.isLost(), "1"); !set) return std::unexpected(set.error());
+  }
+  return Registration::kAlreadyThere;
+}
+
+KeeperResult<ReplicaRemoval> dropReplica(Keeper& keeper, const TablePaths& table,
+                                         const std::string& replica) {
+  TablePaths paths = table;
+  paths.replica = replica;
+  auto root = keeper.exists(paths.replicaRoot());
+  if (!root) return std::unexpected(root.error());
+  if (!*root) return ReplicaRemoval::kNotThere;
+  // Lost first, and only while no process serves the replica (the multi fails on is_active).
+  auto marked = keeper.multi({op::CheckNotExists{paths.isActive()},
+                              op::Create{paths.isLost(), "1", CreateMode::kPersistent}});
+  if (!marked && marked.error().code == KeeperCode::kNodeExists &&
+      marked.error().failed_op_index == 1u) {
+    marked = keeper.multi({op::CheckNotExists{paths.isActive()}, op::Set{paths.isLost(), "1", -1}});
+  }
+  if (!marked) {
+    if (marked.error().code == KeeperCode::kNodeExists && marked.error().failed_op_index == 0u) {
+      return std::unexpected(KeeperError{
+          KeeperCode::kBadArguments, paths.isActive(),
+          fmt::format("replica '{}' is active: stop its process before removing it", replica),
+          {}});
+    }
+    if (marked.error().code != KeeperCode::kNoNode) return std::unexpected(marked.error());
+    // The root went meanwhile (another remover finished).
+    return ReplicaRemoval::kNotThere;
+  }
+  spdlog::info("removing replica {} from ZooKeeper", paths.replicaRoot());
+  // The parts first: no one chooses a replica without them as a fetch source.
+  for (const auto& subtree : {paths.parts(), paths.queue()}) {
+    if (auto removed = removeRecursive(keeper, subtree); !removed) {
+      return std::unexpected(removed.error());
+    }
+  }
+  auto children = keeper.children(paths.replicaRoot());
+  if (!children) return std::unexpected(children.error());
+  const std::vector<std::string> names = std::move(children->names);
+  for (const auto& name : names) {
+    if (name == "is_lost" || name == "is_active") continue;
+    if (auto removed = removeRecursive(keeper, joinPath(paths.replicaRoot(), name)); !removed) {
+      return std::unexpected(removed.error());
+    }
+  }
+  // is_lost goes with the root in one multi, still only while no process serves the replica; the
+  // replicas node's version is bumped as createReplicaIfNotExists does, for log cleanup's guard.
+  auto replicas = keeper.exists(paths.replicas());
+  if (!replicas) return std::unexpected(replicas.error());
+  std::vector<Op> last = {op::CheckNotExists{paths.isActive()}, op::Remove{paths.isLost(), -1},
+                          op::Remove{paths.replicaRoot(), -1}};
+  if (*replicas) last.push_back(op::Set{paths.replicas(), "last removed replica: " + replica, (*replicas)->version});
+  auto removed = keeper.multi(last);
+  if (!removed) {
+    if (removed.error().code == KeeperCode::kNodeExists && removed.error().failed_op_index == 0u) {
+      return std::unexpected(KeeperError{
+          KeeperCode::kBadArguments, paths.isActive(),
+          fmt::format("replica '{}' became active while being removed; it was marked lost and "
+                      "will clone; stop its process and remove it again", replica),
+          {}});
+    }
+    return std::unexpected(removed.error());
+  }
+  return ReplicaRemoval::kRemoved;
 }
 
 KeeperStatus activateReplica(Keeper& keeper, const TablePaths& paths, const std::string& address) {

@@ -266,9 +266,9 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
   InsertResult result;
   auto& parts = insert.parts_;
   result.blocks = parts.size();
-  const std::size_t quorum = insert.options_.quorum >= 2 ? insert.options_.quorum : 0;
+  std::size_t quorum = insert.options_.quorum >= 2 ? insert.options_.quorum : 0;
   const auto quorum_deadline = std::chrono::steady_clock::now() + insert.options_.quorum_timeout;
-  if (quorum > 0) {
+  if (quorum > 0 || insert.options_.quorum_auto) {
     // ClickHouse's checkQuorumPrecondition: a quorum that cannot be reached now is refused before
     // anything is written.
     std::shared_ptr<Keeper> keeper = this->keeper();
@@ -276,18 +276,23 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
       metrics_.insert_errors.Increment();
       return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was written"));
     }
-    auto active = countActiveReplicas(*keeper, paths_);
+    auto count = countReplicas(*keeper, paths_);
     auto parent = createAncestorsAndSelf(*keeper, paths_.quorumParallel());
-    if (!active || !parent) {
+    if (!count || !parent) {
       metrics_.insert_errors.Increment();
-      return std::unexpected(unavailable("ZooKeeper: " + (!active ? active.error() : parent.error()).toString()));
+      return std::unexpected(unavailable("ZooKeeper: " + (!count ? count.error() : parent.error()).toString()));
     }
-    if (*active < quorum) {
+    if (insert.options_.quorum_auto) {
+      quorum = majorityQuorum(count->total);
+      if (quorum < 2) quorum = 0;  // a single replica: this one is the majority
+    }
+    if (count->active < quorum) {
       metrics_.insert_errors.Increment();
       return std::unexpected(InsertError{
           InsertError::Kind::kTooFewReplicas,
-          fmt::format("Number of alive replicas ({}) is less than requested quorum ({}); nothing "
-                      "was written", *active, quorum)});
+          fmt::format("Number of alive replicas ({}) is less than requested quorum ({}{}); nothing "
+                      "was written", count->active, quorum,
+                      insert.options_.quorum_auto ? fmt::format(", a majority of {} replicas", count->total) : "")});
     }
   }
   // Parts are written while ZooKeeper allocates their block numbers (they do not depend on each
@@ -765,7 +770,9 @@ std::size_t TableReplica::assignMerges(Keeper& keeper) {
 }
 
 std::size_t TableReplica::scheduleQueue(bool inline_execution) {
+  static constexpr std::size_t kNoOpBatch = 100;
   std::size_t merged = 0;
+  std::vector<SelectedEntry> no_ops;
   for (;;) {
     std::optional<SelectedEntry> selected;
     const bool readonly = this->keeper() == nullptr || lost_;
@@ -775,10 +782,23 @@ std::size_t TableReplica::scheduleQueue(bool inline_execution) {
                                              std::chrono::steady_clock::now());
       metrics_.queue_size.Set(static_cast<double>(queue_.size()));
     }
-    if (!selected) return merged;
+    if (!selected) {
+      if (no_ops.empty()) return merged;
+      // Finishing them may let entries they held back run: look again.
+      finishNoOpEntries(no_ops);
+      no_ops.clear();
+      continue;
+    }
+    if (selected->action == QueueAction::kNothing) {
+      no_ops.push_back(std::move(*selected));
+      if (no_ops.size() == kNoOpBatch) {
+        finishNoOpEntries(no_ops);
+        no_ops.clear();
+      }
+      continue;
+    }
     const bool is_merge = selected->action == QueueAction::kMerge;
-    if (inline_execution || selected->action == QueueAction::kNothing ||
-        selected->action == QueueAction::kDropRange) {
+    if (inline_execution || selected->action == QueueAction::kDropRange) {
       if (executeEntry(*selected) && is_merge) ++merged;
       continue;
     }
@@ -812,15 +832,49 @@ bool TableReplica::executeEntry(const SelectedEntry& selected) {
       case QueueAction::kDropRange: done = executeDropRange(*keeper, selected); break;
     }
   }
+  const bool succeeded = done.has_value();
+  reportOutcomes({{&selected, std::move(done)}}, keeper.get());
+  return succeeded;
+}
+
+void TableReplica::finishNoOpEntries(const std::vector<SelectedEntry>& entries) {
+  std::shared_ptr<Keeper> keeper = this->keeper();
+  std::vector<std::pair<const SelectedEntry*, std::expected<void, std::string>>> outcomes;
+  std::vector<Op> removes;
+  for (const auto& entry : entries) removes.push_back(op::Remove{paths_.queue() + "/" + entry.node_name, -1});
+  auto batch = keeper ? keeper->multi(removes)
+                      : KeeperResult<std::vector<OpResult>>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "no ZooKeeper session", {}}));
+  for (const auto& entry : entries) {
+    std::expected<void, std::string> done;
+    if (!keeper) {
+      done = std::unexpected("no ZooKeeper session");
+    } else if (!batch) {
+      // One node was gone already (a clone replaced the queue, say): one by one then.
+      if (auto removed = keeper->remove(paths_.queue() + "/" + entry.node_name);
+          !removed && removed.error().code != KeeperCode::kNoNode) {
+        done = std::unexpected(removed.error().toString());
+      }
+    }
+    outcomes.emplace_back(&entry, std::move(done));
+  }
+  reportOutcomes(outcomes, keeper.get());
+}
+
+void TableReplica::reportOutcomes(
+    const std::vector<std::pair<const SelectedEntry*, std::expected<void, std::string>>>& outcomes,
+    Keeper* keeper) {
   std::vector<std::string> pointless;
   {
     std::lock_guard lock(queue_mu_);
-    if (done) {
-      pointless = queue_.finish(selected.node_name);
-    } else {
-      spdlog::warn("queue entry {} ({} {}): {}", selected.node_name,
-                   queueActionName(selected.action), selected.entry.new_part_name, done.error());
-      queue_.fail(selected.node_name, done.error(), std::chrono::steady_clock::now());
+    for (const auto& [selected, done] : outcomes) {
+      if (done) {
+        auto removed = queue_.finish(selected->node_name);
+        pointless.insert(pointless.end(), removed.begin(), removed.end());
+      } else {
+        spdlog::warn("queue entry {} ({} {}): {}", selected->node_name,
+                     queueActionName(selected->action), selected->entry.new_part_name, done.error());
+        queue_.fail(selected->node_name, done.error(), std::chrono::steady_clock::now());
+      }
     }
     metrics_.queue_size.Set(static_cast<double>(queue_.size()));
   }
@@ -830,7 +884,6 @@ bool TableReplica::executeEntry(const SelectedEntry& selected) {
   // The queue's gauges follow each finished entry, not only the background round.
   updateQueueMetrics();
   queue_changed_.notify_all();
-  return done.has_value();
 }
 
 namespace {
@@ -888,13 +941,47 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
     }
   }
   if (candidates.empty()) {
-    return std::unexpected(fmt::format("no live replica has part {} or a part covering it",
-                                       wanted->format()));
+    auto missing = searchForMissingPart(keeper, paths_, *wanted);
+    if (!missing) return std::unexpected(missing.error().toString());
+    if (*missing != MissingPart::kLostForever) {
+      return std::unexpected(fmt::format("no live replica has part {} or a part covering it ({})",
+                                         wanted->format(), missingPartName(*missing)));
+    }
+    // No replica, live or not, lists it or a part covering it, and no merge can make it: waiting
+    // would retry forever. The rows of that part are gone from the table (ClickHouse logs the
+    // same "lost forever" and drops the entry).
+    auto removed = keeper.remove(paths_.queue() + "/" + selected.node_name);
+    if (!removed && removed.error().code != KeeperCode::kNoNode) {
+      return std::unexpected(removed.error().toString());
+    }
+    spdlog::error("part {} is lost forever: no replica has it or a part covering it; giving up "
+                  "queue entry {}", wanted->format(), selected.node_name);
+    metrics_.parts_lost_forever.Increment();
+    std::vector<std::string> duplicates;
+    {
+      std::lock_guard queue_lock(queue_mu_);
+      std::vector<PartName> current;
+      {
+        std::lock_guard parts_lock(parts_mu_);
+        for (const auto& [name, part] : active_parts_) current.push_back(name);
+      }
+      duplicates = queue_.forgetLostPart(selected.node_name, current);
+    }
+    for (const auto& node : duplicates) (void)keeper.remove(paths_.queue() + "/" + node);
+    return {};
   }
   std::string errors;
   const auto started = std::chrono::steady_clock::now();
   for (const auto& candidate : candidates) {
     const std::string name = candidate.part.format();
+    if (candidate.part != *wanted) {
+      std::lock_guard lock(queue_mu_);
+      if (!queue_.setActualPart(selected.node_name, candidate.part)) {
+        // Another entry fetches or makes a part overlapping this one: its result will serve us.
+        return std::unexpected(fmt::format("part {} covering {} is being fetched or made by another "
+                                           "entry", name, wanted->format()));
+      }
+    }
     const fs::path staging = spec_.data_dir / kStagingDir /
                              fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
     std::error_code ec;
@@ -913,7 +1000,14 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
     fs::rename(staging, final_dir, ec);
     if (ec || !syncDirectory(spec_.data_dir)) {
       fs::remove_all(staging, ec);
-      return std::unexpected(fmt::format("cannot move fetched part to {}", final_dir.string()));
+      // Another entry brought the same part in meanwhile: then this entry's work is done.
+      if (auto here = localPartLookup()(*wanted)) {
+        spdlog::debug("part {} arrived meanwhile (as {}); dropping the copy fetched for {}",
+                      name, here->format(), selected.node_name);
+        return {};
+      }
+      return std::unexpected(fmt::format("cannot move fetched part to {}: {}", final_dir.string(),
+                                         ec ? ec.message() : "directory fsync failed"));
     }
     // The part, the parts it replaces here, and the queue entry: one multi.
     std::vector<Op> ops = {op::Create{paths_.part(name), "", CreateMode::kPersistent}};
@@ -1068,6 +1162,32 @@ void TableReplica::updateQueueMetrics() {
     const double total = static_cast<double>(queue_.postponedCount(reason));
     if (total > counter.Value()) counter.Increment(total - counter.Value());
   }
+}
+
+std::expected<void, InsertError> TableReplica::dropReplica(const std::string& replica) {
+  if (replica == spec_.replica) {
+    return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
+                                       fmt::format("replica '{}' is this one: ask another replica, or "
+                                                   "stop this one first", replica)});
+  }
+  if (replica.empty() || replica.find('/') != std::string::npos) {
+    return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
+                                       fmt::format("replica '{}' is not a replica name", replica)});
+  }
+  std::shared_ptr<Keeper> keeper = this->keeper();
+  if (!keeper) return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was removed"));
+  auto removed = core::dropReplica(*keeper, paths_, replica);
+  if (!removed) {
+    if (removed.error().code == KeeperCode::kBadArguments) {
+      return std::unexpected(InsertError{InsertError::Kind::kBadRequest, removed.error().detail});
+    }
+    return std::unexpected(unavailable("ZooKeeper: " + removed.error().toString()));
+  }
+  if (*removed == ReplicaRemoval::kNotThere) {
+    return std::unexpected(InsertError{InsertError::Kind::kNotFound,
+                                       fmt::format("replica '{}' is not a replica of this table", replica)});
+  }
+  return {};
 }
 
 std::expected<std::string, InsertError> TableReplica::dropPartition(const std::string& partition) {

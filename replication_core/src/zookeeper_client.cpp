@@ -131,6 +131,57 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     }
   }
 
+  std::vector<KeeperResult<GetResult>> getMany(const std::vector<std::string>& paths) override {
+    // All requests go out on the connection back to back; the C client answers them in order on
+    // its completion thread. A lost connection or session completes every outstanding request
+    // with an error, so the wait below always ends.
+    struct Batch {
+      std::mutex mu;
+      std::condition_variable done;
+      std::size_t pending = 0;
+      std::vector<KeeperResult<GetResult>> results;
+    };
+    struct Slot {
+      Batch* batch;
+      std::size_t index;
+      const std::string* path;
+    };
+    Batch batch;
+    batch.results.assign(paths.size(), std::unexpected(KeeperError{KeeperCode::kOther, "",
+                                                                   "not answered", {}}));
+    std::vector<Slot> slots(paths.size());
+    static constexpr data_completion_t kCompletion = [](int rc, const char* value, int value_len,
+                                                        const struct ::Stat* stat, const void* data) {
+      const auto* slot = static_cast<const Slot*>(data);
+      KeeperResult<GetResult> result =
+          rc == ZOK ? KeeperResult<GetResult>(GetResult{
+                          value ? std::string(value, static_cast<std::size_t>(std::max(value_len, 0)))
+                                : std::string(),
+                          toStat(*stat)})
+                    : std::unexpected(toError(rc, *slot->path));
+      std::lock_guard lock(slot->batch->mu);
+      slot->batch->results[slot->index] = std::move(result);
+      if (--slot->batch->pending == 0) slot->batch->done.notify_all();
+    };
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      slots[i] = Slot{&batch, i, &paths[i]};
+      {
+        std::lock_guard lock(batch.mu);
+        ++batch.pending;
+      }
+      const int rc = zoo_aget(handle_, paths[i].c_str(), 0, kCompletion, &slots[i]);
+      if (rc != ZOK) {
+        // Not queued: no completion will come for it.
+        std::lock_guard lock(batch.mu);
+        --batch.pending;
+        batch.results[i] = std::unexpected(toError(rc, paths[i]));
+      }
+    }
+    std::unique_lock lock(batch.mu);
+    batch.done.wait(lock, [&] { return batch.pending == 0; });
+    return std::move(batch.results);
+  }
+
   KeeperResult<std::optional<Stat>> exists(const std::string& path, WatchCallback watch) override {
     struct ::Stat stat {};
     WatchContext* ctx = registerWatch(std::move(watch));

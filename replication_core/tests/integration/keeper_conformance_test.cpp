@@ -163,6 +163,35 @@ TEST_P(KeeperConformance, LargeValuesRoundTrip) {
   EXPECT_EQ(keeper_->get(path("empty"))->data, "");
 }
 
+TEST_P(KeeperConformance, GetManyAnswersEveryPathInOrder) {
+  // More than one batch of the log puller, values of different sizes (one over the C client's
+  // first-read buffer), and missing nodes between them.
+  std::vector<std::string> paths;
+  std::vector<std::string> values;
+  for (int i = 0; i < 150; ++i) {
+    paths.push_back(path(fmt::format("n{:03d}", i)));
+    values.push_back(i == 7 ? std::string(100 * 1024, 'b') : fmt::format("value {}", i));
+    if (i % 10 != 3) {
+      ASSERT_TRUE(keeper_->create(paths.back(), values.back(), CreateMode::kPersistent));
+    }
+  }
+  ASSERT_TRUE(keeper_->set(paths[0], "changed"));
+  auto results = keeper_->getMany(paths);
+  ASSERT_EQ(results.size(), paths.size());
+  for (int i = 0; i < 150; ++i) {
+    if (i % 10 == 3) {
+      ASSERT_FALSE(results[i]) << i;
+      EXPECT_EQ(results[i].error().code, KeeperCode::kNoNode);
+      EXPECT_EQ(results[i].error().path, paths[i]);
+      continue;
+    }
+    ASSERT_TRUE(results[i]) << i << ": " << results[i].error().toString();
+    EXPECT_EQ(results[i]->data, i == 0 ? "changed" : values[i]) << i;
+    EXPECT_EQ(results[i]->stat.version, i == 0 ? 1 : 0) << i;
+  }
+  EXPECT_TRUE(keeper_->getMany({}).empty());
+}
+
 TEST_P(KeeperConformance, SemanticErrorsAreAnswers) {
   auto no_node = keeper_->get(path("missing"));
   ASSERT_FALSE(no_node);
@@ -445,6 +474,13 @@ TEST(RealZooKeeper, RequestsFailAtConnectionLevelWhileTheServerIsDownAndTheSessi
   ASSERT_FALSE(during);
   EXPECT_TRUE(during.error().isConnectionLevel()) << during.error().toString();
   EXPECT_FALSE(during.error().code == KeeperCode::kSessionExpired);
+  // A pipelined read ends too, with a connection-level error for every path.
+  auto many = (*client)->getMany({"/restart", "/restart/eph"});
+  ASSERT_EQ(many.size(), 2u);
+  for (const auto& result : many) {
+    ASSERT_FALSE(result);
+    EXPECT_TRUE(result.error().isConnectionLevel()) << result.error().toString();
+  }
 
   auto restarted = env.server().restart();
   ASSERT_TRUE(restarted) << restarted.error();

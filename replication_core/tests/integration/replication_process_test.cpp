@@ -164,8 +164,26 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
   auto retried = r1.post("/insert?format=JSONEachRow&insert_quorum=2", row(3));
   ASSERT_TRUE(retried && retried->status == 200) << (retried ? retried->body : retried.error());
   EXPECT_EQ(json::parse(retried->body)["deduplicated_blocks"].get<int>(), 1);
+
+  // auto: a majority of the three registered replicas, two, which r1 and r2 make.
+  auto majority = r2.post("/insert?format=JSONEachRow&insert_quorum=auto", row(4));
+  ASSERT_TRUE(majority && majority->status == 200) << (majority ? majority->body : majority.error());
+  auto on_r1 = r1.get("/parts");
+  ASSERT_TRUE(on_r1);
+  EXPECT_NE(on_r1->body.find(json::parse(majority->body)["parts"][0].get<std::string>()), std::string::npos);
+  // With r2 down too, one live replica of three is not a majority.
+  ASSERT_EQ(r2.terminate(), 0);
+  auto minority = r1.post("/insert?format=JSONEachRow&insert_quorum=auto", row(5));
+  ASSERT_TRUE(minority);
+  EXPECT_EQ(minority->status, 503) << minority->body;
+  EXPECT_NE(minority->body.find("a majority of 3 replicas"), std::string::npos) << minority->body;
+  auto bad = r1.post("/insert?format=JSONEachRow&insert_quorum=most", row(5));
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("insert_quorum 'most'"), std::string::npos) << bad->body;
+  ASSERT_TRUE(r2.launch());
   ASSERT_TRUE(r3.launch());
-  EXPECT_EQ(expectConverged().rows, 2u);
+  EXPECT_EQ(expectConverged().rows, 3u);
 }
 
 TEST_F(Replication, DropPartitionIsReplicatedAndForgetsItsDedupIds) {
@@ -198,6 +216,85 @@ TEST_F(Replication, DropPartitionIsReplicatedAndForgetsItsDedupIds) {
   ASSERT_TRUE(empty);
   EXPECT_EQ(empty->status, 400) << empty->body;
   EXPECT_NE(empty->body.find("has no data"), std::string::npos) << empty->body;
+}
+
+TEST_F(Replication, ARemovedReplicaNoLongerHoldsTheLogAndCanJoinAgain) {
+  // A long max: a stopped replica is never marked lost here, it holds the log until removed.
+  const std::string settings = "minLogsToKeep: 3, maxLogsToKeep: 100000, cleanupPeriodSeconds: 1";
+  auto& r1 = addReplica("r1", "s3cret", settings);
+  auto& r2 = addReplica("r2", "s3cret", settings);
+  auto& r3 = addReplica("r3", "s3cret", settings);
+  for (uint64_t id = 0; id < 5; ++id) insert(r1, row(id));
+  expectConverged();
+
+  auto live = r1.post("/drop_replica?name=r2", "");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 409) << live->body;
+  EXPECT_NE(live->body.find("is active"), std::string::npos) << live->body;
+  auto self = r1.post("/drop_replica?name=r1", "");
+  ASSERT_TRUE(self);
+  EXPECT_EQ(self->status, 409) << self->body;
+
+  ASSERT_EQ(r3.terminate(), 0);
+  for (uint64_t id = 5; id < 25; ++id) insert(id % 2 ? r1 : r2, row(id));
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  const std::string root = "/rtable/tables/" + table_ + "/1";
+  const int64_t r3_pointer = std::stoll((*keeper)->get(root + "/replicas/r3/log_pointer")->data);
+  auto oldestLogIndex = [&] {
+    auto log = (*keeper)->children(root + "/log");
+    int64_t oldest = INT64_MAX;
+    if (log) {
+      for (const auto& name : log->names) oldest = std::min<int64_t>(oldest, std::stoll(name.substr(4)));
+    }
+    return oldest;
+  };
+  // The stopped replica holds the log at its pointer.
+  expectConverged();
+  EXPECT_LE(oldestLogIndex(), r3_pointer);
+
+  auto removed = r1.post("/drop_replica?name=r3", "");
+  ASSERT_TRUE(removed);
+  ASSERT_EQ(removed->status, 200) << removed->body;
+  EXPECT_FALSE(*(*keeper)->exists(root + "/replicas/r3"));
+  auto again = r1.post("/drop_replica?name=r3", "");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 404) << again->body;
+  // Now the log is trimmed past it, down to the newest entries.
+  insert(r2, row(100));
+  ASSERT_TRUE(waitFor([&] { return oldestLogIndex() > r3_pointer; }, std::chrono::seconds(30)))
+      << "oldest log entry " << oldestLogIndex() << ", r3's pointer was " << r3_pointer;
+
+  // Started again, r3 registers as a new replica of a table with history: it clones and catches up.
+  ASSERT_TRUE(r3.launch());
+  EXPECT_EQ(expectConverged().rows, 26u);
+}
+
+TEST_F(Replication, APartNoReplicaHasAnyMoreIsGivenUpNotRetriedForever) {
+  auto& r1 = addReplica("r1");
+  auto& r2 = addReplica("r2");
+  insert(r1, row(1));
+  expectConverged();
+  // r2 is away while r1 takes an insert; then r1 loses that part from its disk.
+  ASSERT_EQ(r2.terminate(), 0);
+  auto response = r1.post("/insert?format=JSONEachRow", row(2));
+  ASSERT_TRUE(response && response->status == 200) << (response ? response->body : response.error());
+  const std::string lost = json::parse(response->body)["parts"][0].get<std::string>();
+  ASSERT_EQ(r1.terminate(), 0);
+  ASSERT_TRUE(std::filesystem::remove_all(r1.dataDir() / lost) > 0) << lost;
+  ASSERT_TRUE(r1.launch());
+  ASSERT_TRUE(r2.launch());
+  // Both want the part (r1 requeued it at start, r2 has it in its queue); no one has it: both give
+  // up on it instead of backing off forever, and agree on what is left.
+  EXPECT_EQ(expectConverged().rows, 1u);
+  for (auto* replica : {&r1, &r2}) {
+    auto metrics = replica->metrics();
+    ASSERT_TRUE(metrics);
+    const auto at = metrics->body.find("\nrtable_parts_lost_forever_total{");
+    ASSERT_NE(at, std::string::npos) << metrics->body;
+    const std::string line = metrics->body.substr(at + 1, metrics->body.find('\n', at + 1) - at - 1);
+    EXPECT_EQ(std::stod(line.substr(line.rfind(' ') + 1)), 1.0) << line;
+  }
 }
 
 TEST_F(Replication, AFetchNeedsTheSharedSecret) {

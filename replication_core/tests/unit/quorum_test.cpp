@@ -74,12 +74,21 @@ TEST(Quorum, ActiveReplicasAreThoseWithASession) {
   ASSERT_TRUE(createReplicaIfNotExists(*keeper, r1));
   ASSERT_TRUE(createReplicaIfNotExists(*keeper, r2));
   ASSERT_TRUE(activateReplica(*keeper, r1, "host: a\n"));
-  EXPECT_EQ(*countActiveReplicas(*keeper, r1), 1u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->active, 1u);
   auto other = server->connect();
   ASSERT_TRUE(activateReplica(*other, r2, "host: b\n"));
-  EXPECT_EQ(*countActiveReplicas(*keeper, r1), 2u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->active, 2u);
   other.reset();
-  EXPECT_EQ(*countActiveReplicas(*keeper, r1), 1u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->active, 1u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->total, 2u);
+}
+
+TEST(Quorum, AutoIsAMajorityOfTheRegisteredReplicas) {
+  EXPECT_EQ(majorityQuorum(1), 1u);
+  EXPECT_EQ(majorityQuorum(2), 2u);
+  EXPECT_EQ(majorityQuorum(3), 2u);
+  EXPECT_EQ(majorityQuorum(4), 3u);
+  EXPECT_EQ(majorityQuorum(5), 3u);
 }
 
 }  // namespace

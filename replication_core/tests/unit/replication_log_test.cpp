@@ -236,5 +236,102 @@ TEST_F(LogCleanup, NoReplicaIsMarkedLostWhenAllWouldBe) {
   EXPECT_EQ(logIndexes().front(), 3);
 }
 
+TEST_F(LogCleanup, ADroppedReplicaNoLongerHoldsTheLog) {
+  appendLog(30, 0);
+  ASSERT_TRUE(keeper_->set(r1_.logPointer(), "30"));
+  ASSERT_TRUE(keeper_->set(r2_.logPointer(), "4"));  // r2 is stopped, within the kept log
+  ASSERT_TRUE(keeper_->create(r2_.part("all_0_0_0"), "", CreateMode::kPersistent));
+  ASSERT_TRUE(keeper_->create(r2_.queue() + "/queue-", getEntry("all_5_5_0"),
+                              CreateMode::kPersistentSequential));
+  ASSERT_EQ(clearOldLogs(*keeper_, r1_, LogRetention{5, 1000})->removed, 4u);
+
+  auto dropped = dropReplica(*keeper_, r1_, "r2");
+  ASSERT_TRUE(dropped) << dropped.error().toString();
+  EXPECT_EQ(*dropped, ReplicaRemoval::kRemoved);
+  EXPECT_FALSE(*keeper_->exists(r2_.replicaRoot()));
+  EXPECT_EQ(keeper_->children(r1_.replicas())->names, std::vector<std::string>{"r1"});
+  auto cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 1000});
+  ASSERT_TRUE(cleaned);
+  EXPECT_EQ(logIndexes().front(), 25);
+  // Idempotent: a second removal finds nothing.
+  EXPECT_EQ(*dropReplica(*keeper_, r1_, "r2"), ReplicaRemoval::kNotThere);
+}
+
+TEST_F(LogCleanup, ALiveReplicaIsNotDropped) {
+  std::unique_ptr<Keeper> r2_session = server_->connect();
+  ASSERT_TRUE(activateReplica(*r2_session, r2_, "host: r2\n"));
+  auto dropped = dropReplica(*keeper_, r1_, "r2");
+  ASSERT_FALSE(dropped);
+  EXPECT_EQ(dropped.error().code, KeeperCode::kBadArguments);
+  EXPECT_NE(dropped.error().detail.find("'r2' is active"), std::string::npos) << dropped.error().detail;
+  // Nothing changed, not even is_lost.
+  EXPECT_EQ(keeper_->get(r2_.isLost())->data, "0");
+  EXPECT_TRUE(*keeper_->exists(r2_.queue()));
+  // Once its session is gone, it can be removed.
+  r2_session.reset();
+  EXPECT_EQ(*dropReplica(*keeper_, r1_, "r2"), ReplicaRemoval::kRemoved);
+}
+
+TEST_F(LogCleanup, AReplicaLeftHalfDroppedIsIgnoredByCleanupAndRepairedAtItsStart) {
+  appendLog(30, 0);
+  ASSERT_TRUE(keeper_->set(r1_.logPointer(), "30"));
+  ASSERT_TRUE(keeper_->set(r2_.logPointer(), "4"));
+  // What a dropReplica cut short after its first steps leaves: lost, without parts/ and queue/.
+  ASSERT_TRUE(keeper_->set(r2_.isLost(), "1"));
+  ASSERT_TRUE(removeRecursive(*keeper_, r2_.parts()));
+  ASSERT_TRUE(removeRecursive(*keeper_, r2_.queue()));
+  ASSERT_TRUE(keeper_->remove(r2_.logPointer()));
+  auto cleaned = clearOldLogs(*keeper_, r1_, LogRetention{5, 1000});
+  ASSERT_TRUE(cleaned) << cleaned.error().toString();
+  EXPECT_EQ(logIndexes().front(), 25);
+  // Its process starts again instead of the removal finishing: it gets its nodes back, lost.
+  auto registered = createReplicaIfNotExists(*keeper_, r2_);
+  ASSERT_TRUE(registered) << registered.error().toString();
+  EXPECT_EQ(*registered, Registration::kAlreadyThere);
+  EXPECT_TRUE(*keeper_->exists(r2_.queue()));
+  EXPECT_TRUE(*keeper_->exists(r2_.parts()));
+  EXPECT_TRUE(*keeper_->exists(r2_.logPointer()));
+  EXPECT_EQ(keeper_->get(r2_.isLost())->data, "1");
+}
+
+TEST_F(LogCleanup, AMissingPartIsLostForeverOnlyWhenNoReplicaHasOrCanMakeIt) {
+  auto search = [&](const std::string& name) {
+    auto state = searchForMissingPart(*keeper_, r1_, *PartName::parse(name));
+    EXPECT_TRUE(state) << state.error().toString();
+    return *state;
+  };
+  EXPECT_EQ(search("all_1_1_0"), MissingPart::kLostForever);
+  // r2 is not active, but lists the part: it may come back.
+  ASSERT_TRUE(keeper_->create(r2_.part("all_1_1_0"), "", CreateMode::kPersistent));
+  EXPECT_EQ(search("all_1_1_0"), MissingPart::kOnSomeReplica);
+  // A part covering it counts too.
+  ASSERT_TRUE(keeper_->create(r1_.part("all_0_4_1"), "", CreateMode::kPersistent));
+  EXPECT_EQ(search("all_2_2_0"), MissingPart::kOnSomeReplica);
+  // A merge result none has yet, with its first and last sources still around: may be merged.
+  ASSERT_TRUE(keeper_->create(r2_.part("all_5_5_0"), "", CreateMode::kPersistent));
+  ASSERT_TRUE(keeper_->create(r1_.part("all_7_7_0"), "", CreateMode::kPersistent));
+  EXPECT_EQ(search("all_5_7_1"), MissingPart::kMayStillBeMerged);
+  // Without its last source it can never be made.
+  EXPECT_EQ(search("all_5_8_1"), MissingPart::kLostForever);
+  // Another partition's parts say nothing about it.
+  EXPECT_EQ(search("202612_1_1_0"), MissingPart::kLostForever);
+}
+
+TEST(RemoveRecursive, RemovesADeepWideSubtreeAndToleratesAMissingRoot) {
+  auto server = testing::FakeKeeperServer::create();
+  auto keeper = server->connect();
+  ASSERT_TRUE(createAncestorsAndSelf(*keeper, "/a/b/c"));
+  for (int i = 0; i < 250; ++i) {
+    ASSERT_TRUE(keeper->create(fmt::format("/a/b/c/n{}", i), "x", CreateMode::kPersistent));
+  }
+  ASSERT_TRUE(keeper->create("/a/b/d", "", CreateMode::kPersistent));
+  ASSERT_TRUE(keeper->create("/a/keep", "", CreateMode::kPersistent));
+  ASSERT_TRUE(removeRecursive(*keeper, "/a/b"));
+  EXPECT_FALSE(*keeper->exists("/a/b"));
+  EXPECT_TRUE(*keeper->exists("/a/keep"));
+  EXPECT_TRUE(removeRecursive(*keeper, "/a/b"));
+  EXPECT_TRUE(removeRecursive(*keeper, "/nothing/here"));
+}
+
 }  // namespace
 }  // namespace rtable::core

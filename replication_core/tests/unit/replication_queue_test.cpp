@@ -106,6 +106,57 @@ TEST_F(Queue, MergeWaitsForItsSourceWhileLaterEntriesRun) {
   expectInvariant();
 }
 
+TEST_F(Queue, ALostMergeResultLeavesTheSourcesHeldHereInTheVirtualParts) {
+  // Only one source is here; the merge's result is to be fetched, and turns out lost forever.
+  replica.add("all_1_1_0");
+  queue.addCurrentPart(part("all_1_1_0"));
+  queue.insert(merge("q1", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));
+  queue.insert(get("q2", "all_3_3_0"));
+  EXPECT_EQ(queue.virtualParts().parts(), (std::vector<PartName>{part("all_1_2_1"), part("all_3_3_0")}));
+  auto selected = select();
+  ASSERT_TRUE(selected);
+  EXPECT_EQ(selected->node_name, "q1");
+  EXPECT_EQ(selected->action, QueueAction::kFetch);
+  queue.insert(get("q3", "all_1_2_1"));  // the same part again, pulled later
+  EXPECT_EQ(queue.forgetLostPart("q1", replica.parts()), std::vector<std::string>{"q3"});
+  EXPECT_EQ(order(), std::vector<std::string>{"q2"});
+  EXPECT_EQ(queue.executing(QueueAction::kFetch), 0u);
+  EXPECT_EQ(queue.virtualParts().parts(), (std::vector<PartName>{part("all_1_1_0"), part("all_3_3_0")}));
+  expectInvariant();
+}
+
+TEST_F(Queue, AFetchOfACoveringPartMakesTheEntriesItCoversWait) {
+  queue = ReplicationQueue(QueueLimits{.fetch_pool_size = 4, .merge_pool_size = 1});
+  queue.insert(get("q1", "all_1_1_0"));
+  queue.insert(get("q2", "all_2_2_0"));
+  queue.insert(get("q3", "all_3_3_0"));
+  queue.insert(get("q4", "all_5_5_0"));
+  auto first = select();
+  auto second = select();
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->node_name, "q1");
+  EXPECT_EQ(second->node_name, "q2");
+  // q1 finds only all_1_3_1 (merged meanwhile): it fetches that; q2, inside it, gives way.
+  EXPECT_TRUE(queue.setActualPart("q1", part("all_1_3_1")));
+  EXPECT_FALSE(queue.setActualPart("q2", part("all_1_3_1")));
+  EXPECT_FALSE(queue.setActualPart("q2", part("all_2_4_1")));  // overlaps q1's
+  queue.fail("q2", "gave way", now);
+  // q3 is covered by the part q1 fetches: it waits; q4 is not.
+  auto third = select();
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->node_name, "q4");
+  EXPECT_EQ(queue.postponedCount(PostponeReason::kCoveredByFuturePart), 1u);
+  // Once q1 is done, the covered entries have nothing left to do.
+  replica.add("all_1_3_1");
+  queue.addCurrentPart(part("all_1_3_1"));
+  queue.finish("q1");
+  EXPECT_TRUE(queue.futureParts().count(part("all_1_3_1")) == 0);
+  now += std::chrono::seconds(1);
+  auto fourth = select();
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ(fourth->action, QueueAction::kNothing);
+}
+
 TEST_F(Queue, SelectedEntryMovesToTheTail) {
   queue = ReplicationQueue(QueueLimits{.fetch_pool_size = 3, .merge_pool_size = 1});
   queue.insert(get("q1", "all_1_1_0"));

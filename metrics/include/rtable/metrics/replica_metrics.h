@@ -50,6 +50,8 @@ class ReplicaMetrics {
   prometheus::Counter& fetches;
   prometheus::Counter& fetched_bytes;
   prometheus::Counter& fetch_errors;  // failed transfers (each source tried counts)
+  // Parts no replica has or can make any more, given up (ClickHouse's "lost forever").
+  prometheus::Counter& parts_lost_forever;
   prometheus::Histogram& fetch_duration_seconds;
   prometheus::Counter& merged_bytes;
   prometheus::Histogram& merge_duration_seconds;
@@ -60,7 +62,8 @@ class ReplicaMetrics {
   // Entries passed over by the queue's selection, by reason (covered_by_future_part, ...).
   prometheus::Counter& queuePostponed(const std::string& reason);
 
-  // Latency of one ZooKeeper request by operation (get, exists, children, create, set, remove, multi).
+  // Latency of one ZooKeeper request by operation (get, exists, children, create, set, remove,
+  // multi; get_many: one pipelined batch of gets).
   prometheus::Histogram& zookeeperRequestDuration(const std::string& operation);
   prometheus::Counter& zookeeperErrors(const std::string& operation, const std::string& code);
 

@@ -151,6 +151,13 @@ class Keeper {
                                  int32_t version = -1) = 0;
   virtual KeeperStatus remove(const std::string& path, int32_t version = -1) = 0;
 
+  // Reads several nodes in one go, one result per path in the same order (a missing node is that
+  // path's kNoNode). Not atomic: each node is read as it is at its own moment. The real client
+  // pipelines the requests on its connection (ClickHouse's pullLogsToQueue does the same with
+  // asyncTryGet), so N nodes cost about one round trip instead of N; this default reads them one
+  // after another.
+  virtual std::vector<KeeperResult<GetResult>> getMany(const std::vector<std::string>& paths);
+
   // All ops or none. On failure the error carries the index (into `ops`) of the op that failed.
   KeeperResult<std::vector<OpResult>> multi(const std::vector<Op>& ops);
 
@@ -169,6 +176,11 @@ class Keeper {
 // Creates every missing ancestor of `path` and `path` itself as persistent nodes with empty data.
 // Concurrent creators are fine (kNodeExists is the expected answer for them).
 KeeperStatus createAncestorsAndSelf(Keeper& keeper, const std::string& path);
+
+// Removes `path` and everything under it (children first, in multis of up to 100). A missing
+// `path` is success. Not atomic: a crash half-way leaves part of the subtree; calling it again
+// finishes the job. Gives up with kNotEmpty when children keep appearing.
+KeeperStatus removeRecursive(Keeper& keeper, const std::string& path);
 
 // "/a/b" + "c" -> "/a/b/c"; "/" + "c" -> "/c".
 std::string joinPath(std::string_view parent, std::string_view child);

@@ -33,8 +33,15 @@ struct QuorumEntry {
   friend bool operator==(const QuorumEntry&, const QuorumEntry&) = default;
 };
 
-// The replicas with an is_active node now: the most a quorum insert can reach.
-KeeperResult<std::size_t> countActiveReplicas(Keeper& keeper, const TablePaths& paths);
+struct ReplicaCount {
+  std::size_t total = 0;   // registered under replicas/
+  std::size_t active = 0;  // with an is_active node now: the most a quorum insert can reach
+};
+KeeperResult<ReplicaCount> countReplicas(Keeper& keeper, const TablePaths& paths);
+
+// insert_quorum=auto (ClickHouse 22.x): a majority of the table's registered replicas, so that
+// any two acknowledged quorum inserts share a replica.
+inline std::size_t majorityQuorum(std::size_t total_replicas) { return total_replicas / 2 + 1; }
 
 // After this replica fetched `part`: counts it in the part's quorum, if one is waiting. Retries on
 // a concurrent update (bad version).

@@ -70,6 +70,19 @@ struct CloneResult {
 KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
                                        const std::string& source);
 
+// Where a part that no live replica could give us stands (ClickHouse's
+// ReplicatedMergeTreePartCheckThread::searchForMissingPart), judged from every replica's parts/
+// in ZooKeeper, live or not.
+enum class MissingPart {
+  kOnSomeReplica,      // a replica lists it or a part covering it: wait for that replica
+  kMayStillBeMerged,   // parts starting at its first block and ending at its last exist: a merge
+                       // that produces it may still run somewhere
+  kLostForever,        // nothing has it or can make it: the entry for it can never succeed
+};
+std::string_view missingPartName(MissingPart state);
+KeeperResult<MissingPart> searchForMissingPart(Keeper& keeper, const TablePaths& paths,
+                                               const PartName& part);
+
 // The live replica to clone from: active, not lost, with the highest log_pointer (the healthiest).
 KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths);
 

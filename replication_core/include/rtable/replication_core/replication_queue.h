@@ -102,6 +102,17 @@ class ReplicationQueue {
   // The executed entry is done: removed from the queue. For a drop range, the entries whose parts
   // it covers are removed too: their queue nodes are returned, to be removed in ZooKeeper.
   std::vector<std::string> finish(const std::string& node_name);
+  // The entry's part can never be had (searchForMissingPart: lost forever): the entry goes, with
+  // any other idle entry for the same part, and the part leaves the virtual parts, as
+  // ClickHouse's queue.remove(part) does. `current_parts`: the replica's active parts. Returns the
+  // other entries' nodes, to be removed in ZooKeeper.
+  std::vector<std::string> forgetLostPart(const std::string& node_name,
+                                          const std::vector<PartName>& current_parts);
+  // A running fetch found only a part covering its own (ClickHouse's setActualPartName): that
+  // part becomes a future part too, so entries whose parts it covers wait for it instead of
+  // fetching the same covering part in parallel. False (nothing changed) when it is not disjoint
+  // from a part another running entry produces: the caller gives up this attempt.
+  bool setActualPart(const std::string& node_name, const PartName& actual);
   // The executed entry failed: it stays, and may run again after its backoff.
   void fail(const std::string& node_name, std::string error, QueueClock::time_point now);
 
@@ -132,6 +143,7 @@ class ReplicationQueue {
   // Whether an entry other than `self` (queued or running) will produce a part containing `part`.
   bool comesFromAnotherEntry(const PartName& part, const QueueEntry& self) const;
   std::chrono::milliseconds backoffFor(const QueueEntry& entry) const;
+  void forgetActualPart(const std::string& node_name);
   void postpone(QueueEntry& entry, PostponeReason reason, std::string message,
                 QueueClock::time_point now);
 
@@ -139,6 +151,7 @@ class ReplicationQueue {
   std::vector<QueueEntry> entries_;  // in execution order: a selected entry moves to the back
   ActiveDataPartSet virtual_parts_;
   std::map<PartName, std::string> future_parts_;   // part being produced -> queue node
+  std::map<std::string, PartName> actual_parts_;   // queue node -> covering part it fetches
   std::map<std::string, QueueAction> executing_;  // queue node -> how it is being executed
   std::map<PostponeReason, uint64_t> postponed_;
 };

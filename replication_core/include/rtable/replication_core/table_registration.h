@@ -20,8 +20,19 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
 
 // Creates replicas/<name> with host, is_lost, log_pointer, queue, parts. A replica that joins a
 // table whose log already has entries starts lost (is_lost = 1) so that it clones the part set of
-// a healthy replica instead of replaying a log that may be trimmed.
+// a healthy replica instead of replaying a log that may be trimmed. A replica left incomplete by a
+// dropReplica cut short is completed and marked lost (it clones again).
 KeeperResult<Registration> createReplicaIfNotExists(Keeper& keeper, const TablePaths& paths);
+
+// Removes a replica that is gone for good (scale-down, a decommissioned host) from the table, as
+// ClickHouse's SYSTEM DROP REPLICA does, so that log cleanup stops waiting for its pointer and no
+// one fetches from it. Refused (kBadArguments) while the replica is live (is_active exists): the
+// caller stops its process first. Marks it lost before anything else, so that a removal cut short
+// leaves a replica that is never chosen as a clone source and whose pointer no longer holds back
+// log trimming; a second call finishes the job. A replica that is not there: kNotThere.
+enum class ReplicaRemoval { kRemoved, kNotThere };
+KeeperResult<ReplicaRemoval> dropReplica(Keeper& keeper, const TablePaths& paths,
+                                         const std::string& replica);
 
 // Marks this replica live: the ephemeral is_active node (in this session) and its address in
 // host. An is_active left by this replica's previous session is replaced once that session ends.

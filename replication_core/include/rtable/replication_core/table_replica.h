@@ -51,6 +51,8 @@ struct InsertOptions {
   std::string deduplication_token;  // insert_deduplication_token: the token decides, not the data
   // insert_quorum: acknowledge once this many replicas have every part (0 or 1: this one).
   std::size_t quorum = 0;
+  // insert_quorum=auto: the quorum is a majority of the table's registered replicas.
+  bool quorum_auto = false;
   // insert_quorum_timeout (ClickHouse's default: 600 s).
   std::chrono::milliseconds quorum_timeout{600000};
 };
@@ -70,6 +72,7 @@ struct InsertError {
     kTooFewReplicas,  // fewer live replicas than the quorum asked: nothing was written
     kQuorumTimeout,   // committed here, not yet on enough replicas: it may still become visible
     kBadRequest,      // the request names something that cannot be done (nothing changed)
+    kNotFound,        // the request names something that does not exist (nothing changed)
     kInternal,
   };
   Kind kind;
@@ -170,6 +173,11 @@ class TableReplica {
   // replica executes it from its queue. Returns the drop range part name.
   std::expected<std::string, InsertError> dropPartition(const std::string& partition);
 
+  // Removes another replica of this table from ZooKeeper (dropReplica), e.g. after a scale-down,
+  // so that the log can be trimmed past its pointer. kBadRequest for this replica itself, for a
+  // replica that is still active, or for an unknown one.
+  std::expected<void, InsertError> dropReplica(const std::string& replica);
+
   // Waits until every log entry that exists now has been executed here (POST /sync). False when
   // `timeout` passed first.
   bool syncQueue(std::chrono::milliseconds timeout);
@@ -200,6 +208,13 @@ class TableReplica {
   std::size_t scheduleQueue(bool inline_execution);
   // Runs one selected entry and reports the outcome to the queue.
   bool executeEntry(const SelectedEntry& selected);
+  // Entries with nothing to do (their part is here already): their queue nodes go in multis of
+  // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
+  // trip per hundred such entries, not one each.
+  void finishNoOpEntries(const std::vector<SelectedEntry>& entries);
+  // Reports outcomes to the queue and removes the queue nodes the queue says are pointless now.
+  void reportOutcomes(const std::vector<std::pair<const SelectedEntry*, std::expected<void, std::string>>>& outcomes,
+                      Keeper* keeper);
   std::expected<void, std::string> executeFetch(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
