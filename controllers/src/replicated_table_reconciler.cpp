@@ -2,12 +2,17 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <random>
 
+#include "rtable/controllers/core_config.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/replication_core/sequential_counter.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_registration.h"
 
 namespace rtable::controllers {
 namespace {
@@ -152,11 +157,84 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
                  {"replicas", stateful_set.value(json::json_pointer("/status/replicas"), int64_t{0})},
                  {"readyReplicas", ready},
                  {"ready", fmt::format("{}/{}", ready, desired)},
-                 {"selector", selector},
-                 {"conditions", conditions}};
+                 {"selector", selector}};
+  std::optional<std::string> zookeeper_error;
+  if (options_.keeper_for) {
+    zookeeper_error = reconcileZooKeeper(key, *spec, status, previous, conditions, generation, now);
+  }
+  status["conditions"] = conditions;
   if (auto patched = patchStatus(*table, status); !patched) return patched;
+  // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.
+  if (zookeeper_error) return op::ReconcileResult::after(std::chrono::seconds(30));
+  if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(60));
   // Readiness changes on the StatefulSet enqueue the table again (it owns the StatefulSet).
   return op::ReconcileResult::done();
+}
+
+std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec, json& status, const json& previous,
+    json& conditions, int64_t generation, const std::string& now) {
+  auto fail = [&](const std::string& message) {
+    setCondition(conditions, previous, "Replicating", false, "ZooKeeperUnreachable", message, generation, now);
+    return std::optional<std::string>(message);
+  };
+  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  if (!keeper) return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
+  const std::string root = spec.zookeeper.root + "/" + tableUid(key.ns, key.name);
+  status["zookeeperPath"] = root;
+  auto active = (*keeper)->get(root + "/active");
+  if (!active) {
+    if (active.error().code != core::KeeperCode::kNoNode) return fail(active.error().toString());
+    // The replicas create the tree when they first start.
+    setCondition(conditions, previous, "Replicating", false, "TableNotCreated",
+                 "the table's ZooKeeper tree does not exist yet", generation, now);
+    return std::nullopt;
+  }
+  const int64_t active_generation = std::strtoll(active->data.c_str(), nullptr, 10);
+  core::TablePaths paths{root, active_generation, ""};
+  auto log = core::SequentialCounter::read(**keeper, paths.log(), "log-");
+  if (!log) return fail(log.error().toString());
+  status["activeGeneration"] = active_generation;
+  status["logMaxIndex"] = log->maxIndex();
+  status["logCounter"] = log->counter();
+  status["headroom"] = fmt::format("{:.2f}%", log->headroomRatio() * 100.0);
+  const bool low = log->exhausted() || log->headroomRatio() * 100.0 < spec.headroom.threshold_percent;
+  setCondition(conditions, previous, "HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
+               fmt::format("{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
+                           log->createsLeft(), log->headroomRatio() * 100.0, spec.headroom.threshold_percent),
+               generation, now);
+
+  // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
+  auto replicas = (*keeper)->children(paths.replicas());
+  if (!replicas) return fail(replicas.error().toString());
+  const std::vector<std::string> names = std::move(replicas->names);
+  std::vector<std::string> waiting;
+  for (const auto& replica : names) {
+    const std::string prefix = key.name + "-";
+    if (!replica.starts_with(prefix)) continue;  // not one of this StatefulSet's pods
+    char* end = nullptr;
+    const long ordinal = std::strtol(replica.c_str() + prefix.size(), &end, 10);
+    if (end == replica.c_str() + prefix.size() || *end != '\0' || ordinal < spec.replicas) continue;
+    auto pod = client_.get(op::resources::pods(), {key.ns, replica});
+    if (pod) {
+      waiting.push_back(replica);  // still terminating: its process may still serve it
+      continue;
+    }
+    if (pod.error().kind != op::KubeErrorKind::kNotFound) return fail("reading pod " + replica + ": " + pod.error().toString());
+    auto dropped = core::dropReplica(**keeper, paths, replica);
+    if (!dropped) {
+      if (dropped.error().code == core::KeeperCode::kBadArguments) {
+        waiting.push_back(replica);  // its session has not expired yet
+        continue;
+      }
+      return fail("removing replica " + replica + ": " + dropped.error().toString());
+    }
+  }
+  setCondition(conditions, previous, "Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
+               waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
+                                                  fmt::join(waiting, ", ")),
+               generation, now);
+  return waiting.empty() ? std::nullopt : std::optional<std::string>("replicas still to remove");
 }
 
 op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, json status) {

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "rtable/operator/testing/fake_kube_client.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/testing/fake_keeper.h"
 
 namespace rtable::controllers {
 namespace {
@@ -138,6 +141,110 @@ TEST_F(Reconciler, AFailedApplyIsRetriedAndReported) {
 TEST_F(Reconciler, AGoneTableIsDone) {
   auto outcome = reconciler_->reconcile({"analytics", "nothing"});
   ASSERT_TRUE(outcome);
+}
+
+// The same, with the table's ZooKeeper (a fake server with real semantics).
+class ReconcilerWithZooKeeper : public Reconciler {
+ protected:
+  void SetUp() override {
+    Reconciler::SetUp();
+    ReplicatedTableReconcilerOptions options;
+    options.generate_secret = [] { return std::string("s"); };
+    options.wall_clock = [this] { return now_; };
+    options.keeper_for = [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
+      EXPECT_EQ(connect, "zk-0.zk:2181");
+      if (zookeeper_down_) {
+        return std::unexpected(core::KeeperError{core::KeeperCode::kConnectionLoss, "", "connection refused", {}});
+      }
+      return operator_session_;
+    };
+    reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
+  }
+  core::TablePaths replica(const std::string& name) { return {"/rtable/tables/analytics.events", 1, name}; }
+  // What rtable-core does when a replica starts: the tree, its replica node, its live session.
+  std::unique_ptr<core::Keeper> startReplica(const std::string& name) {
+    auto session = zookeeper_->connect();
+    EXPECT_TRUE(core::createTableIfNotExists(*session, replica(name), "metadata"));
+    EXPECT_TRUE(core::createReplicaIfNotExists(*session, replica(name)));
+    EXPECT_TRUE(core::activateReplica(*session, replica(name), "host: " + name + "\n"));
+    return session;
+  }
+  void createPod(const std::string& name) {
+    ASSERT_TRUE(client_.create(op::resources::pods(),
+                               {{"apiVersion", "v1"}, {"kind", "Pod"},
+                                {"metadata", {{"name", name}, {"namespace", "analytics"}}},
+                                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}}));
+  }
+
+  std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ = core::testing::FakeKeeperServer::create();
+  std::shared_ptr<core::Keeper> operator_session_ = zookeeper_->connect();
+  bool zookeeper_down_ = false;
+};
+
+TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceTheirPodsAreGone) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  // Before any replica ran, there is no tree: said, not an error.
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  EXPECT_EQ(condition("Replicating")["reason"], "TableNotCreated");
+
+  std::map<std::string, std::unique_ptr<core::Keeper>> sessions;
+  for (const char* name : {"events-0", "events-1", "events-2"}) {
+    sessions[name] = startReplica(name);
+    createPod(name);
+  }
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(sessions["events-0"]->create(replica("").logEntryPrefix(), "entry", core::CreateMode::kPersistentSequential));
+  }
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  json status = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(status["zookeeperPath"], "/rtable/tables/analytics.events");
+  EXPECT_EQ(status["activeGeneration"], 1);
+  EXPECT_EQ(status["logMaxIndex"], 4);
+  EXPECT_EQ(status["logCounter"], 5);
+  EXPECT_EQ(condition("HeadroomLow")["status"], "False");
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+
+  // Scaled to 1: events-1 is gone (pod and session), events-2's pod is still terminating.
+  auto scaled = get(replicatedTables(), "events");
+  scaled["spec"]["replicas"] = 1;
+  ASSERT_TRUE(client_.update(replicatedTables(), scaled));
+  ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-1"}));
+  sessions.erase("events-1");
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(replica("events-1").replicaRoot()));
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").replicaRoot()));
+  EXPECT_EQ(condition("Replicating")["reason"], "RemovingReplicas");
+  EXPECT_NE(condition("Replicating")["message"].get<std::string>().find("events-2"), std::string::npos);
+
+  // Its pod is gone but its session lives on for a while: still waiting, nothing half-done.
+  ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-2"}));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").queue()));
+  EXPECT_EQ(condition("Replicating")["reason"], "RemovingReplicas");
+  sessions.erase("events-2");  // the session ends
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(replica("events-2").replicaRoot()));
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+  EXPECT_TRUE(*operator_session_->exists(replica("events-0").replicaRoot()));
+}
+
+TEST_F(ReconcilerWithZooKeeper, LowHeadroomAndAnUnreachableZooKeeperAreConditions) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  // 4% of the int32 counter left: under the default 5% threshold.
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2061584302));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["status"], "True");
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["headroom"], "4.00%");
+
+  zookeeper_down_ = true;
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->requeue_after, std::chrono::seconds(30));
+  EXPECT_EQ(condition("Replicating")["reason"], "ZooKeeperUnreachable");
+  // The objects are there all the same: ZooKeeper is not needed to run the pods.
+  EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
 }
 
 }  // namespace

@@ -13,8 +13,14 @@
 //   pods' selector (for the scale subresource), and conditions Ready and Degraded with reason,
 //   message and lastTransitionTime (changed only when a condition's status changes).
 //
+// - ZooKeeper (when `keeper_for` is given): the status carries the active generation, the log's
+//   max index, counter and headroom (HeadroomLow below spec.headroom.thresholdPercent), and
+//   replicas a scale-down left behind (ordinal >= spec.replicas, their pod gone) are removed from
+//   ZooKeeper with dropReplica, retried every reconcile until done (a stale replica would hold the
+//   log back until marked lost). ZooKeeper unreachable: Replicating=False, retried in 30 s.
+//
 // Not yet here (issue 6 continues): the finalizer that removes the table's ZooKeeper subtree,
-// removing scaled-down replicas from ZooKeeper, log index and headroom in the status, Events.
+// creating the tree before the pods, Events.
 //
 // Thread safety: reconcile() may run on several workers at once for different keys (the work
 // queue never hands one key to two workers); the client must be thread-safe.
@@ -22,10 +28,14 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/kube_client.h"
+#include "rtable/replication_core/keeper.h"
 
 namespace rtable::controllers {
 
@@ -39,6 +49,9 @@ struct ReplicatedTableReconcilerOptions {
   std::function<std::string()> generate_secret;
   // Condition timestamps (RFC 3339). Default: the system clock.
   std::function<std::chrono::system_clock::time_point()> wall_clock;
+  // A session to the ZooKeeper of a connect string (the caller keeps one per string). Unset: the
+  // reconciler does not look at ZooKeeper.
+  std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(const std::string& connect)> keeper_for;
 };
 
 class ReplicatedTableReconciler {
@@ -49,6 +62,12 @@ class ReplicatedTableReconciler {
 
  private:
   op::ReconcileOutcome patchStatus(const nlohmann::json& table, nlohmann::json status);
+  // Fills the ZooKeeper part of `status` and removes scaled-down replicas; an error message when
+  // ZooKeeper could not be asked.
+  std::optional<std::string> reconcileZooKeeper(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+                                                nlohmann::json& status, const nlohmann::json& previous,
+                                                nlohmann::json& conditions, int64_t generation,
+                                                const std::string& now);
 
   op::KubeClient& client_;
   ReplicatedTableReconcilerOptions options_;
