@@ -1,0 +1,68 @@
+// The Kubernetes objects a ReplicatedTable owns (DESIGN.md 3, issue 6), rendered from its spec as
+// complete desired states for server-side apply: the reconciler applies them with field manager
+// rtable-operator and force, so a second apply changes nothing and a hand edit of a field the
+// operator owns is reverted.
+//
+// Objects, all in the table's namespace, labelled app.kubernetes.io/{name,instance,component,
+// managed-by,part-of} and owned by the ReplicatedTable (controller reference, so the garbage
+// collector removes them with it):
+//   <name>-headless  Service, clusterIP None, publishNotReadyAddresses (stable DNS for replicas
+//                    that are still starting: a new replica fetches from the others by name)
+//   <name>           Service, port 8123 for clients (ready replicas only)
+//   <name>-config    ConfigMap, core.yaml: the rtable-core spec (renderCoreConfig)
+//   <name>-interserver Secret, `secret`: the part-fetch credential (its value is the caller's: it
+//                    is generated once and then kept)
+//   <name>           StatefulSet of rtable-core replicas, one PVC `data` each
+//   <name>           PodDisruptionBudget, maxUnavailable 1
+//
+// Pure functions of their inputs: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "rtable/controllers/replicated_table_spec.h"
+
+namespace rtable::controllers {
+
+// Where the pieces go inside a replica pod.
+inline constexpr const char* kDataMountPath = "/var/lib/rtable";
+inline constexpr const char* kConfigMountPath = "/etc/rtable/config";
+inline constexpr const char* kConfigKey = "core.yaml";
+inline constexpr const char* kSecretMountPath = "/etc/rtable/interserver";
+inline constexpr const char* kSecretKey = "secret";
+inline constexpr uint16_t kHttpPort = 8123;
+inline constexpr uint16_t kMetricsPort = 9363;
+// Pod template annotation holding a hash of core.yaml: a changed config rolls the pods.
+inline constexpr const char* kConfigHashAnnotation = "rtable.io/config-hash";
+
+struct TableObjectsContext {
+  std::string name;  // the ReplicatedTable's metadata.name, namespace and uid
+  std::string ns;
+  std::string owner_uid;
+  std::string image = "rtable/rtable:dev";
+  std::string image_pull_policy = "IfNotPresent";
+  std::string interserver_secret;  // the value to put in <name>-interserver
+};
+
+struct TableObjects {
+  nlohmann::json headless_service;
+  nlohmann::json client_service;
+  nlohmann::json config_map;
+  nlohmann::json secret;
+  nlohmann::json stateful_set;
+  nlohmann::json pod_disruption_budget;
+};
+
+// The labels every owned object carries, and (a subset) the pods' selector.
+nlohmann::json tableLabels(const std::string& name);
+nlohmann::json tableSelector(const std::string& name);
+
+std::string headlessServiceName(const std::string& name);
+// "<pod>.<name>-headless.<ns>.svc": where the other replicas reach a replica.
+std::string replicaHost(const std::string& pod, const std::string& name, const std::string& ns);
+
+TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObjectsContext& context);
+
+}  // namespace rtable::controllers

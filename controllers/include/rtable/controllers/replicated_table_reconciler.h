@@ -1,0 +1,76 @@
+// The ReplicatedTable reconciler (DESIGN.md 3, issue 6), first part: from a table's spec to its
+// owned Kubernetes objects and its status. Level-based and idempotent, as controller-runtime's
+// reconcilers are: each call reads the table, server-side applies every owned object
+// (renderTableObjects) and patches the status subresource; running it twice changes nothing, and
+// a hand edit of an owned field is reverted by the next call.
+//
+// - A spec the operator cannot act on (it fails ReplicatedTableSpec::parse, or the name is not a
+//   valid StatefulSet name) changes no object: the Ready condition says why (reason InvalidSpec),
+//   and the key is not retried until the table changes (a terminal error).
+// - The interserver Secret's value is generated once and then read back, never rotated by a
+//   reconcile (replicas would stop trusting each other mid-flight).
+// - Status: observedGeneration, replicas, readyReplicas, "ready" (x/y, the printer column), the
+//   pods' selector (for the scale subresource), and conditions Ready and Degraded with reason,
+//   message and lastTransitionTime (changed only when a condition's status changes).
+//
+// - ZooKeeper (when `keeper_for` is given): the status carries the active generation, the log's
+//   max index, counter and headroom (HeadroomLow below spec.headroom.thresholdPercent), and
+//   replicas a scale-down left behind (ordinal >= spec.replicas, their pod gone) are removed from
+//   ZooKeeper with dropReplica, retried every reconcile until done (a stale replica would hold the
+//   log back until marked lost). ZooKeeper unreachable: Replicating=False, retried in 30 s.
+//
+// Not yet here (issue 6 continues): the finalizer that removes the table's ZooKeeper subtree,
+// creating the tree before the pods, Events.
+//
+// Thread safety: reconcile() may run on several workers at once for different keys (the work
+// queue never hands one key to two workers); the client must be thread-safe.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/operator/controller.h"
+#include "rtable/operator/kube_client.h"
+#include "rtable/replication_core/keeper.h"
+
+namespace rtable::controllers {
+
+// group rtable.io, version v1alpha1, replicatedtables.
+op::ResourceType replicatedTables();
+
+struct ReplicatedTableReconcilerOptions {
+  std::string image = "rtable/rtable:dev";
+  std::string field_manager = "rtable-operator";
+  // 32 random bytes, hex; tests inject their own.
+  std::function<std::string()> generate_secret;
+  // Condition timestamps (RFC 3339). Default: the system clock.
+  std::function<std::chrono::system_clock::time_point()> wall_clock;
+  // A session to the ZooKeeper of a connect string (the caller keeps one per string). Unset: the
+  // reconciler does not look at ZooKeeper.
+  std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(const std::string& connect)> keeper_for;
+};
+
+class ReplicatedTableReconciler {
+ public:
+  ReplicatedTableReconciler(op::KubeClient& client, ReplicatedTableReconcilerOptions options = {});
+
+  op::ReconcileOutcome reconcile(const op::ObjectKey& key);
+
+ private:
+  op::ReconcileOutcome patchStatus(const nlohmann::json& table, nlohmann::json status);
+  // Fills the ZooKeeper part of `status` and removes scaled-down replicas; an error message when
+  // ZooKeeper could not be asked.
+  std::optional<std::string> reconcileZooKeeper(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+                                                nlohmann::json& status, const nlohmann::json& previous,
+                                                nlohmann::json& conditions, int64_t generation,
+                                                const std::string& now);
+
+  op::KubeClient& client_;
+  ReplicatedTableReconcilerOptions options_;
+};
+
+}  // namespace rtable::controllers

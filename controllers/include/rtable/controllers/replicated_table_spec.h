@@ -1,0 +1,120 @@
+// ReplicatedTableSpec: the spec of a ReplicatedTable custom resource (crds/rtable.io_replicatedtables.yaml,
+// docs/crds.md) as plain data.
+//
+// parse() applies the same defaults and checks as the CRD's schema, plus what the schema cannot
+// say as clearly (every check of rtable-core's TableSchema::create), so a spec that parses is one
+// rtable-core will serve. Errors name the field's path. The table fields use rtable-core's own
+// types (DataType, PartitionKey) so the CRD and the core cannot drift apart.
+//
+// Plain copyable values; no shared state: thread-safe as values are.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rtable/controllers/spec_error.h"
+#include "rtable/replication_core/table_schema.h"
+
+namespace rtable::controllers {
+
+struct ZooKeeperSettings {
+  std::string connect;  // host:port[,host:port...]
+  std::string root = "/rtable/tables";
+  int64_t session_timeout_ms = 30000;
+  friend bool operator==(const ZooKeeperSettings&, const ZooKeeperSettings&) = default;
+};
+
+struct StorageSettings {
+  std::string size = "10Gi";  // a Kubernetes quantity
+  std::optional<std::string> storage_class_name;
+  friend bool operator==(const StorageSettings&, const StorageSettings&) = default;
+};
+
+// rtable-core's `deduplication` (DedupWindow; defaults from ClickHouse 25.9+).
+struct DeduplicationSettings {
+  int64_t window = 10000;
+  int64_t window_seconds = 3600;
+  friend bool operator==(const DeduplicationSettings&, const DeduplicationSettings&) = default;
+};
+
+// When the log counter's headroom counts as low (DESIGN.md 2.5, 2.6).
+struct HeadroomPolicy {
+  double threshold_percent = 5;
+  int32_t exhaustion_days = 7;  // 0: only the percentage
+  bool auto_recover = true;
+  friend bool operator==(const HeadroomPolicy&, const HeadroomPolicy&) = default;
+};
+
+// rtable-core's `replication` section, apart from the secret the operator provides.
+struct ReplicationSettings {
+  int32_t fetch_threads = 4;
+  int32_t merge_threads = 2;
+  int64_t min_logs_to_keep = 10;
+  int64_t max_logs_to_keep = 1000;
+  int64_t cleanup_period_seconds = 30;
+  friend bool operator==(const ReplicationSettings&, const ReplicationSettings&) = default;
+};
+
+// User additions to the replica pods; core/v1 shapes are kept as JSON and passed through.
+struct PodTemplateAdditions {
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  std::vector<nlohmann::json> containers;   // core/v1 Container, beside rtable-core
+  std::vector<nlohmann::json> env;          // core/v1 EnvVar, of the rtable-core container
+  std::vector<nlohmann::json> volumes;      // core/v1 Volume
+  std::vector<nlohmann::json> tolerations;  // core/v1 Toleration
+  std::map<std::string, std::string> node_selector;
+  std::optional<std::string> priority_class_name;
+
+  bool empty() const;
+  friend bool operator==(const PodTemplateAdditions&, const PodTemplateAdditions&) = default;
+};
+
+struct RestoreSource {
+  std::string backup;  // a ClusterBackup in the table's namespace
+  friend bool operator==(const RestoreSource&, const RestoreSource&) = default;
+};
+
+struct ReplicatedTableSpec {
+  std::string table;
+  std::vector<core::ColumnSpec> columns;
+  core::PartitionKey partition_by;
+  std::vector<std::string> order_by;
+  int32_t replicas = 3;
+  StorageSettings storage;
+  nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements
+  ZooKeeperSettings zookeeper;
+  DeduplicationSettings deduplication;
+  int32_t insert_quorum = 0;  // 0: off
+  HeadroomPolicy headroom;
+  ReplicationSettings replication;
+  PodTemplateAdditions pod_template;
+  std::optional<RestoreSource> restore_from;
+
+  // `spec` is the object's .spec. Defaults are filled in as the CRD's schema fills them.
+  static std::expected<ReplicatedTableSpec, SpecError> parse(const nlohmann::json& spec);
+  // Every field, defaults included; parse(toJson()) gives the same spec back.
+  nlohmann::json toJson() const;
+  // The schema rtable-core builds from the same fields (never fails for a parsed spec).
+  core::TableSchema schema() const;
+
+  friend bool operator==(const ReplicatedTableSpec&, const ReplicatedTableSpec&) = default;
+};
+
+// metadata.name names the StatefulSet, its pods and the Services: a DNS-1035 label of at most
+// 52 characters (the StatefulSet's controller-revision-hash label adds 11).
+std::optional<SpecError> checkReplicatedTableName(std::string_view name);
+
+// What an update may not change (the CRD's `self == oldSelf` rules): the table's name, its
+// columns (names, order and types: rtable-core has no ALTER TABLE), partitionBy, orderBy,
+// zookeeper.root, storage.storageClassName and restoreFrom.
+std::optional<SpecError> checkReplicatedTableUpdate(const ReplicatedTableSpec& old_spec,
+                                                    const ReplicatedTableSpec& new_spec);
+
+}  // namespace rtable::controllers

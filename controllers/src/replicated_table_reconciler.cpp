@@ -1,0 +1,259 @@
+#include "rtable/controllers/replicated_table_reconciler.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <random>
+
+#include "rtable/controllers/core_config.h"
+#include "rtable/controllers/replicated_table_objects.h"
+#include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/replication_core/sequential_counter.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_registration.h"
+
+namespace rtable::controllers {
+namespace {
+
+using nlohmann::json;
+
+std::string randomSecret() {
+  // 32 bytes from the kernel's CSPRNG, hex: a shared secret between the table's replicas.
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char bytes[32] = {};
+  urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+std::string rfc3339(std::chrono::system_clock::time_point time) {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(time));
+}
+
+// Sets one metav1.Condition in `conditions`, keeping lastTransitionTime when the status is the
+// same as before (kubectl and alerting read it as "since when").
+void setCondition(json& conditions, const json& previous, const std::string& type, bool status,
+                  const std::string& reason, const std::string& message, int64_t generation,
+                  const std::string& now) {
+  std::string since = now;
+  const std::string status_text = status ? "True" : "False";
+  if (previous.is_array()) {
+    for (const auto& old : previous) {
+      if (old.value("type", "") == type && old.value("status", "") == status_text) {
+        since = old.value("lastTransitionTime", now);
+      }
+    }
+  }
+  conditions.push_back({{"type", type},
+                        {"status", status_text},
+                        {"reason", reason},
+                        {"message", message},
+                        {"observedGeneration", generation},
+                        {"lastTransitionTime", since}});
+}
+
+}  // namespace
+
+op::ResourceType replicatedTables() {
+  return {"rtable.io", "v1alpha1", "replicatedtables", "ReplicatedTable", true, true};
+}
+
+ReplicatedTableReconciler::ReplicatedTableReconciler(op::KubeClient& client,
+                                                     ReplicatedTableReconcilerOptions options)
+    : client_(client), options_(std::move(options)) {
+  if (!options_.generate_secret) options_.generate_secret = randomSecret;
+  if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
+}
+
+op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& key) {
+  auto table = client_.get(replicatedTables(), key);
+  if (!table) {
+    if (table.error().kind == op::KubeErrorKind::kNotFound) return op::ReconcileResult::done();
+    return std::unexpected(op::ReconcileError::retryable("reading the table: " + table.error().toString()));
+  }
+  if (table->contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+    // The garbage collector removes the owned objects.
+    return op::ReconcileResult::done();
+  }
+  const int64_t generation = table->value(json::json_pointer("/metadata/generation"), int64_t{0});
+  const json previous = table->value(json::json_pointer("/status/conditions"), json::array());
+  const std::string now = rfc3339(options_.wall_clock());
+
+  std::optional<SpecError> invalid = checkReplicatedTableName(key.name);
+  auto spec = ReplicatedTableSpec::parse(table->value("spec", json::object()));
+  if (!invalid && !spec) invalid = spec.error();
+  if (invalid) {
+    json conditions = json::array();
+    setCondition(conditions, previous, "Ready", false, "InvalidSpec", invalid->toString(), generation, now);
+    json status = {{"observedGeneration", generation}, {"conditions", conditions}};
+    if (auto patched = patchStatus(*table, status); !patched) return patched;
+    // Nothing to retry until the spec changes (which enqueues the key again).
+    return std::unexpected(op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
+  }
+
+  TableObjectsContext context;
+  context.name = key.name;
+  context.ns = key.ns;
+  context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
+  context.image = options_.image;
+  auto existing_secret = client_.get(op::resources::secrets(), {key.ns, key.name + "-interserver"});
+  if (!existing_secret && existing_secret.error().kind != op::KubeErrorKind::kNotFound) {
+    return std::unexpected(op::ReconcileError::retryable("reading the interserver secret: " +
+                                                         existing_secret.error().toString()));
+  }
+  const std::string kept =
+      existing_secret ? existing_secret->value(json::json_pointer(std::string("/data/") + kSecretKey), "") : "";
+  if (kept.empty()) context.interserver_secret = options_.generate_secret();
+  TableObjects objects = renderTableObjects(*spec, context);
+  if (!kept.empty()) {
+    // The same value, as the server stores it: applying it again changes nothing.
+    objects.secret["data"] = {{kSecretKey, kept}};
+  }
+
+  const std::pair<op::ResourceType, const json*> owned[] = {
+      {op::resources::configMaps(), &objects.config_map},
+      {op::resources::secrets(), &objects.secret},
+      {op::resources::services(), &objects.headless_service},
+      {op::resources::services(), &objects.client_service},
+      {op::resources::statefulSets(), &objects.stateful_set},
+      {op::resources::podDisruptionBudgets(), &objects.pod_disruption_budget}};
+  op::PatchOptions apply;
+  apply.field_manager = options_.field_manager;
+  apply.force = true;  // the operator owns these fields: a hand edit is reverted
+  json stateful_set;
+  for (const auto& [type, object] : owned) {
+    const std::string name = (*object)["metadata"]["name"];
+    auto applied = client_.patch(type, {key.ns, name}, op::PatchType::kApply, *object, apply);
+    if (!applied) {
+      const std::string message = fmt::format("applying {} {}: {}", type.kind, name, applied.error().toString());
+      json conditions = json::array();
+      setCondition(conditions, previous, "Ready", false, "ApplyFailed", message, generation, now);
+      (void)patchStatus(*table, {{"observedGeneration", generation}, {"conditions", conditions}});
+      return std::unexpected(op::ReconcileError::retryable(message));
+    }
+    if (type == op::resources::statefulSets()) stateful_set = std::move(*applied);
+  }
+
+  const int64_t desired = spec->replicas;
+  const int64_t ready = stateful_set.value(json::json_pointer("/status/readyReplicas"), int64_t{0});
+  const bool all_ready = ready >= desired;
+  json conditions = json::array();
+  setCondition(conditions, previous, "Ready", all_ready, all_ready ? "AllReplicasReady" : "ReplicasNotReady",
+               fmt::format("{}/{} replicas ready", ready, desired), generation, now);
+  // Degraded: some replicas are up but not all (a table with none up is simply not Ready).
+  const bool degraded = ready > 0 && ready < desired;
+  setCondition(conditions, previous, "Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
+               degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired) : "",
+               generation, now);
+  std::string selector;
+  const json selector_labels = tableSelector(key.name);
+  for (const auto& [label, value] : selector_labels.items()) {
+    selector += (selector.empty() ? "" : ",") + label + "=" + value.get<std::string>();
+  }
+  json status = {{"observedGeneration", generation},
+                 {"replicas", stateful_set.value(json::json_pointer("/status/replicas"), int64_t{0})},
+                 {"readyReplicas", ready},
+                 {"ready", fmt::format("{}/{}", ready, desired)},
+                 {"selector", selector}};
+  std::optional<std::string> zookeeper_error;
+  if (options_.keeper_for) {
+    zookeeper_error = reconcileZooKeeper(key, *spec, status, previous, conditions, generation, now);
+  }
+  status["conditions"] = conditions;
+  if (auto patched = patchStatus(*table, status); !patched) return patched;
+  // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.
+  if (zookeeper_error) return op::ReconcileResult::after(std::chrono::seconds(30));
+  if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(60));
+  // Readiness changes on the StatefulSet enqueue the table again (it owns the StatefulSet).
+  return op::ReconcileResult::done();
+}
+
+std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec, json& status, const json& previous,
+    json& conditions, int64_t generation, const std::string& now) {
+  auto fail = [&](const std::string& message) {
+    setCondition(conditions, previous, "Replicating", false, "ZooKeeperUnreachable", message, generation, now);
+    return std::optional<std::string>(message);
+  };
+  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  if (!keeper) return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
+  const std::string root = spec.zookeeper.root + "/" + tableUid(key.ns, key.name);
+  status["zookeeperPath"] = root;
+  auto active = (*keeper)->get(root + "/active");
+  if (!active) {
+    if (active.error().code != core::KeeperCode::kNoNode) return fail(active.error().toString());
+    // The replicas create the tree when they first start.
+    setCondition(conditions, previous, "Replicating", false, "TableNotCreated",
+                 "the table's ZooKeeper tree does not exist yet", generation, now);
+    return std::nullopt;
+  }
+  const int64_t active_generation = std::strtoll(active->data.c_str(), nullptr, 10);
+  core::TablePaths paths{root, active_generation, ""};
+  auto log = core::SequentialCounter::read(**keeper, paths.log(), "log-");
+  if (!log) return fail(log.error().toString());
+  status["activeGeneration"] = active_generation;
+  status["logMaxIndex"] = log->maxIndex();
+  status["logCounter"] = log->counter();
+  status["headroom"] = fmt::format("{:.2f}%", log->headroomRatio() * 100.0);
+  const bool low = log->exhausted() || log->headroomRatio() * 100.0 < spec.headroom.threshold_percent;
+  setCondition(conditions, previous, "HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
+               fmt::format("{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
+                           log->createsLeft(), log->headroomRatio() * 100.0, spec.headroom.threshold_percent),
+               generation, now);
+
+  // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
+  auto replicas = (*keeper)->children(paths.replicas());
+  if (!replicas) return fail(replicas.error().toString());
+  const std::vector<std::string> names = std::move(replicas->names);
+  std::vector<std::string> waiting;
+  for (const auto& replica : names) {
+    const std::string prefix = key.name + "-";
+    if (!replica.starts_with(prefix)) continue;  // not one of this StatefulSet's pods
+    char* end = nullptr;
+    const long ordinal = std::strtol(replica.c_str() + prefix.size(), &end, 10);
+    if (end == replica.c_str() + prefix.size() || *end != '\0' || ordinal < spec.replicas) continue;
+    auto pod = client_.get(op::resources::pods(), {key.ns, replica});
+    if (pod) {
+      waiting.push_back(replica);  // still terminating: its process may still serve it
+      continue;
+    }
+    if (pod.error().kind != op::KubeErrorKind::kNotFound) return fail("reading pod " + replica + ": " + pod.error().toString());
+    auto dropped = core::dropReplica(**keeper, paths, replica);
+    if (!dropped) {
+      if (dropped.error().code == core::KeeperCode::kBadArguments) {
+        waiting.push_back(replica);  // its session has not expired yet
+        continue;
+      }
+      return fail("removing replica " + replica + ": " + dropped.error().toString());
+    }
+  }
+  setCondition(conditions, previous, "Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
+               waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
+                                                  fmt::join(waiting, ", ")),
+               generation, now);
+  return waiting.empty() ? std::nullopt : std::optional<std::string>("replicas still to remove");
+}
+
+op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, json status) {
+  if (table.contains("status") && table["status"].is_object()) {
+    // Fields the reconciler does not manage here (filled in by later parts) stay as they are.
+    json merged = table["status"];
+    merged.update(status);
+    if (merged == table["status"]) return op::ReconcileResult::done();
+  }
+  op::PatchOptions options;
+  options.subresource = "status";
+  auto patched = client_.patch(replicatedTables(),
+                               {table.value(json::json_pointer("/metadata/namespace"), ""),
+                                table.value(json::json_pointer("/metadata/name"), "")},
+                               op::PatchType::kMerge, json{{"status", status}}, options);
+  if (!patched) {
+    return std::unexpected(op::ReconcileError::retryable("patching the status: " + patched.error().toString()));
+  }
+  return op::ReconcileResult::done();
+}
+
+}  // namespace rtable::controllers

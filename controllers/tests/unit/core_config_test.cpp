@@ -1,0 +1,134 @@
+// The rendered rtable-core config, read back by rtable-core's own parser (TableSpec::parseYaml),
+// for every ReplicatedTable in crds/examples: the CRD's table fields and the core's cannot drift.
+#include "rtable/controllers/core_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "../crd_examples.h"
+#include "rtable/replication_core/table_spec.h"
+
+namespace rtable::controllers {
+namespace {
+
+using nlohmann::json;
+
+class CoreConfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/rtable-core-config-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    secret_file_ = dir_ / "secret";
+    std::ofstream(secret_file_) << "s3cr3t\n";  // as a mounted Secret: a trailing newline
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  CoreConfigContext context(const std::string& name) const {
+    CoreConfigContext context;
+    context.name = name;
+    context.ns = "analytics";
+    context.secret_file = secret_file_;
+    return context;
+  }
+
+  std::filesystem::path dir_;
+  std::filesystem::path secret_file_;
+};
+
+TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
+  auto examples = testing::loadExamples(testing::crdsDir() / "examples");
+  ASSERT_TRUE(examples) << examples.error();
+  int tables = 0;
+  for (const auto& file : *examples) {
+    for (const auto& object : file.documents) {
+      if (testing::kindOf(object) != "ReplicatedTable") continue;
+      ++tables;
+      SCOPED_TRACE(file.path.filename().string());
+      auto spec = ReplicatedTableSpec::parse(object["spec"]);
+      ASSERT_TRUE(spec) << spec.error().toString();
+      const std::string name = object["metadata"]["name"];
+      const std::string yaml = renderCoreConfig(*spec, context(name));
+      auto core = core::TableSpec::parseYaml(yaml);
+      ASSERT_TRUE(core) << core.error() << "\n" << yaml;
+
+      EXPECT_EQ(core->table, spec->table);
+      EXPECT_EQ(core->uid, "analytics." + name);
+      EXPECT_EQ(core->schema.columns(), spec->columns);
+      EXPECT_EQ(core->schema.partitionBy(), spec->partition_by);
+      EXPECT_EQ(core->schema.orderBy(), spec->order_by);
+      EXPECT_EQ(core->schema, spec->schema());
+      // The same type names and partition expressions, as the user wrote them.
+      for (std::size_t i = 0; i < spec->columns.size(); ++i) {
+        EXPECT_EQ(core->schema.columns()[i].type.name(), object["spec"]["columns"][i]["type"]);
+      }
+      EXPECT_EQ(core->schema.partitionBy().format(), object["spec"].value("partitionBy", "tuple()"));
+      EXPECT_EQ(core->deduplication.max_ids, static_cast<std::size_t>(spec->deduplication.window));
+      EXPECT_EQ(core->deduplication.max_age.count(), spec->deduplication.window_seconds);
+      EXPECT_EQ(core->zookeeper_connect, spec->zookeeper.connect);
+      EXPECT_EQ(core->zookeeper_root, spec->zookeeper.root);
+      EXPECT_EQ(core->zookeeper_session_timeout.count(), spec->zookeeper.session_timeout_ms);
+      EXPECT_EQ(core->tableRoot(), spec->zookeeper.root + "/analytics." + name);
+      EXPECT_EQ(core->replica, kReplicaFromFlag);
+      EXPECT_EQ(core->replica_host, kReplicaHostFromFlag);
+      EXPECT_EQ(core->data_dir, "/var/lib/rtable");
+      EXPECT_EQ(core->listen_address, "0.0.0.0");
+      EXPECT_EQ(core->http_port, 8123);
+      EXPECT_EQ(core->metrics_port, 9363);
+      EXPECT_EQ(core->interserver_secret, "s3cr3t");
+      EXPECT_EQ(core->fetch_threads, static_cast<std::size_t>(spec->replication.fetch_threads));
+      EXPECT_EQ(core->merge_threads, static_cast<std::size_t>(spec->replication.merge_threads));
+      EXPECT_EQ(core->min_logs_to_keep, static_cast<std::size_t>(spec->replication.min_logs_to_keep));
+      EXPECT_EQ(core->max_logs_to_keep, static_cast<std::size_t>(spec->replication.max_logs_to_keep));
+      EXPECT_EQ(core->cleanup_period.count(), spec->replication.cleanup_period_seconds);
+    }
+  }
+  EXPECT_GE(tables, 3);
+}
+
+TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {
+  auto spec = ReplicatedTableSpec::parse(
+      {{"table", "t"}, {"columns", {{{"name", "id"}, {"type", "UInt64"}}}}, {"zookeeper", {{"connect", "zk:2181"}}}});
+  ASSERT_TRUE(spec);
+  CoreConfigContext c = context("t");
+  c.uid = "3f2a9c1e";
+  c.replica_name = "t-2";
+  c.replica_host = "t-2.t-headless.analytics.svc";
+  c.data_dir = dir_ / "data";
+  c.listen = "127.0.0.5";
+  c.http_port = 18123;
+  c.metrics_port = 19363;
+  auto core = core::TableSpec::parseYaml(renderCoreConfig(*spec, c));
+  ASSERT_TRUE(core) << core.error();
+  EXPECT_EQ(core->uid, "3f2a9c1e");
+  EXPECT_EQ(core->replica, "t-2");
+  EXPECT_EQ(core->replica_host, "t-2.t-headless.analytics.svc");
+  EXPECT_EQ(core->data_dir, dir_ / "data");
+  EXPECT_EQ(core->listen_address, "127.0.0.5");
+  EXPECT_EQ(core->http_port, 18123);
+  EXPECT_EQ(core->metrics_port, 19363);
+}
+
+// Every replica's config gives the same ZooKeeper metadata: otherwise rtable-core refuses to join.
+TEST_F(CoreConfig, ReplicasAgreeOnTheTableMetadata) {
+  auto object = yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
+  ASSERT_TRUE(object);
+  auto spec = ReplicatedTableSpec::parse(object->front()["spec"]);
+  ASSERT_TRUE(spec);
+  CoreConfigContext a = context("events");
+  CoreConfigContext b = context("events");
+  a.replica_name = "events-0";
+  b.replica_name = "events-1";
+  auto core_a = core::TableSpec::parseYaml(renderCoreConfig(*spec, a));
+  auto core_b = core::TableSpec::parseYaml(renderCoreConfig(*spec, b));
+  ASSERT_TRUE(core_a && core_b);
+  EXPECT_EQ(core_a->metadataText(), core_b->metadataText());
+  EXPECT_NE(core_a->metadataText().find("partition key: toYYYYMM(d)"), std::string::npos) << core_a->metadataText();
+}
+
+TEST(TableUid, NamespaceDotName) { EXPECT_EQ(tableUid("analytics", "events"), "analytics.events"); }
+
+}  // namespace
+}  // namespace rtable::controllers

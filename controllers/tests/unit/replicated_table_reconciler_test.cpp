@@ -1,0 +1,251 @@
+// ReplicatedTableReconciler on FakeKubeClient (which honours resourceVersions, the status
+// subresource and apply-creates): owned objects, the kept secret, status and conditions,
+// idempotence, invalid specs, a failed apply.
+#include "rtable/controllers/replicated_table_reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include "rtable/operator/testing/fake_kube_client.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/testing/fake_keeper.h"
+
+namespace rtable::controllers {
+namespace {
+
+using nlohmann::json;
+using op::resources::secrets;
+using op::resources::statefulSets;
+
+json table(int replicas, const std::string& partition_by = "toYYYYMM(d)") {
+  return {{"apiVersion", "rtable.io/v1alpha1"},
+          {"kind", "ReplicatedTable"},
+          {"metadata", {{"name", "events"}, {"namespace", "analytics"}}},
+          {"spec",
+           {{"table", "events"},
+            {"replicas", replicas},
+            {"columns", json::array({{{"name", "d"}, {"type", "Date"}}, {{"name", "user"}, {"type", "String"}}})},
+            {"partitionBy", partition_by},
+            {"orderBy", json::array({"user", "d"})},
+            {"zookeeper", {{"connect", "zk-0.zk:2181"}}}}}};
+}
+
+class Reconciler : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ReplicatedTableReconcilerOptions options;
+    options.generate_secret = [this] { return "secret-" + std::to_string(++secrets_made_); };
+    options.wall_clock = [this] { return now_; };
+    reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
+    ASSERT_TRUE(client_.create(op::resources::namespaces(),
+                               {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "analytics"}}}}));
+  }
+  json get(const op::ResourceType& type, const std::string& name) {
+    auto object = client_.get(type, {"analytics", name});
+    EXPECT_TRUE(object) << name << ": " << object.error().toString();
+    return object ? *object : json();
+  }
+  json condition(const std::string& type) {
+    const json object = get(replicatedTables(), "events");  // bound: the loop must not outlive it
+    for (const auto& c : object["status"]["conditions"]) {
+      if (c["type"] == type) return c;
+    }
+    return json();
+  }
+  // What the StatefulSet controller would report.
+  void setReadyReplicas(int ready) {
+    auto sts = get(statefulSets(), "events");
+    sts["status"] = {{"replicas", sts["spec"]["replicas"]}, {"readyReplicas", ready}};
+    ASSERT_TRUE(client_.updateStatus(statefulSets(), sts));
+  }
+
+  op::testing::FakeKubeClient client_;
+  std::unique_ptr<ReplicatedTableReconciler> reconciler_;
+  int secrets_made_ = 0;
+  std::chrono::system_clock::time_point now_ = std::chrono::sys_days{std::chrono::year{2026} / 12 / 2};
+};
+
+TEST_F(Reconciler, CreatesTheOwnedObjectsAndReportsReadiness) {
+  auto created = client_.create(replicatedTables(), table(3));
+  ASSERT_TRUE(created) << created.error().toString();
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  for (const auto& [type, name] : std::vector<std::pair<op::ResourceType, std::string>>{
+           {op::resources::services(), "events"}, {op::resources::services(), "events-headless"},
+           {op::resources::configMaps(), "events-config"}, {secrets(), "events-interserver"},
+           {statefulSets(), "events"}, {op::resources::podDisruptionBudgets(), "events"}}) {
+    const json object = get(type, name);
+    EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"], (*created)["metadata"]["uid"]) << name;
+  }
+  const json status = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(status["observedGeneration"], (*created)["metadata"]["generation"]);
+  EXPECT_EQ(status["ready"], "0/3");
+  EXPECT_EQ(condition("Ready")["status"], "False");
+  EXPECT_EQ(condition("Ready")["reason"], "ReplicasNotReady");
+  EXPECT_EQ(condition("Degraded")["status"], "False");
+  EXPECT_EQ(status["selector"], "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,"
+                                "app.kubernetes.io/name=rtable");
+
+  setReadyReplicas(2);
+  now_ += std::chrono::minutes(1);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["ready"], "2/3");
+  EXPECT_EQ(condition("Degraded")["status"], "True");
+  EXPECT_EQ(condition("Degraded")["lastTransitionTime"], "2026-12-02T00:01:00Z");
+  // Ready stayed False: its transition time is the first one.
+  EXPECT_EQ(condition("Ready")["lastTransitionTime"], "2026-12-02T00:00:00Z");
+
+  setReadyReplicas(3);
+  now_ += std::chrono::minutes(1);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Ready")["status"], "True");
+  EXPECT_EQ(condition("Ready")["reason"], "AllReplicasReady");
+  EXPECT_EQ(condition("Ready")["lastTransitionTime"], "2026-12-02T00:02:00Z");
+}
+
+TEST_F(Reconciler, ASecondReconcileWritesNothingAndKeepsTheSecret) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json secret = get(secrets(), "events-interserver");
+  const int64_t version = client_.currentResourceVersionForTest();
+  now_ += std::chrono::minutes(5);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(secrets_made_, 1);
+  EXPECT_EQ(get(secrets(), "events-interserver")["data"], secret["data"]);
+  EXPECT_EQ(client_.currentResourceVersionForTest(), version) << "the second reconcile changed something";
+}
+
+TEST_F(Reconciler, AnInvalidSpecChangesNoObjectAndSaysWhy) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3, "toYYYYMM(user)")));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_FALSE(outcome);
+  EXPECT_TRUE(outcome.error().terminal);
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+  EXPECT_EQ(condition("Ready")["reason"], "InvalidSpec");
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("spec.partitionBy"), std::string::npos)
+      << condition("Ready");
+}
+
+TEST_F(Reconciler, AFailedApplyIsRetriedAndReported) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  client_.failNextForTest(op::testing::Verb::kPatch,
+                          op::KubeError::of(op::KubeErrorKind::kServerError, "etcdserver: request timed out"));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_FALSE(outcome);
+  EXPECT_FALSE(outcome.error().terminal);
+  EXPECT_EQ(condition("Ready")["reason"], "ApplyFailed");
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Ready")["reason"], "ReplicasNotReady");
+}
+
+TEST_F(Reconciler, AGoneTableIsDone) {
+  auto outcome = reconciler_->reconcile({"analytics", "nothing"});
+  ASSERT_TRUE(outcome);
+}
+
+// The same, with the table's ZooKeeper (a fake server with real semantics).
+class ReconcilerWithZooKeeper : public Reconciler {
+ protected:
+  void SetUp() override {
+    Reconciler::SetUp();
+    ReplicatedTableReconcilerOptions options;
+    options.generate_secret = [] { return std::string("s"); };
+    options.wall_clock = [this] { return now_; };
+    options.keeper_for = [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
+      EXPECT_EQ(connect, "zk-0.zk:2181");
+      if (zookeeper_down_) {
+        return std::unexpected(core::KeeperError{core::KeeperCode::kConnectionLoss, "", "connection refused", {}});
+      }
+      return operator_session_;
+    };
+    reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
+  }
+  core::TablePaths replica(const std::string& name) { return {"/rtable/tables/analytics.events", 1, name}; }
+  // What rtable-core does when a replica starts: the tree, its replica node, its live session.
+  std::unique_ptr<core::Keeper> startReplica(const std::string& name) {
+    auto session = zookeeper_->connect();
+    EXPECT_TRUE(core::createTableIfNotExists(*session, replica(name), "metadata"));
+    EXPECT_TRUE(core::createReplicaIfNotExists(*session, replica(name)));
+    EXPECT_TRUE(core::activateReplica(*session, replica(name), "host: " + name + "\n"));
+    return session;
+  }
+  void createPod(const std::string& name) {
+    ASSERT_TRUE(client_.create(op::resources::pods(),
+                               {{"apiVersion", "v1"}, {"kind", "Pod"},
+                                {"metadata", {{"name", name}, {"namespace", "analytics"}}},
+                                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}}));
+  }
+
+  std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ = core::testing::FakeKeeperServer::create();
+  std::shared_ptr<core::Keeper> operator_session_ = zookeeper_->connect();
+  bool zookeeper_down_ = false;
+};
+
+TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceTheirPodsAreGone) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  // Before any replica ran, there is no tree: said, not an error.
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  EXPECT_EQ(condition("Replicating")["reason"], "TableNotCreated");
+
+  std::map<std::string, std::unique_ptr<core::Keeper>> sessions;
+  for (const char* name : {"events-0", "events-1", "events-2"}) {
+    sessions[name] = startReplica(name);
+    createPod(name);
+  }
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(sessions["events-0"]->create(replica("").logEntryPrefix(), "entry", core::CreateMode::kPersistentSequential));
+  }
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  json status = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(status["zookeeperPath"], "/rtable/tables/analytics.events");
+  EXPECT_EQ(status["activeGeneration"], 1);
+  EXPECT_EQ(status["logMaxIndex"], 4);
+  EXPECT_EQ(status["logCounter"], 5);
+  EXPECT_EQ(condition("HeadroomLow")["status"], "False");
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+
+  // Scaled to 1: events-1 is gone (pod and session), events-2's pod is still terminating.
+  auto scaled = get(replicatedTables(), "events");
+  scaled["spec"]["replicas"] = 1;
+  ASSERT_TRUE(client_.update(replicatedTables(), scaled));
+  ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-1"}));
+  sessions.erase("events-1");
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(replica("events-1").replicaRoot()));
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").replicaRoot()));
+  EXPECT_EQ(condition("Replicating")["reason"], "RemovingReplicas");
+  EXPECT_NE(condition("Replicating")["message"].get<std::string>().find("events-2"), std::string::npos);
+
+  // Its pod is gone but its session lives on for a while: still waiting, nothing half-done.
+  ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-2"}));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").queue()));
+  EXPECT_EQ(condition("Replicating")["reason"], "RemovingReplicas");
+  sessions.erase("events-2");  // the session ends
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(replica("events-2").replicaRoot()));
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+  EXPECT_TRUE(*operator_session_->exists(replica("events-0").replicaRoot()));
+}
+
+TEST_F(ReconcilerWithZooKeeper, LowHeadroomAndAnUnreachableZooKeeperAreConditions) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  // 4% of the int32 counter left: under the default 5% threshold.
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2061584302));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["status"], "True");
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["headroom"], "4.00%");
+
+  zookeeper_down_ = true;
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->requeue_after, std::chrono::seconds(30));
+  EXPECT_EQ(condition("Replicating")["reason"], "ZooKeeperUnreachable");
+  // The objects are there all the same: ZooKeeper is not needed to run the pods.
+  EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
+}
+
+}  // namespace
+}  // namespace rtable::controllers
