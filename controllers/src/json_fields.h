@@ -3,6 +3,8 @@
 // A failed check throws SpecFailure, which the public parse() functions catch and return as a
 // SpecError value: the exception never leaves this library. Every read marks its key as known so
 // rejectUnknown() can name a misspelt field (the apiserver would prune it silently).
+// A JsonFields refers to the object it reads (which must outlive it) and lives for one parse, on
+// one thread.
 #pragma once
 
 #include <fmt/format.h>

@@ -1,14 +1,18 @@
-// rtable-core: serves one replica of a table (DESIGN.md 2). Reads the table spec, creates or joins
-// the table in ZooKeeper, loads its parts, serves the HTTP API and /metrics. SIGTERM or SIGINT:
-// stop taking requests, finish those in flight, exit 0.
+// rtable-core: serves one replica of a table (DESIGN.md 2). Reads the table spec (with this
+// replica's identity, address and data dir optionally given by flags), creates or joins the table
+// in ZooKeeper, loads its parts, serves the HTTP API and /metrics. SIGTERM or SIGINT: stop taking
+// requests, finish those in flight, exit 0.
 #include <fmt/format.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/keeper_retry.h"
@@ -21,8 +25,51 @@ constexpr int kExitUsage = 2;
 constexpr auto kDrainGrace = std::chrono::seconds(30);
 
 constexpr const char* kUsage =
-    "usage: rtable-core --config SPEC.yaml\n"
-    "Serves one replica of the table the spec describes (see docs/rtable-core.md).\n";
+    "usage: rtable-core --config SPEC.yaml [--replica-name NAME] [--replica-host HOST]\n"
+    "                   [--listen ADDRESS] [--data-dir DIR]\n"
+    "Serves one replica of the table the spec describes (see docs/rtable-core.md).\n"
+    "The other flags override the spec's replica.name, replica.host, listen and dataDir, so one\n"
+    "spec file (a ConfigMap) can serve every replica. Each takes --flag VALUE or --flag=VALUE.\n";
+
+// A flag that overrides one field of the spec file: the flag and the field's path in the YAML.
+struct Override {
+  const char* flag;
+  std::vector<const char*> path;
+};
+const Override kOverrides[] = {
+    {"--replica-name", {"replica", "name"}},
+    {"--replica-host", {"replica", "host"}},
+    {"--listen", {"listen"}},
+    {"--data-dir", {"dataDir"}},
+};
+
+// The spec file with the overrides applied, read by the same parser as the file (so a flag's value
+// is checked exactly as the field's would be). The file is read and checked as it is first: its
+// own errors name the file, a bad override names its flag.
+std::expected<rtable::core::TableSpec, std::string> loadSpec(
+    const std::string& config, const std::vector<std::pair<const Override*, std::string>>& overrides) {
+  auto spec = rtable::core::TableSpec::load(config);
+  if (!spec) return spec;
+  if (overrides.empty()) return spec;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(config);
+  } catch (const YAML::Exception& e) {
+    return std::unexpected(fmt::format("{}: {}", config, e.what()));
+  }
+  for (const auto& [flag, value] : overrides) {
+    if (value.empty()) return std::unexpected(fmt::format("{}: needs a value", flag->flag));
+    // Fields that exist in every valid spec: replica is required, listen and dataDir top-level.
+    if (flag->path.size() == 2) {
+      root[flag->path[0]][flag->path[1]] = value;
+    } else {
+      root[flag->path[0]] = value;
+    }
+    auto checked = rtable::core::TableSpec::parseYaml(YAML::Dump(root));
+    if (!checked) return std::unexpected(fmt::format("{} '{}': {}", flag->flag, value, checked.error()));
+  }
+  return rtable::core::TableSpec::parseYaml(YAML::Dump(root));
+}
 
 // Returns the signal if one is pending, after waiting up to `timeout`.
 int waitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
@@ -35,25 +82,42 @@ int waitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
 
 int main(int argc, char** argv) {
   std::string config;
+  std::vector<std::pair<const Override*, std::string>> overrides;  // in command-line order
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--config" && i + 1 < argc) {
-      config = argv[++i];
-    } else if (arg.starts_with("--config=")) {
-      config = arg.substr(9);
-    } else if (arg == "--help" || arg == "-h") {
+    if (arg == "--help" || arg == "-h") {
       fmt::print("{}", kUsage);
       return 0;
-    } else {
+    }
+    const std::string name = arg.substr(0, arg.find('='));
+    const Override* flag = nullptr;
+    for (const auto& o : kOverrides) {
+      if (name == o.flag) flag = &o;
+    }
+    if (name != "--config" && !flag) {
       fmt::print(stderr, "rtable-core: unknown argument '{}' (see --help)\n", arg);
       return kExitUsage;
+    }
+    std::string value;
+    if (name.size() < arg.size()) {
+      value = arg.substr(name.size() + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      fmt::print(stderr, "rtable-core: {} needs a value\n", name);
+      return kExitUsage;
+    }
+    if (flag) {
+      overrides.emplace_back(flag, value);
+    } else {
+      config = value;
     }
   }
   if (config.empty()) {
     fmt::print(stderr, "rtable-core: --config SPEC.yaml is required\n");
     return kExitUsage;
   }
-  auto spec = rtable::core::TableSpec::load(config);
+  auto spec = loadSpec(config, overrides);
   if (!spec) {
     fmt::print(stderr, "rtable-core: {}\n", spec.error());
     return kExitUsage;

@@ -60,7 +60,9 @@ std::vector<ExampleFile> load(const std::string& dir) {
 class CrdApiServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto plane = op::testing::LocalControlPlane::start();
+    op::testing::LocalControlPlaneOptions options;
+    options.start_timeout = std::chrono::seconds(240);  // a loaded 2-core machine
+    auto plane = op::testing::LocalControlPlane::start(options);
     if (!plane) {
       start_error_ = plane.error();
       return;
@@ -113,7 +115,15 @@ class CrdApiServer : public ::testing::Test {
           }
           return true;
         },
-        std::chrono::seconds(60));
+        std::chrono::seconds(120));
+    // Established serves the resources; kubectl also needs them in discovery, which follows a
+    // moment later.
+    established_ = established_ && core::testing::waitFor(
+                                       [] {
+                                         auto listed = plane_->kubectl({"get", "rt,cb,bs", "-A"});
+                                         return listed && listed->exit_code == 0;
+                                       },
+                                       std::chrono::seconds(120));
     return established_;
   }
 
