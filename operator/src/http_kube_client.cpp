@@ -2,6 +2,7 @@
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
+#include <cpprest/producerconsumerstream.h>
 #include <fmt/format.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -10,6 +11,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -108,14 +110,19 @@ std::string pathOf(const std::string& path_and_query) {
   return path_and_query.substr(0, path_and_query.find('?'));
 }
 
-// cpprestsdk's set_body(std::string) reads a char buffer through an unsigned-char stream (a type
-// pun UBSan reports); a byte buffer of the stream's own type avoids it.
+// The request body. cpprestsdk's set_body(std::string) reads a char buffer through an
+// unsigned-char stream (a type pun UBSan reports); a byte buffer of the stream's own type avoids
+// it. The buffer is not seekable on purpose: when a pooled connection turns out closed while
+// cpprestsdk waits for the status line, it resends the request on a new connection if it can
+// rewind the body. For a write that request may already have reached the server, so a
+// non-seekable body makes cpprestsdk report the failure instead, and sendOnce() decides.
 void setBody(http::http_request& request, const std::string& body,
              const std::string& content_type) {
-  std::vector<uint8_t> bytes(body.begin(), body.end());
-  const auto size = bytes.size();
-  request.set_body(concurrency::streams::bytestream::open_istream(std::move(bytes)), size,
-                   content_type);
+  concurrency::streams::producer_consumer_buffer<uint8_t> buffer;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(body.data());
+  buffer.putn_nocopy(bytes, body.size()).wait();  // copies (the buffer owns its blocks)
+  buffer.close(std::ios_base::out).wait();
+  request.set_body(buffer.create_istream(), body.size(), content_type);
 }
 
 // Every cpprestsdk/Boost failure becomes a value here.
@@ -126,6 +133,22 @@ KubeError transportError(const std::exception& e, const std::string& what) {
     }
   }
   return KubeError::connection(fmt::format("{}: {}", what, e.what()));
+}
+
+// How far a failed request got, from cpprestsdk 2.10's asio client: it names the step that failed
+// in the exception's message ("Failed to write request body", ...). Until the body is written in
+// full the server cannot have acted on the request: it never saw a complete one.
+bool failedBeforeTheRequestWasComplete(const std::exception& e) {
+  static constexpr std::string_view kUnsentSteps[] = {
+      "Error resolving address",         "Failed to resolve address",
+      "Failed to connect to any resolved endpoint", "Error in SSL handshake",
+      "Failed to write request headers", "Failed to write request body",
+  };
+  const std::string_view what = e.what();
+  for (std::string_view step : kUnsentSteps) {
+    if (what.starts_with(step)) return true;
+  }
+  return false;
 }
 
 class TokenSource {
@@ -206,7 +229,7 @@ class HttpKubeClient::Impl {
         tokens_(config_) {
     if (options_.user_agent.empty()) options_.user_agent = defaultUserAgent();
     if (options_.registry != nullptr) metrics_.emplace(*options_.registry);
-    client_ = std::make_unique<client::http_client>(web::uri(config_.server),
+    client_ = std::make_shared<client::http_client>(web::uri(config_.server),
                                                     clientConfig(options_.request_timeout));
   }
 
@@ -253,14 +276,31 @@ class HttpKubeClient::Impl {
     if (options_.on_request) options_.on_request(r);
   }
 
-  // One request and its whole answer. Called from our threads only.
+  // One request and its whole answer, with the retry rule of the header. Called from our threads
+  // only.
   KubeResult<Response> send(const std::string& method, const std::string& path_and_query,
                             const std::string& body = {}, const std::string& content_type = {}) {
+    const bool idempotent = method == "GET" || method == "HEAD";
+    auto client = currentClient();
+    bool unsent = false;
+    auto first = sendOnce(*client, method, path_and_query, body, content_type, unsent);
+    if (first || first.error().kind != KubeErrorKind::kConnection) return first;
+    // Every pooled connection of this client may be dead (an apiserver restart ends them all):
+    // the next requests, this retry included, start on fresh ones.
+    replaceClient(client);
+    if (!idempotent && !unsent) return first;
+    retries_.fetch_add(1);
+    return sendOnce(*currentClient(), method, path_and_query, body, content_type, unsent);
+  }
+
+  KubeResult<Response> sendOnce(client::http_client& client, const std::string& method,
+                                const std::string& path_and_query, const std::string& body,
+                                const std::string& content_type, bool& unsent) {
     const auto start = std::chrono::steady_clock::now();
     const std::string what = fmt::format("{} {}", method, pathOf(path_and_query));
     try {
       http::http_response response =
-          client_->request(makeRequest(method, path_and_query, body, content_type)).get();
+          client.request(makeRequest(method, path_and_query, body, content_type)).get();
       Response out;
       out.code = response.status_code();
       const auto bytes = response.extract_vector().get();
@@ -272,9 +312,26 @@ class HttpKubeClient::Impl {
       return out;
     } catch (const std::exception& e) {
       record(method, path_and_query, 0, start);
+      unsent = failedBeforeTheRequestWasComplete(e);
       return std::unexpected(transportError(e, what));
     }
   }
+
+  std::shared_ptr<client::http_client> currentClient() {
+    std::lock_guard lock(client_mu_);
+    return client_;
+  }
+
+  // A new connection pool, unless another thread has replaced `failed` already. Requests in
+  // flight on the old client keep it alive until they end.
+  void replaceClient(const std::shared_ptr<client::http_client>& failed) {
+    auto fresh = std::make_shared<client::http_client>(web::uri(config_.server),
+                                                       clientConfig(options_.request_timeout));
+    std::lock_guard lock(client_mu_);
+    if (client_ == failed) client_ = std::move(fresh);
+  }
+
+  int64_t retries() const { return retries_.load(); }
 
   // A JSON object from a 2xx answer, or the error the answer stands for.
   KubeResult<json> sendJson(const std::string& method, const std::string& path_and_query,
@@ -302,7 +359,9 @@ class HttpKubeClient::Impl {
   std::string host_;
   TokenSource tokens_;
   std::optional<ClientMetrics> metrics_;
-  std::unique_ptr<client::http_client> client_;
+  std::mutex client_mu_;
+  std::shared_ptr<client::http_client> client_;  // guarded by client_mu_
+  std::atomic<int64_t> retries_{0};
 
   friend class HttpWatch;
 };
@@ -606,6 +665,10 @@ KubeResult<std::string> HttpKubeClient::rawRequest(const std::string& method,
         kubeErrorFromResponse(response->code, response->body, response->retry_after));
   }
   return std::move(response->body);
+}
+
+int64_t HttpKubeClient::retriesOnFreshConnection() const {
+  return impl_->retries();
 }
 
 }  // namespace rtable::op

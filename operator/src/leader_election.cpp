@@ -65,7 +65,8 @@ LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
     : client_(client),
       options_(std::move(options)),
       clock_(options_.clock != nullptr ? *options_.clock : SteadyClock::instance()),
-      random_(std::random_device{}()) {
+      random_(std::random_device{}()),
+      release_on_stop_(options_.release_on_cancel) {
   if (options_.lease.name.empty()) throw std::invalid_argument("leader election: no lease name");
   if (options_.identity.empty()) options_.identity = defaultLeaderIdentity();
   if (options_.lease_duration < std::chrono::seconds(1)) {
@@ -175,7 +176,7 @@ void LeaderElector::run() {
     leading_ = false;
   }
   if (was_leading) {
-    if (options_.release_on_cancel) release();
+    if (release_on_stop_.load()) release();
     if (options_.on_stopped_leading) options_.on_stopped_leading();
   }
 }

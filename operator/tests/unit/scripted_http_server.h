@@ -28,6 +28,7 @@ struct RecordedRequest {
   std::string target;                          // path and query, as sent
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
+  bool complete = true;  // false: the connection was reset before the body was read
 
   std::string header(const std::string& name) const {
     auto it = headers.find(name);
@@ -36,7 +37,9 @@ struct RecordedRequest {
 };
 
 // One write of the answer; `pause` is waited before writing. `hold_open` keeps the connection
-// open after the last piece until the server stops or the client goes away.
+// open after the last piece until the server stops or the client goes away; `close_after` closes
+// it (without a Connection: close header, so the client still pools it): with no pieces, the
+// request gets no answer at all.
 struct Piece {
   std::string bytes;
   std::chrono::milliseconds pause{0};
@@ -44,6 +47,7 @@ struct Piece {
 struct Answer {
   std::vector<Piece> pieces;
   bool hold_open = false;
+  bool close_after = false;
 };
 
 inline Answer simpleAnswer(int code, const std::string& body,
@@ -95,6 +99,10 @@ class ScriptedHttpServer {
   }
 
   int port() const { return port_; }
+
+  // The next `n` requests with a body are answered by a TCP reset as soon as their headers are
+  // read: the client fails while writing the body (when it is larger than the socket buffers).
+  void resetBeforeBody(int n) { reset_before_body_.store(n); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
   std::vector<RecordedRequest> requests() const {
@@ -161,6 +169,18 @@ class ScriptedHttpServer {
       const std::size_t length = request.headers.contains("content-length")
                                      ? std::stoul(request.headers["content-length"])
                                      : 0;
+      if (length > 0 && reset_before_body_.load() > 0) {
+        reset_before_body_.fetch_sub(1);
+        request.complete = false;
+        {
+          std::lock_guard lock(mu_);
+          requests_.push_back(request);
+        }
+        cv_.notify_all();
+        const linger reset{1, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+        return finish(fd);
+      }
       while (buffer.size() < length) {
         if (!readMore(fd, buffer)) return finish(fd);
       }
@@ -176,6 +196,7 @@ class ScriptedHttpServer {
         if (piece.pause.count() > 0) std::this_thread::sleep_for(piece.pause);
         if (::send(fd, piece.bytes.data(), piece.bytes.size(), MSG_NOSIGNAL) < 0) return finish(fd);
       }
+      if (answer.close_after) return finish(fd);
       if (answer.hold_open) {
         // Until the client closes (recv returns 0) or the server stops.
         char c;
@@ -198,6 +219,7 @@ class ScriptedHttpServer {
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> reset_before_body_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int> connections_;

@@ -5,6 +5,20 @@
 // minute, as client-go does). Every cpprestsdk and Boost exception is caught here and becomes a
 // KubeError{kConnection} (kTimeout for the client's own timeout).
 //
+// Retries (the rule Go's http.Transport follows for client-go): requests share a pool of
+// keep-alive connections, and a pooled connection can be dead when it is taken (the apiserver
+// restarted, a proxy dropped it). After a connection error the whole pool is replaced, and the
+// request is sent once more on a fresh connection when that cannot apply it twice:
+//   - GET (get, list, rawRequest GET) is always retried once;
+//   - any other method only when it provably never reached the server complete: the failure
+//     came while resolving, connecting, in the TLS handshake, or while writing the headers or the
+//     body. A request that was sent in full and then got no answer may have been applied: the
+//     connection error is returned (outcomeUnknown()), never retried here; the level-based caller
+//     (a reconcile) reads again and retries with backoff.
+// Timeouts are never retried (they would double the wait), nor are watches (each has its own
+// fresh connection). cpprestsdk's own resend of a request whose pooled connection was found
+// closed is disabled for bodies (see setBody in the .cpp): it would resend writes blindly.
+//
 // Known costs: cpprestsdk writes request headers and body in separate writes, so each request with
 // a body may stall ~20 ms on Nagle + delayed ACK on loopback. Acceptable for a controller (a
 // handful of writes per reconcile), not for bulk traffic.
@@ -14,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -78,6 +93,9 @@ class HttpKubeClient : public KubeClient {
   KubeResult<std::string> rawRequest(const std::string& method, const std::string& path_and_query,
                                      const std::string& body = {},
                                      const std::string& content_type = {});
+
+  // How many requests were sent a second time on a fresh connection (see the retry rule above).
+  int64_t retriesOnFreshConnection() const;
 
   class Impl;
 

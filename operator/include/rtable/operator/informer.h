@@ -86,6 +86,8 @@ class Informer {
   bool addIndex(const std::string& name, IndexFunc func);
 
   const Store& store() const { return store_; }
+  // InformerOptions::name, or the type's groupResource.
+  const std::string& name() const { return options_.name; }
 
   void start();
   // Idempotent. When it returns no handler runs or will run again.

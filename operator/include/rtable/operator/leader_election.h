@@ -19,6 +19,7 @@
 // stop(). Thread safety: all public methods may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -90,6 +91,9 @@ class LeaderElector {
   // Idempotent. Ends leadership (releasing the Lease if configured, then on_stopped_leading)
   // before it returns.
   void stop();
+  // The next stop() leaves the Lease held (to expire on its own) even with release_on_cancel:
+  // for a process whose work may still be running, so that no other leader starts beside it.
+  void keepLeaseOnStop() { release_on_stop_.store(false); }
 
   // Leading, and the last renewal is within renew_deadline by this clock.
   bool isLeader() const;
@@ -121,6 +125,7 @@ class LeaderElector {
   std::mutex lifecycle_mu_;
   bool started_ = false;
   std::thread thread_;
+  std::atomic<bool> release_on_stop_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,342 @@
+// rtable-operator as users run it, against a real kube-apiserver (LocalControlPlane): two
+// processes elect exactly one leader on a real Lease, kill -9 of the leader hands over within
+// the lease time, SIGTERM exits 0 and releases the Lease so that the other takes over at once,
+// a stolen Lease ends the leader with exit 1 ("leader election lost"), a bad flag exits 2. And
+// KubeEventRecorder's Events as the apiserver and `kubectl get events` see them.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "../unit/http_get.h"
+#include "../unit/runtime_test_support.h"
+#include "rtable/operator/event_recorder.h"
+#include "rtable/operator/http_kube_client.h"
+#include "rtable/operator/kube_config.h"
+#include "rtable/operator/leader_election.h"
+#include "rtable/operator/testing/local_control_plane.h"
+
+#ifndef RTABLE_OPERATOR_BINARY
+#error "RTABLE_OPERATOR_BINARY must name the rtable-operator binary (operator/tests/CMakeLists.txt)"
+#endif
+
+namespace rtable::op {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+using core::testing::Subprocess;
+using test::httpGet;
+using testing::eventually;
+
+constexpr auto kLease = 4s;
+constexpr auto kRenewDeadline = 3s;
+constexpr auto kRetry = 1s;
+const std::string kLeaseNamespace = "operator-election";
+const std::string kLeaseName = "rtable-operator-lock";
+
+std::string readFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string hostName() {
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  return host.data();
+}
+
+// One rtable-operator process, its log and its ports.
+struct OperatorRun {
+  std::optional<Subprocess> process;
+  std::filesystem::path log;
+  std::string identity;  // defaultLeaderIdentity(): <hostname>_<pid>
+  int probe_port = 0;
+  int metrics_port = 0;
+
+  std::string logText() const { return readFile(log); }
+
+  // leader_election_master_status for our Lease, "" when not (yet) exported.
+  std::string leaderMetric() const {
+    auto answer = httpGet(metrics_port, "/metrics");
+    if (!answer || answer->status != 200) return "";
+    const std::string prefix =
+        fmt::format("leader_election_master_status{{name=\"{}\"}} ", kLeaseName);
+    const auto at = answer->body.find(prefix);
+    if (at == std::string::npos) return "";
+    return answer->body.substr(at + prefix.size(),
+                               answer->body.find('\n', at) - at - prefix.size());
+  }
+};
+
+class OperatorProcessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto plane = testing::LocalControlPlane::start();
+    if (!plane) {
+      start_error_ = plane.error();
+      return;
+    }
+    plane_ = std::make_unique<testing::LocalControlPlane>(std::move(*plane));
+    auto config = KubeConfig::load(plane_->kubeconfigPath());
+    if (!config) {
+      start_error_ = config.error().toString();
+      return;
+    }
+    auto cluster = config->clusterConfig();
+    if (!cluster) {
+      start_error_ = cluster.error().toString();
+      return;
+    }
+    auto client = HttpKubeClient::create(*cluster);
+    if (!client) {
+      start_error_ = client.error().toString();
+      return;
+    }
+    admin_ = std::move(*client);
+  }
+
+  static void TearDownTestSuite() {
+    if (plane_ && ::testing::UnitTest::GetInstance()->failed_test_count() > 0) {
+      plane_->keepWorkDir();
+      fmt::print(stderr, "control plane and operator logs kept in {}\n",
+                 plane_->workDir().string());
+    }
+    admin_.reset();
+    plane_.reset();
+  }
+
+  void SetUp() override { ASSERT_TRUE(admin_) << "no control plane: " << start_error_; }
+
+  static void createNamespace(const std::string& ns) {
+    auto created = admin_->create(resources::namespaces(), json{{"metadata", {{"name", ns}}}});
+    ASSERT_TRUE(created || created.error().kind == KubeErrorKind::kAlreadyExists)
+        << created.error().toString();
+  }
+
+  static std::string goDuration(std::chrono::milliseconds d) {
+    return fmt::format("{}ms", d.count());
+  }
+
+  // Starts rtable-operator and waits for the log line with its ports.
+  static std::expected<OperatorRun, std::string> startOperator(const std::string& name) {
+    OperatorRun run;
+    run.log = plane_->workDir() / (name + ".log");
+    auto process = Subprocess::start(
+        {RTABLE_OPERATOR_BINARY, "--kubeconfig", plane_->kubeconfigPath().string(),
+         "--leader-election-namespace=" + kLeaseNamespace, "--leader-election-id=" + kLeaseName,
+         "--leader-election-lease-duration=" + goDuration(kLease),
+         "--leader-election-renew-deadline=" + goDuration(kRenewDeadline),
+         "--leader-election-retry-period=" + goDuration(kRetry),
+         "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
+         "--log-level=debug"},
+        run.log);
+    if (!process) return std::unexpected(process.error());
+    run.process.emplace(std::move(*process));
+    run.identity = fmt::format("{}_{}", hostName(), run.process->pid());
+    const std::regex probes(R"(health probes listening on http://[0-9.]+:([0-9]+)/healthz)");
+    const std::regex metrics(R"(metrics listening on http://[0-9.]+:([0-9]+)/metrics)");
+    const bool listening = eventually(
+        [&] {
+          const std::string text = run.logText();
+          std::smatch p, m;
+          if (!std::regex_search(text, p, probes) || !std::regex_search(text, m, metrics)) {
+            return false;
+          }
+          run.probe_port = std::stoi(p[1].str());
+          run.metrics_port = std::stoi(m[1].str());
+          return true;
+        },
+        30s);
+    if (!listening) {
+      return std::unexpected(fmt::format("{} did not report its ports:\n{}", name,
+                                         core::testing::tailOfFile(run.log)));
+    }
+    return run;
+  }
+
+  static std::string holder() {
+    auto lease = admin_->get(resources::leases(), {kLeaseNamespace, kLeaseName});
+    return lease ? LeaseRecord::fromLease(*lease).holder_identity : "";
+  }
+
+  static inline std::unique_ptr<testing::LocalControlPlane> plane_;
+  static inline std::unique_ptr<HttpKubeClient> admin_;
+  static inline std::string start_error_;
+};
+
+TEST_F(OperatorProcessTest, TwoProcessesElectOneLeaderAndHandOver) {
+  createNamespace(kLeaseNamespace);
+  auto first = startOperator("operator-1");
+  ASSERT_TRUE(first) << first.error();
+  auto second = startOperator("operator-2");
+  ASSERT_TRUE(second) << second.error();
+  std::array<OperatorRun*, 2> runs{&*first, &*second};
+
+  // Exactly one leads: the Lease names it and its /metrics says 1, the other's 0.
+  ASSERT_TRUE(eventually([&] { return !holder().empty(); }, 30s));
+  OperatorRun* leader = nullptr;
+  for (OperatorRun* r : runs) {
+    if (r->identity == holder()) leader = r;
+  }
+  ASSERT_NE(leader, nullptr) << "holder " << holder() << " is neither " << first->identity
+                             << " nor " << second->identity;
+  OperatorRun* follower = leader == runs[0] ? runs[1] : runs[0];
+  ASSERT_TRUE(eventually([&] { return leader->leaderMetric() == "1"; }, 10s))
+      << leader->leaderMetric();
+  EXPECT_EQ(follower->leaderMetric(), "0");
+  for (OperatorRun* r : runs) {
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto ready = httpGet(r->probe_port, "/readyz");
+          return ready && ready->status == 200;
+        },
+        30s))
+        << r->logText();
+    EXPECT_EQ(httpGet(r->probe_port, "/healthz")->status, 200);
+  }
+  std::this_thread::sleep_for(kLease + kRetry);  // still exactly one after a lease time
+  EXPECT_EQ(holder(), leader->identity);
+  EXPECT_EQ(follower->leaderMetric(), "0");
+
+  // kill -9: the follower takes over once the lease has expired by its own observation.
+  const auto killed = std::chrono::steady_clock::now();
+  leader->process->kill();
+  ASSERT_TRUE(eventually([&] { return holder() == follower->identity; }, 3 * kLease));
+  const auto takeover = std::chrono::steady_clock::now() - killed;
+  fmt::print("takeover after kill -9: {} ms (lease {} s, retry {} s)\n",
+             std::chrono::duration_cast<std::chrono::milliseconds>(takeover).count(),
+             kLease.count(), kRetry.count());
+  EXPECT_GE(takeover, kLease - kRetry - 500ms);  // it waited for the expiry: never two leaders
+  EXPECT_LT(takeover, 3 * kLease);
+  ASSERT_TRUE(eventually([&] { return follower->leaderMetric() == "1"; }, 10s));
+  OperatorRun* leader2 = follower;
+
+  // A new follower; then SIGTERM to the leader: exit 0, the Lease released, the follower leads
+  // at its next retry instead of after the lease time.
+  auto third = startOperator("operator-3");
+  ASSERT_TRUE(third) << third.error();
+  ASSERT_TRUE(eventually([&] { return third->leaderMetric() == "0"; }, 30s));
+  // The handover is timed on a thread of its own: the process exits a little after it has
+  // released the Lease (its HTTP servers stop last).
+  const auto terminated = std::chrono::steady_clock::now();
+  std::atomic<int64_t> handover_ms{-1};
+  std::thread watch_lease([&] {
+    if (eventually([&] { return holder() == third->identity; }, 3 * kLease)) {
+      handover_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - terminated)
+                        .count();
+    }
+  });
+  const auto status = leader2->process->stop(30s);
+  watch_lease.join();
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << "wait status " << *status << "\n"
+      << leader2->logText();
+  EXPECT_NE(leader2->logText().find("released the lease"), std::string::npos)
+      << leader2->logText();
+  ASSERT_GE(handover_ms.load(), 0) << "holder " << holder();
+  fmt::print("handover after SIGTERM: {} ms\n", handover_ms.load());
+  // A released Lease: no waiting for its expiry (the lease duration).
+  EXPECT_LT(handover_ms.load(), std::chrono::milliseconds(kLease).count());
+  ASSERT_TRUE(eventually([&] { return third->leaderMetric() == "1"; }, 10s));
+
+  // Someone else takes the Lease: the leader stops leading and exits 1.
+  auto lease = admin_->get(resources::leases(), {kLeaseNamespace, kLeaseName});
+  ASSERT_TRUE(lease) << lease.error().toString();
+  (*lease)["spec"]["holderIdentity"] = "someone-else";
+  ASSERT_TRUE(admin_->update(resources::leases(), *lease));
+  ASSERT_TRUE(eventually(
+      [&] { return third->logText().find("exiting: leader election lost") != std::string::npos; },
+      3 * kLease))
+      << third->logText();
+  // Signals are blocked by then: stop() only collects the exit status.
+  const auto lost = third->process->stop(10s);
+  ASSERT_TRUE(lost);
+  EXPECT_TRUE(WIFEXITED(*lost) && WEXITSTATUS(*lost) == 1) << "wait status " << *lost;
+}
+
+TEST_F(OperatorProcessTest, ABadFlagExitsTwoNamingIt) {
+  auto result = core::testing::runCommand(
+      {RTABLE_OPERATOR_BINARY, "--leader-election-lease-duration=forever"}, 30s);
+  ASSERT_TRUE(result) << result.error();
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_NE(result->err.find("--leader-election-lease-duration"), std::string::npos)
+      << result->err;
+  result = core::testing::runCommand({RTABLE_OPERATOR_BINARY, "--no-such-flag"}, 30s);
+  ASSERT_TRUE(result) << result.error();
+  EXPECT_EQ(result->exit_code, 2);
+  EXPECT_NE(result->err.find("--no-such-flag"), std::string::npos) << result->err;
+}
+
+TEST_F(OperatorProcessTest, EventsReachTheApiServerAndARepeatIncrementsCount) {
+  const std::string ns = "operator-events";
+  createNamespace(ns);
+  auto object = admin_->create(resources::configMaps(),
+                               json{{"apiVersion", "v1"},
+                                    {"kind", "ConfigMap"},
+                                    {"metadata", {{"name", "events-config"}, {"namespace", ns}}}});
+  ASSERT_TRUE(object) << object.error().toString();
+  KubeEventRecorder recorder(*admin_);
+  const auto ref = ObjectReference::of(*object);
+  recorder.record(ref, EventType::kNormal, "Created", "created the replicas");
+  recorder.record(ref, EventType::kWarning, "HeadroomLow", "4.2% of the log counter left");
+  ASSERT_TRUE(recorder.flush(30s));
+  recorder.record(ref, EventType::kNormal, "Created", "created the replicas");
+  ASSERT_TRUE(recorder.flush(30s));
+  const auto stats = recorder.stats();
+  EXPECT_EQ(stats.created, 2);
+  EXPECT_EQ(stats.patched, 1);
+  EXPECT_EQ(stats.failed, 0);
+
+  auto events = admin_->list(resources::events(), ns);
+  ASSERT_TRUE(events) << events.error().toString();
+  ASSERT_EQ(events->items.size(), 2u);
+  for (const auto& e : events->items) {
+    EXPECT_EQ(e["involvedObject"]["uid"], (*object)["metadata"]["uid"]);
+    EXPECT_EQ(e["involvedObject"]["kind"], "ConfigMap");
+    EXPECT_EQ(e["source"]["component"], "rtable-operator");
+    if (e["reason"] == "Created") {
+      EXPECT_EQ(e["count"], 2);
+      EXPECT_EQ(e["type"], "Normal");
+    } else {
+      EXPECT_EQ(e["reason"], "HeadroomLow");
+      EXPECT_EQ(e["count"], 1);
+      EXPECT_EQ(e["type"], "Warning");
+    }
+  }
+
+  auto shown = plane_->kubectl({"get", "events", "-n", ns});
+  ASSERT_TRUE(shown) << shown.error();
+  EXPECT_EQ(shown->exit_code, 0) << shown->err;
+  EXPECT_NE(shown->out.find("Created"), std::string::npos) << shown->out;
+  EXPECT_NE(shown->out.find("configmap/events-config"), std::string::npos) << shown->out;
+  EXPECT_NE(shown->out.find("created the replicas"), std::string::npos) << shown->out;
+  EXPECT_NE(shown->out.find("Warning"), std::string::npos) << shown->out;
+  // kubectl 1.34 prints the count only in the wide columns.
+  auto counted = plane_->kubectl({"get", "events", "-n", ns, "--sort-by=.reason", "-o",
+                                  "custom-columns=REASON:.reason,COUNT:.count,TYPE:.type"});
+  ASSERT_TRUE(counted) << counted.error();
+  EXPECT_TRUE(std::regex_search(counted->out, std::regex(R"(Created\s+2\s+Normal)")))
+      << counted->out;
+  EXPECT_TRUE(std::regex_search(counted->out, std::regex(R"(HeadroomLow\s+1\s+Warning)")))
+      << counted->out;
+  auto described = plane_->kubectl({"describe", "configmap", "-n", ns, "events-config"});
+  ASSERT_TRUE(described) << described.error();
+  EXPECT_NE(described->out.find("HeadroomLow"), std::string::npos) << described->out;
+  fmt::print("kubectl get events:\n{}", shown->out);
+}
+
+}  // namespace
+}  // namespace rtable::op
