@@ -133,9 +133,13 @@ class SandboxProcess {
       dup2(log_fd, STDERR_FILENO);
       const int null_fd = ::open("/dev/null", O_RDONLY);
       dup2(null_fd, STDIN_FILENO);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
+      // The signals the sandbox forwards stay blocked until it has its handlers (it unblocks
+      // them): a SIGTERM right after the start reaches the container instead of killing the
+      // supervisor, whose exit would look like the container's. Nothing else is blocked.
+      sigset_t forwarded;
+      sigemptyset(&forwarded);
+      for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&forwarded, s);
+      sigprocmask(SIG_SETMASK, &forwarded, nullptr);
       execv(argv[0], argv.data());
       _exit(127);
     }
