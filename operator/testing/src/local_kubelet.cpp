@@ -217,7 +217,9 @@ struct ProbeState {
   int failures = 0;
   bool ok = false;
   bool present() const { return spec.is_object(); }
-  int period() const { return std::max(1, intOr(spec, "periodSeconds", kDefaultProbePeriodSeconds)); }
+  int period() const {
+    return std::max(1, intOr(spec, "periodSeconds", kDefaultProbePeriodSeconds));
+  }
 };
 
 // One container of a pod, as the worker runs it.
@@ -589,7 +591,9 @@ std::expected<fs::path, std::string> LocalKubelet::State::PodWorker::volumeSourc
   if (auto claim = volume.find("persistentVolumeClaim"); claim != volume.end()) {
     const std::string claim_name = stringOr(*claim, "claimName");
     auto pvc = kubelet_.pvcs->store().get({key_.ns, claim_name});
-    if (!pvc) return std::unexpected(fmt::format("persistentvolumeclaim \"{}\" not found", claim_name));
+    if (!pvc) {
+      return std::unexpected(fmt::format("persistentvolumeclaim \"{}\" not found", claim_name));
+    }
     const std::string volume_name = stringOr((*pvc)["spec"], "volumeName");
     if (volume_name.empty()) {
       return std::unexpected(
@@ -652,7 +656,8 @@ bool LocalKubelet::State::PodWorker::prepareSandbox(const json& pod) {
       }
       // A missing non-optional ConfigMap/Secret blocks the mount, as in kubelet.
       if (auto cm = volume.find("configMap"); cm != volume.end()) {
-        if (auto files = configMapVolumeFiles(*cm, objects.config_map(key_.ns, stringOr(*cm, "name")));
+        if (auto files =
+                configMapVolumeFiles(*cm, objects.config_map(key_.ns, stringOr(*cm, "name")));
             !files) {
           sandbox_problem_ = files.error();
           return false;
@@ -792,8 +797,9 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
     }
   }
   if (!hosts_mounted) {
-    mounts.push_back(
-        {{"source", (dir_ / "etc-hosts").string()}, {"target", "/etc/hosts"}, {"read_only", false}});
+    mounts.push_back({{"source", (dir_ / "etc-hosts").string()},
+                      {"target", "/etc/hosts"},
+                      {"read_only", false}});
   }
   std::vector<std::string> env_lines;
   std::set<std::string> names;
@@ -844,7 +850,8 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
     std::ofstream out(log, std::ios::app);
     std::string line;
     for (const auto& a : *argv) line += (line.empty() ? "" : " ") + a;
-    out << fmt::format("==> {} rtable-local-kubelet: pod {} uid {} container {} start #{} on {}: {}\n",
+    out << fmt::format(
+        "==> {} rtable-local-kubelet: pod {} uid {} container {} start #{} on {}: {}\n",
                        rfc3339Now(), key_.toString(), uid_, c.name, c.starts + 1, pod_ip_, line);
   }
   auto process = SandboxProcess::start(
@@ -866,7 +873,8 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
     probe->successes = 0;
     probe->failures = 0;
     probe->ok = false;
-    probe->next = c.started_steady + std::chrono::seconds(intOr(probe->spec, "initialDelaySeconds", 0));
+    probe->next =
+        c.started_steady + std::chrono::seconds(intOr(probe->spec, "initialDelaySeconds", 0));
   }
 }
 
@@ -945,7 +953,9 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
     // In the container's namespaces, root and working dir.
     std::vector<std::string> argv = {"nsenter", "--target", std::to_string(c.main_pid), "--mount",
                                      "--uts", "--pid", "--root", "--wd", "--"};
-    for (const auto& a : exec->value("command", json::array())) argv.push_back(a.get<std::string>());
+    for (const auto& a : exec->value("command", json::array())) {
+      argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+    }
     if (argv.back() == "--") return false;
     auto result = core::testing::runCommand(argv, timeout);
     return result && result->exit_code == 0;
@@ -962,7 +972,9 @@ void LocalKubelet::State::PodWorker::runProbes(ContainerRun& c, const json& pod,
     const bool ok = probeOnce(probe.spec, c);
     if (ok) {
       probe.failures = 0;
-      if (++probe.successes >= std::max(1, intOr(probe.spec, "successThreshold", 1))) probe.ok = true;
+      if (++probe.successes >= std::max(1, intOr(probe.spec, "successThreshold", 1))) {
+        probe.ok = true;
+      }
     } else {
       probe.successes = 0;
       if (++probe.failures >= std::max(1, intOr(probe.spec, "failureThreshold",
@@ -1175,8 +1187,8 @@ json LocalKubelet::State::PodWorker::buildStatus(const json& pod) {
   const std::string not_ready_reason = terminal ? "PodCompleted" : "ContainersNotReady";
   json conditions = json::array();
   conditions.push_back(condition("PodReadyToStartContainers", sandbox_ready_, "", ""));
-  conditions.push_back(condition("Initialized", initialized, initialized ? "" : "ContainersNotInitialized",
-                                 ""));
+  conditions.push_back(condition("Initialized", initialized,
+                                 initialized ? "" : "ContainersNotInitialized", ""));
   conditions.push_back(condition("Ready", all_ready, all_ready ? "" : not_ready_reason,
                                  all_ready || terminal ? "" : unready_message));
   conditions.push_back(condition("ContainersReady", all_ready, all_ready ? "" : not_ready_reason,
@@ -1447,7 +1459,8 @@ void LocalKubelet::State::schedule() {
     if (phase != "Pending") continue;
     const std::string uid = uidOf(*pod);
     pending.insert(uid);
-    if (auto it = bind_attempts.find(uid); it != bind_attempts.end() && now - it->second < kBindRetry) {
+    if (auto it = bind_attempts.find(uid);
+        it != bind_attempts.end() && now - it->second < kBindRetry) {
       continue;
     }
     bind_attempts[uid] = now;
@@ -1455,7 +1468,8 @@ void LocalKubelet::State::schedule() {
     const json binding = {{"apiVersion", "v1"},
                           {"kind", "Binding"},
                           {"metadata", {{"name", key.name}, {"namespace", key.ns}, {"uid", uid}}},
-                          {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}};
+                          {"target",
+                           {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}};
     (void)client->create(kBindings, binding);  // a conflict means someone else bound it
   }
   std::erase_if(bind_attempts, [&](const auto& entry) { return !pending.contains(entry.first); });
@@ -1487,7 +1501,8 @@ void LocalKubelet::State::provision() {
         {"metadata",
          {{"name", "pvc-" + uid},
           {"labels", {{"rtable.io/local-kubelet-node", options.node_name}}},
-          {"annotations", {{std::string(kProvisionedByAnnotation), std::string(kProvisionerName)}}}}},
+          {"annotations",
+           {{std::string(kProvisionedByAnnotation), std::string(kProvisionerName)}}}}},
         {"spec",
          {{"capacity", {{"storage", size}}},
           {"accessModes", access},
@@ -1582,8 +1597,9 @@ void LocalKubelet::State::updateHosts() {
     std::ifstream in(options.host_hosts_file);
     std::stringstream existing;
     existing << in.rdbuf();
-    (void)writeFileInPlace(options.host_hosts_file,
-                           replaceManagedHostsBlock(existing.str(), entries, options.cluster_domain));
+    (void)writeFileInPlace(
+        options.host_hosts_file,
+        replaceManagedHostsBlock(existing.str(), entries, options.cluster_domain));
   }
 }
 
@@ -1600,8 +1616,8 @@ void LocalKubelet::State::runControl() {
     syncWorkers();
     updateHosts();
     std::unique_lock lock(mu);
-    const auto deadline =
-        std::min({next_lease_renew, next_node_status, steady_clock::now() + std::chrono::seconds(1)});
+    const auto deadline = std::min(
+        {next_lease_renew, next_node_status, steady_clock::now() + std::chrono::seconds(1)});
     cv.wait_until(lock, deadline, [this] { return dirty || stopping; });
   }
 }
@@ -1620,7 +1636,8 @@ std::expected<LocalKubelet, std::string> LocalKubelet::start(LocalKubeletOptions
   if (options.sandbox_binary.empty()) options.sandbox_binary = defaultSandbox();
   if (!fs::exists(options.sandbox_binary)) {
     return std::unexpected(
-        fmt::format("{} not found (build the rtable-pod-sandbox target)", options.sandbox_binary.string()));
+        fmt::format("{} not found (build the rtable-pod-sandbox target)",
+                    options.sandbox_binary.string()));
   }
   if (options.work_dir.empty()) {
     std::string pattern = (fs::temp_directory_path() / "rtable-local-kubelet-XXXXXX").string();
@@ -1632,7 +1649,10 @@ std::expected<LocalKubelet, std::string> LocalKubelet::start(LocalKubeletOptions
   fs::create_directories(options.work_dir / "pods", ec);
   fs::create_directories(options.work_dir / "logs", ec);
   fs::create_directories(options.work_dir / "volumes", ec);
-  if (ec) return std::unexpected(fmt::format("cannot create {}: {}", options.work_dir.string(), ec.message()));
+  if (ec) {
+    return std::unexpected(
+        fmt::format("cannot create {}: {}", options.work_dir.string(), ec.message()));
+  }
   state->work_dir = fs::absolute(options.work_dir);
   state->options = std::move(options);
 
@@ -1712,7 +1732,8 @@ std::filesystem::path LocalKubelet::logFile(const std::string& ns, const std::st
   return state_->logFile(ns, pod, container);
 }
 
-std::filesystem::path LocalKubelet::volumeDir(const std::string& ns, const std::string& claim) const {
+std::filesystem::path LocalKubelet::volumeDir(const std::string& ns,
+                                              const std::string& claim) const {
   auto pvc = state_->pvcs->store().get({ns, claim});
   if (!pvc) return {};
   return state_->work_dir / "volumes" / ns / fmt::format("{}-{}", claim, uidOf(*pvc));

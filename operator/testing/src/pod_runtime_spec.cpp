@@ -145,7 +145,10 @@ std::expected<void, std::string> writeFileWithMode(const fs::path& path, const s
                                                    int mode) {
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  if (ec) return std::unexpected(fmt::format("mkdir {}: {}", path.parent_path().string(), ec.message()));
+  if (ec) {
+    return std::unexpected(
+        fmt::format("mkdir {}: {}", path.parent_path().string(), ec.message()));
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << content;
   out.close();
@@ -180,7 +183,8 @@ bool payloadEquals(const fs::path& dir, const std::vector<VolumeFile>& files) {
     auto content = readWholeFile(path);
     if (!content || *content != f.content) return false;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || static_cast<int>(st.st_mode & 07777) != (f.mode & 07777)) {
+    if (::stat(path.c_str(), &st) != 0 ||
+        static_cast<int>(st.st_mode & 07777) != (f.mode & 07777)) {
       return false;
     }
   }
@@ -269,9 +273,13 @@ std::expected<std::string, std::string> fieldRefValue(const json& pod, std::stri
   if (path == "spec.nodeName") return stringOr(spec, "nodeName");
   if (path == "spec.serviceAccountName") return stringOr(spec, "serviceAccountName", "default");
   if (path == "status.hostIP") return stringOr(status, "hostIP");
-  if (path == "status.hostIPs") return ips(status.value("hostIPs", json()), stringOr(status, "hostIP"));
+  if (path == "status.hostIPs") {
+    return ips(status.value("hostIPs", json()), stringOr(status, "hostIP"));
+  }
   if (path == "status.podIP") return stringOr(status, "podIP");
-  if (path == "status.podIPs") return ips(status.value("podIPs", json()), stringOr(status, "podIP"));
+  if (path == "status.podIPs") {
+    return ips(status.value("podIPs", json()), stringOr(status, "podIP"));
+  }
   return std::unexpected(fmt::format("unsupported fieldRef fieldPath {}", path));
 }
 
@@ -410,7 +418,9 @@ std::expected<std::vector<std::string>, std::string> containerArgv(const json& c
   } else if (!has_command) {
     argv.insert(argv.end(), image.cmd.begin(), image.cmd.end());
   }
-  if (argv.empty()) return std::unexpected("no command: neither the container nor the image gives one");
+  if (argv.empty()) {
+    return std::unexpected("no command: neither the container nor the image gives one");
+  }
   return argv;
 }
 
@@ -493,7 +503,8 @@ std::expected<bool, std::string> writeVolumeAtomically(const fs::path& dir,
     return std::unexpected(fmt::format("symlink {}: {}", tmp_link.string(), std::strerror(errno)));
   }
   if (::rename(tmp_link.c_str(), (dir / kDataDirName).c_str()) != 0) {
-    return std::unexpected(fmt::format("rename to ..data in {}: {}", dir.string(), std::strerror(errno)));
+    return std::unexpected(
+        fmt::format("rename to ..data in {}: {}", dir.string(), std::strerror(errno)));
   }
   // Top-level names point into ..data; names no longer in the payload go.
   std::set<std::string> top;
@@ -557,8 +568,8 @@ std::string renderPodHosts(const HostsEntry& own, const json& host_aliases,
   return out;
 }
 
-std::string replaceManagedHostsBlock(const std::string& existing, const std::vector<HostsEntry>& all,
-                                     std::string_view domain) {
+std::string replaceManagedHostsBlock(const std::string& existing,
+                                     const std::vector<HostsEntry>& all, std::string_view domain) {
   std::string block = std::string(kHostsBegin) + "\n";
   for (const auto& e : all) {
     if (!e.subdomain.empty()) block += hostsLine(e, domain) + "\n";
@@ -576,10 +587,13 @@ std::string replaceManagedHostsBlock(const std::string& existing, const std::vec
   return out + block;
 }
 
-std::expected<void, std::string> writeFileInPlace(const fs::path& path, const std::string& content) {
+std::expected<void, std::string> writeFileInPlace(const fs::path& path,
+                                                  const std::string& content) {
   if (auto current = readWholeFile(path); current && *current == content) return {};
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return std::unexpected(fmt::format("open {}: {}", path.string(), std::strerror(errno)));
+  if (fd < 0) {
+    return std::unexpected(fmt::format("open {}: {}", path.string(), std::strerror(errno)));
+  }
   std::size_t done = 0;
   while (done < content.size()) {
     const ssize_t n = ::pwrite(fd, content.data() + done, content.size() - done,
@@ -595,7 +609,10 @@ std::expected<void, std::string> writeFileInPlace(const fs::path& path, const st
   // Truncate after writing, so the file is never empty in between.
   const int truncated = ::ftruncate(fd, static_cast<off_t>(content.size()));
   ::close(fd);
-  if (truncated != 0) return std::unexpected(fmt::format("truncate {}: {}", path.string(), std::strerror(errno)));
+  if (truncated != 0) {
+    return std::unexpected(
+        fmt::format("truncate {}: {}", path.string(), std::strerror(errno)));
+  }
   return {};
 }
 

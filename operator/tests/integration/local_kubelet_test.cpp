@@ -208,7 +208,8 @@ TEST(PodRuntimeSpec, HostsFilesAndIps) {
   const HostsEntry web0{"127.0.0.2", "web-0", "web", "ns1"};
   EXPECT_EQ(hostsLine(web0),
             "127.0.0.2\tweb-0.web.ns1.svc.cluster.local web-0.web.ns1.svc web-0.web");
-  const std::string hosts = renderPodHosts(web0, json::array(), {web0, {"127.0.0.3", "x", "", "ns1"}});
+  const std::string hosts =
+      renderPodHosts(web0, json::array(), {web0, {"127.0.0.3", "x", "", "ns1"}});
   EXPECT_NE(hosts.find("127.0.0.1\tlocalhost"), std::string::npos);
   EXPECT_NE(hosts.find(hostsLine(web0)), std::string::npos);
   EXPECT_EQ(hosts.find("127.0.0.3"), std::string::npos);  // no subdomain: no DNS name
@@ -366,6 +367,10 @@ class LocalKubeletTest : public ::testing::Test {
     options.volume_refresh_interval = 300ms;
     options.lease_renew_interval = 2s;
     options.max_termination_grace = 10s;
+    // A hosts file "of the host" (a stand-in for /etc/hosts) that the kubelet keeps a block in.
+    host_hosts_ = new fs::path(plane_->workDir() / "host-hosts");
+    { std::ofstream(*host_hosts_) << "127.0.0.1\tlocalhost\n"; }
+    options.host_hosts_file = *host_hosts_;
     auto kubelet = LocalKubelet::start(options);
     ASSERT_TRUE(kubelet) << kubelet.error();
     kubelet_ = new LocalKubelet(std::move(*kubelet));
@@ -388,6 +393,8 @@ class LocalKubeletTest : public ::testing::Test {
     delete client_;
     delete kubelet_;  // stops the containers before the apiserver goes
     delete plane_;
+    delete host_hosts_;
+    host_hosts_ = nullptr;
     client_ = nullptr;
     kubelet_ = nullptr;
     plane_ = nullptr;
@@ -427,6 +434,17 @@ class LocalKubeletTest : public ::testing::Test {
            << (last.contains("status") ? last["status"].dump() : "(no pod)");
   }
 
+  // The container's main process, once the kubelet knows its pid.
+  static pid_t containerPid(const std::string& ns, const std::string& pod) {
+    pid_t pid = -1;
+    waitFor([&] {
+      auto container = kubelet_->container(ns, pod, "server");
+      pid = container ? container->pid : -1;
+      return pid > 1;
+    }, 10s, 50ms);
+    return pid;
+  }
+
   static json info(const std::string& ip, const std::string& path = "/info") {
     auto response = core::testing::httpRequest(ip, 8080, "GET", path, "", 10s);
     if (!response || response->status != 200) return json::object();
@@ -437,6 +455,7 @@ class LocalKubeletTest : public ::testing::Test {
   static inline LocalControlPlane* plane_ = nullptr;
   static inline LocalKubelet* kubelet_ = nullptr;
   static inline HttpKubeClient* client_ = nullptr;
+  static inline fs::path* host_hosts_ = nullptr;
 };
 
 json statefulSet(const std::string& ns, int replicas) {
@@ -447,7 +466,8 @@ json statefulSet(const std::string& ns, int replicas) {
       {"env", json::array({
                   {{"name", "POD_NAME"},
                    {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
-                  {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
+                  {{"name", "POD_IP"},
+                   {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
                   {{"name", "GREETING"}, {"value", "hello-$(POD_NAME)"}},
                   {{"name", "SECRET_TOKEN"},
                    {"valueFrom", {{"secretKeyRef", {{"name", "web-secret"}, {"key", "token"}}}}}},
@@ -535,6 +555,14 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
   ASSERT_TRUE(pvc) << pvc.error().toString();
   EXPECT_EQ((*pvc)["status"].value("phase", ""), "Bound");
 
+  // The host's hosts file got the same names, in the kubelet's block, its own line kept.
+  const std::string web1_line = fmt::format("web-1.web.{}.svc.cluster.local", ns);
+  auto host_hosts_has_web1 = [&] {
+    return readFile(*host_hosts_).value_or("").find(web1_line) != std::string::npos;
+  };
+  EXPECT_TRUE(waitFor(host_hosts_has_web1, 10s));
+  EXPECT_TRUE(readFile(*host_hosts_).value_or("").starts_with("127.0.0.1\tlocalhost\n"));
+
   // Peers by their stable DNS names, from inside a pod.
   const std::string ip0 = (*getPod(ns, "web-0"))["status"]["podIP"];
   for (const std::string peer : {"web-1", "web-2"}) {
@@ -544,10 +572,9 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
 
   // kill -9 of the container's main process: restarted at once (first restart), data kept.
   {
-    auto container = kubelet_->container(ns, "web-1", "server");
-    ASSERT_TRUE(container);
-    ASSERT_GT(container->pid, 1);
-    ASSERT_EQ(::kill(container->pid, SIGKILL), 0);
+    const pid_t pid = containerPid(ns, "web-1");
+    ASSERT_GT(pid, 1);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
     ASSERT_TRUE(waitPod(ns, "web-1", [](const json& pod) {
       return at(pod, "/status/containerStatuses/0/restartCount") == 1 && podReady(pod);
     }));
@@ -594,9 +621,9 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
   // Scale down: the removed pods' processes stop and their IPs are free again.
   std::vector<pid_t> removed;
   for (const std::string name : {"web-1", "web-2"}) {
-    auto container = kubelet_->container(ns, name, "server");
-    ASSERT_TRUE(container && container->pid > 1);
-    removed.push_back(container->pid);
+    const pid_t pid = containerPid(ns, name);
+    ASSERT_GT(pid, 1);
+    removed.push_back(pid);
   }
   auto scaled = plane_->kubectl({"scale", "statefulset/web", "--replicas=1", "-n", ns});
   ASSERT_TRUE(scaled && scaled->exit_code == 0) << (scaled ? scaled->err : scaled.error());
@@ -606,6 +633,7 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
     EXPECT_TRUE(waitFor([&] { return ::kill(pid, 0) != 0; }, 10s)) << "pid " << pid << " lives";
   }
   EXPECT_TRUE(waitPod(ns, "web-0", podReady, 10s));
+  EXPECT_TRUE(waitFor([&] { return !host_hosts_has_web1(); }, 10s));
 }
 
 TEST_F(LocalKubeletTest, ReportsImagesItCannotRun) {
@@ -682,6 +710,39 @@ TEST_F(LocalKubeletTest, LivenessFailureRestartsWithBackoff) {
     return restarts.is_number() && restarts.get<int>() >= 2 &&
            at(p, "/status/containerStatuses/0/lastState/terminated/exitCode") == 137;
   }, 60s));
+}
+
+TEST_F(LocalKubeletTest, ExecProbesRunInTheContainersNamespaces) {
+  const std::string ns = "exec";
+  createNamespace(ns);
+  // Ready only where the hostname is the pod's: the probe runs in the container's UTS namespace.
+  auto pod = [&](const std::string& name, const std::string& expected_hostname) {
+    return json{{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", ns}}},
+                {"spec",
+                 {{"terminationGracePeriodSeconds", 1},
+                  {"containers",
+                   json::array({{{"name", "main"},
+                                 {"image", "busybox:test"},
+                                 {"args", json::array({"-c", "exec sleep 1000"})},
+                                 {"readinessProbe",
+                                  {{"exec",
+                                    {{"command", json::array({"sh", "-c",
+                                                              "test \"$(hostname)\" = " +
+                                                                  expected_hostname})}}},
+                                   {"periodSeconds", 1}}}}})}}}};
+  };
+  apply(pod("probed", "probed"));
+  apply(pod("unready", "someone-else"));
+  EXPECT_TRUE(waitPod(ns, "probed", podReady, 30s));
+  EXPECT_TRUE(waitPod(ns, "unready", [](const json& p) {
+    return at(p, "/status/phase") == "Running" &&
+           at(conditionOf(p, "Ready"), "/status") == "False";
+  }, 30s));
+  auto unready = getPod(ns, "unready");
+  ASSERT_TRUE(unready);
+  EXPECT_EQ(at(*unready, "/status/containerStatuses/0/ready"), false);
 }
 
 TEST_F(LocalKubeletTest, KeepsItsNodeAlive) {

@@ -112,7 +112,8 @@ std::string renderPodHosts(const HostsEntry& own, const nlohmann::json& host_ali
                            std::string_view cluster_domain = "cluster.local");
 // Replaces the block between rtable-local-kubelet markers in `existing` (or appends one) with
 // the entries with a subdomain: for a hosts file of the host, other lines kept.
-std::string replaceManagedHostsBlock(const std::string& existing, const std::vector<HostsEntry>& all,
+std::string replaceManagedHostsBlock(const std::string& existing,
+                                     const std::vector<HostsEntry>& all,
                                      std::string_view cluster_domain = "cluster.local");
 // Rewrites `path` in place (same inode: a bind mount of it keeps seeing the file) when its content
 // differs. A reader may see a short or mixed read while it writes; resolvers read the file anew
