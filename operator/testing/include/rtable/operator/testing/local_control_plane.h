@@ -1,6 +1,7 @@
 // A real Kubernetes control plane on loopback for the operator's tests (docs/control-plane.md):
 // etcd, kube-apiserver and optionally kube-controller-manager, from the binaries that
-// e2e/build-control-plane.sh builds. There is no kubelet: Pods are created, never run.
+// e2e/build-control-plane.sh builds. There is no kubelet: Pods are created, never run, unless a
+// LocalKubelet (local_kubelet.h) runs them.
 //
 // One LocalControlPlane owns its processes and its work dir; both go with it (and the processes
 // with the test process, see Subprocess). Not thread-safe: use it from one thread at a time.
