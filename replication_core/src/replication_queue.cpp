@@ -58,6 +58,11 @@ void ReplicationQueue::insert(QueueEntry entry) {
   entries_.push_back(std::move(entry));
 }
 
+bool ReplicationQueue::contains(const std::string& node_name) const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const QueueEntry& e) { return e.node_name == node_name; });
+}
+
 std::chrono::milliseconds ReplicationQueue::backoffFor(const QueueEntry& entry) const {
   if (entry.last_exception.empty() || entry.num_tries == 0) return std::chrono::milliseconds(0);
   const uint32_t doublings = std::min<uint32_t>(entry.num_tries - 1, 30);

@@ -643,6 +643,27 @@ bool TableReplica::cloneIfLost(Keeper& keeper) {
 bool TableReplica::updateQueue(Keeper& keeper) {
   std::lock_guard lock(queue_mu_);
   last_pull_ = std::chrono::steady_clock::now();
+  if (queue_needs_sync_) {
+    // An entry in ZooKeeper's queue but not here would never run, and the leader would merge
+    // across its part as if the block did not exist: every replica would lose its rows.
+    auto stored = loadQueue(keeper, paths_);
+    if (!stored) {
+      spdlog::warn("reloading the replication queue after a failed pull: {}",
+                   stored.error().toString());
+      return false;
+    }
+    std::size_t recovered = 0;
+    for (auto& entry : *stored) {
+      if (queue_.contains(entry.node_name)) continue;
+      queue_.insert(std::move(entry));
+      ++recovered;
+    }
+    if (recovered > 0) {
+      spdlog::warn("recovered {} queue entries that a pull without an answer had created",
+                   recovered);
+    }
+    queue_needs_sync_ = false;
+  }
   const auto local = localPartLookup();
   auto pulled = puller_.pull(
       keeper,
@@ -662,6 +683,7 @@ bool TableReplica::updateQueue(Keeper& keeper) {
       });
   if (!pulled) {
     spdlog::warn("pulling the replication log: {}", pulled.error().toString());
+    queue_needs_sync_ = true;
     return false;
   }
   for (auto& entry : *pulled) queue_.insert(std::move(entry));
@@ -1070,6 +1092,17 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
       auto it = part ? active_parts_.find(*part) : active_parts_.end();
       if (it == active_parts_.end()) return std::unexpected("merge source " + name + " is not here");
       sources.push_back(it->second);
+    }
+    // A part inside the result that is not a source would be covered without its rows being
+    // merged in: refuse (the leader chose wrongly) rather than lose them.
+    for (const auto& [name, part] : active_parts_) {
+      if (!result->contains(name)) continue;
+      const bool is_source = std::any_of(sources.begin(), sources.end(),
+                                         [&](const DataPartPtr& s) { return s->name == name; });
+      if (!is_source) {
+        return std::unexpected(fmt::format("merge {} would cover part {}, which is not one of its "
+                                           "sources; not merging", result->format(), name.format()));
+      }
     }
   }
   // Sources are in block order and each is sorted: a stable sort of their concatenation is the

@@ -113,6 +113,11 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
     failures_to_inject_ = count;
   }
 
+  void loseNextMultiAnswersForTest(int count) override {
+    std::lock_guard lock(mu_);
+    multi_answers_to_lose_ = count;
+  }
+
   void setTimeForTest(int64_t ms) override {
     std::lock_guard lock(mu_);
     fixed_time_ms_ = ms;
@@ -157,6 +162,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   KeeperResult<std::vector<OpResult>> transact(int64_t session, const std::vector<Op>& ops) {
     Notifications notifications;
     std::vector<OpResult> results;
+    bool lose_answer = false;
     {
       std::lock_guard lock(mu_);
       if (auto rejected = admitLocked(session, ops.empty() ? "" : pathOf(ops.front()))) {
@@ -175,8 +181,15 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
         results.push_back(std::move(*result));
       }
       notifications = std::move(txn.notifications);
+      if (multi_answers_to_lose_ > 0) {
+        --multi_answers_to_lose_;
+        lose_answer = true;  // applied; the reply is what goes missing
+      }
     }
     deliver(notifications);
+    if (lose_answer) {
+      return std::unexpected(error(KeeperCode::kConnectionLoss, pathOf(ops.front())));
+    }
     return results;
   }
 
@@ -363,6 +376,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   int64_t zxid_ = 0;
   int64_t next_session_ = 0x100000000;
   int failures_to_inject_ = 0;
+  int multi_answers_to_lose_ = 0;
   std::optional<int64_t> fixed_time_ms_;
   int64_t requests_ = 0;
 

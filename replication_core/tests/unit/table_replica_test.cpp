@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include "rtable/replication_core/insert_protocol.h"
+#include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 
 namespace rtable::core {
@@ -203,6 +205,45 @@ TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
   ASSERT_TRUE(observer_->remove(lock.path));
   EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
   EXPECT_EQ(table_->rowCount(), 4u);
+}
+
+// A pull whose multi ZooKeeper applied without the answer reaching us (a restart, a dropped
+// connection) created queue nodes that memory never got. Before they were reloaded, the leader
+// merged across such an entry's block and every replica lost its rows (seen in CI).
+TEST_F(TableReplicaTest, APullWhoseAnswerWasLostStillQueuesItsEntries) {
+  TableReplicaOptions options;
+  options.merge_min_parts = 3;
+  options.merge_max_parts = 3;
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+  // Replica r2 commits block 2; r1 (this replica, the leader) has to fetch it.
+  TablePaths r2 = paths_;
+  r2.replica = "r2";
+  ASSERT_TRUE(createReplicaIfNotExists(*observer_, r2));
+  BlockNumberAllocator allocator(r2);
+  auto held = allocator.allocate(*observer_, "202612", "202612_77_77");
+  ASSERT_TRUE(held);
+  const auto lock = std::get<BlockNumberLock>(*held);
+  ASSERT_EQ(lock.block_number, 2);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 3
+  // Pulled up to here (own entries only); block 2 is still locked, so nothing is merged.
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
+  LogEntry entry;
+  entry.type = LogEntry::Type::kGetPart;
+  entry.source_replica = "r2";
+  entry.block_id = "202612_77_77";
+  entry.new_part_name = "202612_2_2_0";
+  ASSERT_TRUE(commitPart(*observer_, r2, entry, lock));
+
+  server_->loseNextMultiAnswersForTest(1);  // the pull's multi: applied, unanswered
+  // Blocks 0, 1 and 3 are here, 2 is not: no run of three neighbours may be merged.
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
+  const auto state = table_->state();
+  ASSERT_EQ(state.queue.size(), 1u);
+  EXPECT_EQ(state.queue[0].entry.new_part_name, "202612_2_2_0");
+  EXPECT_EQ(table_->checkQueueInvariant(), "");
 }
 
 TEST_F(TableReplicaTest, AnExhaustedLogStopsInsertsWithAClearError) {

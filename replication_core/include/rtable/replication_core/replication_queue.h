@@ -118,6 +118,7 @@ class ReplicationQueue {
 
   std::size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
+  bool contains(const std::string& node_name) const;
   const std::vector<QueueEntry>& entries() const { return entries_; }
   const ActiveDataPartSet& virtualParts() const { return virtual_parts_; }
   // Parts being produced by entries running now.

@@ -278,6 +278,10 @@ class TableReplica {
   std::condition_variable queue_changed_;
   std::atomic<bool> lost_{false};
   std::chrono::steady_clock::time_point last_pull_{};  // guarded by queue_mu_
+  // A pull failed: its multis may have been applied (ZooKeeper did not answer) or applied in part
+  // (one batch of several), so replicas/<me>/queue may hold entries memory lacks. Guarded by
+  // queue_mu_; the next updateQueue loads them before pulling.
+  bool queue_needs_sync_ = false;
   std::unique_ptr<WorkerPool> fetch_pool_;
   std::unique_ptr<WorkerPool> merge_pool_;
 
