@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -11,6 +14,7 @@
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/replication_core/sequential_counter.h"
+#include "rtable/replication_core/table_spec.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
 
@@ -55,6 +59,36 @@ void setCondition(json& conditions, const json& previous, const std::string& typ
                         {"lastTransitionTime", since}});
 }
 
+// "k=v,k=v" of the table's pod labels.
+std::string selectorText(const std::string& name) {
+  std::string selector;
+  const json labels = tableSelector(name);  // a range-for over a temporary's items() dangles
+  for (const auto& [label, value] : labels.items()) {
+    selector += (selector.empty() ? "" : ",") + label + "=" + value.get<std::string>();
+  }
+  return selector;
+}
+
+bool hasFinalizer(const json& table) {
+  const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
+  return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) != finalizers.end();
+}
+
+// The metadata text rtable-core writes for this spec: its own parser reads the rendered config,
+// so operator and replicas cannot disagree (a mismatch would stop the replicas from joining).
+std::expected<std::string, std::string> coreMetadataText(const ReplicatedTableSpec& spec, const op::ObjectKey& key) {
+  CoreConfigContext context;
+  context.name = key.name;
+  context.ns = key.ns;
+  YAML::Node config = YAML::Load(renderCoreConfig(spec, context));
+  config["replication"].remove("secretFile");  // a file only the pods have
+  YAML::Emitter out;
+  out << config;
+  auto parsed = core::TableSpec::parseYaml(out.c_str());
+  if (!parsed) return std::unexpected(parsed.error());
+  return parsed->metadataText();
+}
+
 }  // namespace
 
 op::ResourceType replicatedTables() {
@@ -74,10 +108,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     if (table.error().kind == op::KubeErrorKind::kNotFound) return op::ReconcileResult::done();
     return std::unexpected(op::ReconcileError::retryable("reading the table: " + table.error().toString()));
   }
-  if (table->contains(json::json_pointer("/metadata/deletionTimestamp"))) {
-    // The garbage collector removes the owned objects.
-    return op::ReconcileResult::done();
-  }
+  if (table->contains(json::json_pointer("/metadata/deletionTimestamp"))) return finalize(key, *table);
   const int64_t generation = table->value(json::json_pointer("/metadata/generation"), int64_t{0});
   const json previous = table->value(json::json_pointer("/status/conditions"), json::array());
   const std::string now = rfc3339(options_.wall_clock());
@@ -90,8 +121,19 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     setCondition(conditions, previous, "Ready", false, "InvalidSpec", invalid->toString(), generation, now);
     json status = {{"observedGeneration", generation}, {"conditions", conditions}};
     if (auto patched = patchStatus(*table, status); !patched) return patched;
+    event(*table, op::EventType::kWarning, "InvalidSpec", invalid->toString());
     // Nothing to retry until the spec changes (which enqueues the key again).
     return std::unexpected(op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
+  }
+
+  std::optional<std::string> tree_error;
+  if (options_.keeper_for) {
+    // Before anything exists in ZooKeeper: a deletion must always find the finalizer.
+    if (auto failed = ensureFinalizer(key, *table)) {
+      return std::unexpected(op::ReconcileError::retryable("adding the finalizer: " + *failed));
+    }
+    // Not fatal: rtable-core creates the tree too when it starts.
+    tree_error = ensureZooKeeperTree(key, *spec, *table);
   }
 
   TableObjectsContext context;
@@ -132,6 +174,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
       json conditions = json::array();
       setCondition(conditions, previous, "Ready", false, "ApplyFailed", message, generation, now);
       (void)patchStatus(*table, {{"observedGeneration", generation}, {"conditions", conditions}});
+      event(*table, op::EventType::kWarning, "ApplyFailed", message);
       return std::unexpected(op::ReconcileError::retryable(message));
     }
     if (type == op::resources::statefulSets()) stateful_set = std::move(*applied);
@@ -148,11 +191,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   setCondition(conditions, previous, "Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
                degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired) : "",
                generation, now);
-  std::string selector;
-  const json selector_labels = tableSelector(key.name);
-  for (const auto& [label, value] : selector_labels.items()) {
-    selector += (selector.empty() ? "" : ",") + label + "=" + value.get<std::string>();
-  }
+  const std::string selector = selectorText(key.name);
   json status = {{"observedGeneration", generation},
                  {"replicas", stateful_set.value(json::json_pointer("/status/replicas"), int64_t{0})},
                  {"readyReplicas", ready},
@@ -160,7 +199,8 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
                  {"selector", selector}};
   std::optional<std::string> zookeeper_error;
   if (options_.keeper_for) {
-    zookeeper_error = reconcileZooKeeper(key, *spec, status, previous, conditions, generation, now);
+    zookeeper_error = reconcileZooKeeper(*table, key, *spec, status, previous, conditions, generation, now);
+    if (!zookeeper_error && tree_error) zookeeper_error = tree_error;
   }
   status["conditions"] = conditions;
   if (auto patched = patchStatus(*table, status); !patched) return patched;
@@ -172,7 +212,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
 }
 
 std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
-    const op::ObjectKey& key, const ReplicatedTableSpec& spec, json& status, const json& previous,
+    const json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec, json& status, const json& previous,
     json& conditions, int64_t generation, const std::string& now) {
   auto fail = [&](const std::string& message) {
     setCondition(conditions, previous, "Replicating", false, "ZooKeeperUnreachable", message, generation, now);
@@ -229,6 +269,10 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
       }
       return fail("removing replica " + replica + ": " + dropped.error().toString());
     }
+    if (*dropped == core::ReplicaRemoval::kRemoved) {
+      event(table, op::EventType::kNormal, "ReplicaRemoved",
+            fmt::format("removed scaled-down replica {} from ZooKeeper ({})", replica, paths.replicas()));
+    }
   }
   setCondition(conditions, previous, "Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
                waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
@@ -252,6 +296,110 @@ op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, j
                                op::PatchType::kMerge, json{{"status", status}}, options);
   if (!patched) {
     return std::unexpected(op::ReconcileError::retryable("patching the status: " + patched.error().toString()));
+  }
+  return op::ReconcileResult::done();
+}
+
+}  // namespace rtable::controllers
+
+namespace rtable::controllers {
+
+void ReplicatedTableReconciler::event(const json& table, op::EventType type, std::string_view reason,
+                                      const std::string& message) {
+  if (options_.events && table.is_object()) {
+    options_.events->record(op::ObjectReference::of(table), type, reason, message);
+  }
+}
+
+std::optional<std::string> ReplicatedTableReconciler::ensureFinalizer(const op::ObjectKey& key,
+                                                                      const json& table) {
+  if (hasFinalizer(table)) return std::nullopt;
+  // The resourceVersion test makes this a compare-and-swap: never a lost concurrent edit.
+  json patch = json::array({{{"op", "test"},
+                             {"path", "/metadata/resourceVersion"},
+                             {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}}});
+  if (table.contains(json::json_pointer("/metadata/finalizers"))) {
+    patch.push_back({{"op", "add"}, {"path", "/metadata/finalizers/-"}, {"value", kZooKeeperFinalizer}});
+  } else {
+    patch.push_back({{"op", "add"}, {"path", "/metadata/finalizers"}, {"value", json::array({kZooKeeperFinalizer})}});
+  }
+  auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
+  if (!patched) return patched.error().toString();
+  return std::nullopt;
+}
+
+std::optional<std::string> ReplicatedTableReconciler::ensureZooKeeperTree(const op::ObjectKey& key,
+                                                                          const ReplicatedTableSpec& spec,
+                                                                          const json& table) {
+  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  if (!keeper) return "ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString();
+  const std::string root = spec.zookeeper.root + "/" + tableUid(key.ns, key.name);
+  auto active = (*keeper)->exists(root + "/active");
+  if (!active) return active.error().toString();
+  if (*active) return std::nullopt;
+  auto metadata = coreMetadataText(spec, key);
+  if (!metadata) return "the replicas' spec: " + metadata.error();
+  if (auto made = core::createAncestorsAndSelf(**keeper, spec.zookeeper.root); !made) {
+    return made.error().toString();
+  }
+  auto created = core::createTableIfNotExists(**keeper, core::TablePaths{root, 1, ""}, *metadata);
+  if (!created) {
+    const std::string message = fmt::format("creating the table's ZooKeeper tree {}: {}", root, created.error().toString());
+    event(table, op::EventType::kWarning, "ZooKeeperUnreachable", message);
+    return message;
+  }
+  event(table, op::EventType::kNormal, "ZooKeeperTreeCreated", "created the table's ZooKeeper tree " + root);
+  return std::nullopt;
+}
+
+op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& key, const json& table) {
+  if (!hasFinalizer(table)) return op::ReconcileResult::done();  // the garbage collector does the rest
+  auto spec = ReplicatedTableSpec::parse(table.value("spec", json::object()));
+  if (!spec) {
+    // Never valid, so nothing was created in ZooKeeper for it.
+    event(table, op::EventType::kWarning, "CleanupSkipped",
+          "the spec is not valid, so no ZooKeeper tree was made for it: " + spec.error().toString());
+  } else if (options_.keeper_for) {
+    // Replicas still running would re-create what we remove: their pods go first.
+    op::DeleteOptions background;
+    background.propagation_policy = op::PropagationPolicy::kBackground;
+    auto removed = client_.remove(op::resources::statefulSets(), key, background);
+    if (!removed && removed.error().kind != op::KubeErrorKind::kNotFound) {
+      return std::unexpected(op::ReconcileError::retryable("deleting the StatefulSet: " + removed.error().toString()));
+    }
+    op::ListOptions selector;
+    selector.label_selector = selectorText(key.name);
+    auto pods = client_.list(op::resources::pods(), key.ns, selector);
+    if (!pods) return std::unexpected(op::ReconcileError::retryable("listing the pods: " + pods.error().toString()));
+    if (!pods->items.empty()) {
+      event(table, op::EventType::kNormal, "WaitingForPods",
+            fmt::format("{} replica pods still exist; the ZooKeeper tree is removed once they are gone",
+                        pods->items.size()));
+      return op::ReconcileResult::after(std::chrono::seconds(2));
+    }
+    const std::string root = spec->zookeeper.root + "/" + tableUid(key.ns, key.name);
+    auto keeper = options_.keeper_for(spec->zookeeper.connect);
+    core::KeeperStatus gone = keeper ? core::removeRecursive(**keeper, root)
+                                     : core::KeeperStatus(std::unexpected(keeper.error()));
+    if (!gone) {
+      const std::string message = fmt::format("removing the table's ZooKeeper tree {} ({}): {}", root,
+                                              spec->zookeeper.connect, gone.error().toString());
+      event(table, op::EventType::kWarning, "CleanupFailed", message);
+      return std::unexpected(op::ReconcileError::retryable(message));
+    }
+    event(table, op::EventType::kNormal, "ZooKeeperTreeRemoved", "removed the table's ZooKeeper tree " + root);
+  }
+  json rest = json::array();
+  const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
+  for (const auto& finalizer : finalizers) {
+    if (finalizer != std::string(kZooKeeperFinalizer)) rest.push_back(finalizer);
+  }
+  const json patch = json::array(
+      {{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}},
+       {{"op", "replace"}, {"path", "/metadata/finalizers"}, {"value", rest}}});
+  auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
+  if (!patched && patched.error().kind != op::KubeErrorKind::kNotFound) {
+    return std::unexpected(op::ReconcileError::retryable("removing the finalizer: " + patched.error().toString()));
   }
   return op::ReconcileResult::done();
 }

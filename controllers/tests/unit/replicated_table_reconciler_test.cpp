@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "rtable/controllers/replicated_table_objects.h"
+#include "rtable/operator/testing/fake_event_recorder.h"
 #include "rtable/operator/testing/fake_kube_client.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
@@ -151,6 +153,7 @@ class ReconcilerWithZooKeeper : public Reconciler {
     ReplicatedTableReconcilerOptions options;
     options.generate_secret = [] { return std::string("s"); };
     options.wall_clock = [this] { return now_; };
+    options.events = &events_;
     options.keeper_for = [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
       EXPECT_EQ(connect, "zk-0.zk:2181");
       if (zookeeper_down_) {
@@ -164,7 +167,9 @@ class ReconcilerWithZooKeeper : public Reconciler {
   // What rtable-core does when a replica starts: the tree, its replica node, its live session.
   std::unique_ptr<core::Keeper> startReplica(const std::string& name) {
     auto session = zookeeper_->connect();
-    EXPECT_TRUE(core::createTableIfNotExists(*session, replica(name), "metadata"));
+    // The same spec as the operator's (it made the tree with the replicas' metadata text).
+    auto made = session->get(replica(name).metadata());
+    EXPECT_TRUE(core::createTableIfNotExists(*session, replica(name), made ? made->data : "metadata"));
     EXPECT_TRUE(core::createReplicaIfNotExists(*session, replica(name)));
     EXPECT_TRUE(core::activateReplica(*session, replica(name), "host: " + name + "\n"));
     return session;
@@ -172,21 +177,20 @@ class ReconcilerWithZooKeeper : public Reconciler {
   void createPod(const std::string& name) {
     ASSERT_TRUE(client_.create(op::resources::pods(),
                                {{"apiVersion", "v1"}, {"kind", "Pod"},
-                                {"metadata", {{"name", name}, {"namespace", "analytics"}}},
+                                {"metadata", {{"name", name}, {"namespace", "analytics"}, {"labels", tableSelector("events")}}},
                                 {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}}));
   }
 
   std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ = core::testing::FakeKeeperServer::create();
   std::shared_ptr<core::Keeper> operator_session_ = zookeeper_->connect();
   bool zookeeper_down_ = false;
+  op::testing::FakeEventRecorder events_;
 };
 
 TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceTheirPodsAreGone) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
-  // Before any replica ran, there is no tree: said, not an error.
   auto outcome = reconciler_->reconcile({"analytics", "events"});
   ASSERT_TRUE(outcome) << outcome.error().message;
-  EXPECT_EQ(condition("Replicating")["reason"], "TableNotCreated");
 
   std::map<std::string, std::unique_ptr<core::Keeper>> sessions;
   for (const char* name : {"events-0", "events-1", "events-2"}) {
@@ -245,6 +249,70 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomAndAnUnreachableZooKeeperAreCondition
   EXPECT_EQ(condition("Replicating")["reason"], "ZooKeeperUnreachable");
   // The objects are there all the same: ZooKeeper is not needed to run the pods.
   EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
+}
+
+// The tree exists before any pod runs, with exactly the metadata rtable-core's own parser gives
+// for the rendered config (a difference would keep every replica from joining).
+TEST_F(ReconcilerWithZooKeeper, CreatesTheTreeWithTheReplicasMetadataBeforeThePods) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto metadata = operator_session_->get(replica("").metadata());
+  ASSERT_TRUE(metadata) << metadata.error().toString();
+  EXPECT_EQ(metadata->data,
+            "metadata format version: 1\ncolumns: `d` Date, `user` String\npartition key: toYYYYMM(d)\n"
+            "sorting key: user d\n");
+  EXPECT_EQ(events_.withReason("ZooKeeperTreeCreated").size(), 1u);
+  // A replica with the same spec joins it.
+  auto session = zookeeper_->connect();
+  EXPECT_TRUE(core::createTableIfNotExists(*session, replica("events-0"), metadata->data));
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(events_.withReason("ZooKeeperTreeCreated").size(), 1u);  // once
+}
+
+// Deletion: the finalizer holds the table until its pods are gone, then the ZooKeeper subtree goes
+// (every generation), then the table.
+TEST_F(ReconcilerWithZooKeeper, DeletionRemovesTheZooKeeperTreeAfterThePods) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(get(replicatedTables(), "events")["metadata"]["finalizers"], json::array({kZooKeeperFinalizer}));
+  auto session = startReplica("events-0");
+  createPod("events-0");
+  ASSERT_TRUE(operator_session_->create("/rtable/tables/analytics.events/2", "", core::CreateMode::kPersistent));
+
+  ASSERT_TRUE(client_.remove(replicatedTables(), {"analytics", "events"}));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  EXPECT_EQ(outcome->requeue_after, std::chrono::seconds(2));
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));  // its pods go with it
+  EXPECT_TRUE(*operator_session_->exists("/rtable/tables/analytics.events"));
+  EXPECT_TRUE(client_.get(replicatedTables(), {"analytics", "events"}));
+  EXPECT_EQ(events_.withReason("WaitingForPods").size(), 1u);
+
+  // ZooKeeper down once the pods are gone: retried, the table stays.
+  ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-0"}));
+  session.reset();
+  zookeeper_down_ = true;
+  EXPECT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(client_.get(replicatedTables(), {"analytics", "events"}));
+  EXPECT_EQ(events_.withReason("CleanupFailed").size(), 1u);
+
+  zookeeper_down_ = false;
+  outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  EXPECT_FALSE(*operator_session_->exists("/rtable/tables/analytics.events"));
+  EXPECT_TRUE(*operator_session_->exists("/rtable/tables"));
+  auto gone = client_.get(replicatedTables(), {"analytics", "events"});
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().kind, op::KubeErrorKind::kNotFound);
+  EXPECT_EQ(events_.withReason("ZooKeeperTreeRemoved").size(), 1u);
+}
+
+// Without a way to ZooKeeper the reconciler adds no finalizer (it could never remove it).
+TEST_F(Reconciler, WithoutZooKeeperNoFinalizer) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(get(replicatedTables(), "events")["metadata"].contains("finalizers"));
 }
 
 }  // namespace

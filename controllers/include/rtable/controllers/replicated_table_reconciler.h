@@ -19,8 +19,13 @@
 //   ZooKeeper with dropReplica, retried every reconcile until done (a stale replica would hold the
 //   log back until marked lost). ZooKeeper unreachable: Replicating=False, retried in 30 s.
 //
-// Not yet here (issue 6 continues): the finalizer that removes the table's ZooKeeper subtree,
-// creating the tree before the pods, Events.
+// - With ZooKeeper: the table's tree (<root>/<ns>.<name>, its metadata as rtable-core writes it)
+//   is created before the StatefulSet is applied, so the first pods join instead of racing to
+//   create it; and the finalizer rtable.io/zookeeper-cleanup, added before anything is created,
+//   makes a deletion wait until the StatefulSet's pods are gone and then removes the table's
+//   ZooKeeper subtree (every generation), retried until it is done.
+// - Events (with `events`): InvalidSpec, ApplyFailed, ZooKeeperTreeCreated, ReplicaRemoved,
+//   ZooKeeperUnreachable, WaitingForPods, ZooKeeperTreeRemoved, CleanupFailed.
 //
 // Thread safety: reconcile() may run on several workers at once for different keys (the work
 // queue never hands one key to two workers); the client must be thread-safe.
@@ -34,6 +39,7 @@
 
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/operator/controller.h"
+#include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
 #include "rtable/replication_core/keeper.h"
 
@@ -52,7 +58,12 @@ struct ReplicatedTableReconcilerOptions {
   // A session to the ZooKeeper of a connect string (the caller keeps one per string). Unset: the
   // reconciler does not look at ZooKeeper.
   std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(const std::string& connect)> keeper_for;
+  // Where Events go; null: none. Must outlive the reconciler.
+  op::EventRecorder* events = nullptr;
 };
+
+// On every ReplicatedTable the reconciler manages ZooKeeper for.
+inline constexpr std::string_view kZooKeeperFinalizer = "rtable.io/zookeeper-cleanup";
 
 class ReplicatedTableReconciler {
  public:
@@ -62,9 +73,18 @@ class ReplicatedTableReconciler {
 
  private:
   op::ReconcileOutcome patchStatus(const nlohmann::json& table, nlohmann::json status);
+  // The deletion path: pods gone, then the ZooKeeper subtree, then the finalizer.
+  op::ReconcileOutcome finalize(const op::ObjectKey& key, const nlohmann::json& table);
+  // Adds kZooKeeperFinalizer if missing; an error message when the patch failed.
+  std::optional<std::string> ensureFinalizer(const op::ObjectKey& key, const nlohmann::json& table);
+  // Creates the table's tree if it does not exist; an error message when it could not.
+  std::optional<std::string> ensureZooKeeperTree(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+                                                 const nlohmann::json& table);
+  void event(const nlohmann::json& table, op::EventType type, std::string_view reason,
+             const std::string& message);
   // Fills the ZooKeeper part of `status` and removes scaled-down replicas; an error message when
   // ZooKeeper could not be asked.
-  std::optional<std::string> reconcileZooKeeper(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+  std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec,
                                                 nlohmann::json& status, const nlohmann::json& previous,
                                                 nlohmann::json& conditions, int64_t generation,
                                                 const std::string& now);
