@@ -1,0 +1,223 @@
+// rtable-operator end to end (issue 6): a real kube-apiserver and kube-controller-manager
+// (LocalControlPlane), the CRDs from crds/, a real ZooKeeper, LocalKubelet running each replica
+// pod's rtable-core as a local process on its own 127.0.0.N, and rtable-operator as a process.
+// A ReplicatedTable applied with kubectl becomes three Ready replicas that replicate a row; scaled
+// to two, the removed replica leaves ZooKeeper; the operator restarted mid-way resumes; deleted,
+// its objects and its ZooKeeper subtree are gone.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "../crd_examples.h"
+#include "rtable/controllers/replicated_table_reconciler.h"
+#include "rtable/operator/http_kube_client.h"
+#include "rtable/operator/kube_config.h"
+#include "rtable/operator/testing/local_control_plane.h"
+#include "rtable/operator/testing/local_kubelet.h"
+#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/replication_core/zookeeper_client.h"
+
+namespace rtable::controllers {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+using core::testing::httpRequest;
+using core::testing::LocalZooKeeper;
+using core::testing::Subprocess;
+using op::testing::LocalControlPlane;
+using op::testing::LocalControlPlaneOptions;
+using op::testing::LocalImage;
+using op::testing::LocalKubelet;
+using op::testing::LocalKubeletOptions;
+
+constexpr const char* kImage = "rtable/rtable:e2e";
+constexpr const char* kNs = "analytics";
+
+// Polls `check` every 250 ms until it holds or `timeout` passes.
+bool eventually(const std::function<bool()>& check, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (check()) return true;
+    std::this_thread::sleep_for(250ms);
+  }
+  return check();
+}
+
+class OperatorEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    core::ZooKeeperClient::silenceLibraryLog();  // ZooKeeper stops before our session at the end
+    LocalControlPlaneOptions plane_options;
+    plane_options.controller_manager = true;  // StatefulSet, garbage collector
+    auto plane = LocalControlPlane::start(plane_options);
+    ASSERT_TRUE(plane) << plane.error();
+    plane_ = std::make_unique<LocalControlPlane>(std::move(*plane));
+    auto crds = plane_->kubectl({"apply", "-f", testing::crdsDir().string()});
+    ASSERT_TRUE(crds && crds->exit_code == 0) << (crds ? crds->out + crds->err : crds.error());
+    ASSERT_TRUE(plane_->kubectl({"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io",
+                                 "--timeout=60s"}));
+    ASSERT_TRUE(plane_->apply(json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}.dump()));
+
+    auto zookeeper = LocalZooKeeper::start();
+    ASSERT_TRUE(zookeeper) << zookeeper.error();
+    zookeeper_ = std::move(*zookeeper);
+
+    LocalKubeletOptions kubelet_options;
+    kubelet_options.kubeconfig = plane_->kubeconfigPath();
+    kubelet_options.images[kImage] = LocalImage{{RTABLE_CORE_BINARY}, {}, {}};
+    kubelet_options.host_hosts_file = plane_->workDir() / "host-hosts";
+    { std::ofstream(kubelet_options.host_hosts_file) << "127.0.0.1\tlocalhost\n"; }
+    kubelet_options.max_termination_grace = 30s;
+    auto kubelet = LocalKubelet::start(kubelet_options);
+    ASSERT_TRUE(kubelet) << kubelet.error();
+    kubelet_ = std::make_unique<LocalKubelet>(std::move(*kubelet));
+
+    auto config = op::KubeConfig::load(plane_->kubeconfigPath());
+    ASSERT_TRUE(config);
+    auto cluster = config->clusterConfig();
+    ASSERT_TRUE(cluster);
+    auto client = op::HttpKubeClient::create(*cluster);
+    ASSERT_TRUE(client);
+    client_ = std::move(*client);
+
+    auto keeper = core::ZooKeeperClient::connect(core::ZooKeeperConfig{zookeeper_->connectString()});
+    ASSERT_TRUE(keeper) << keeper.error().toString();
+    keeper_ = std::move(*keeper);
+    startOperator();
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      plane_->keepWorkDir();
+      kubelet_->keepWorkDir();
+      std::fprintf(stderr, "kept: control plane %s, kubelet %s, operator log %s\n", plane_->workDir().c_str(),
+                   kubelet_->workDir().c_str(), operatorLog().c_str());
+    }
+    operator_.reset();
+    kubelet_.reset();  // stops the replicas before ZooKeeper and the apiserver go
+    keeper_.reset();
+    zookeeper_.reset();
+    plane_.reset();
+  }
+
+  fs::path operatorLog() const { return plane_->workDir() / "rtable-operator.log"; }
+
+  void startOperator() {
+    ::setenv("RTABLE_CORE_IMAGE", kImage, 1);
+    auto process = Subprocess::start({RTABLE_OPERATOR_BINARY, "--kubeconfig", plane_->kubeconfigPath().string(),
+                                      "--leader-election-namespace=kube-system",
+                                      "--health-probe-bind-address=127.0.0.1:0",
+                                      "--metrics-bind-address=127.0.0.1:0"},
+                                     operatorLog());
+    ASSERT_TRUE(process) << process.error();
+    operator_ = std::make_unique<Subprocess>(std::move(*process));
+  }
+
+  std::optional<json> table() {
+    auto object = client_->get(replicatedTables(), {kNs, "events"});
+    if (!object) return std::nullopt;
+    return *object;
+  }
+  std::string tableState() {
+    auto object = table();
+    return object ? object->value("status", json::object()).dump() : "(no table)";
+  }
+  bool readyReplicas(int n) {
+    auto object = table();
+    if (!object) return false;
+    const json status = object->value("status", json::object());
+    if (status.value("readyReplicas", -1) != n || status.value("observedGeneration", -1) !=
+        object->value(json::json_pointer("/metadata/generation"), -2)) {
+      return false;
+    }
+    for (const auto& condition : status.value("conditions", json::array())) {
+      if (condition.value("type", "") == "Ready") return condition.value("status", "") == "True";
+    }
+    return false;
+  }
+  std::string podIp(const std::string& pod) {
+    auto object = client_->get(op::resources::pods(), {kNs, pod});
+    return object ? object->value(json::json_pointer("/status/podIP"), "") : "";
+  }
+  std::optional<uint64_t> count(const std::string& pod) {
+    auto answer = httpRequest(podIp(pod), 8123, "GET", "/count", "", 5s);
+    if (!answer || answer->status != 200) return std::nullopt;
+    const json body = json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body.contains("rows")) return std::nullopt;
+    return body["rows"].get<uint64_t>();
+  }
+  bool zkExists(const std::string& path) {
+    auto stat = keeper_->exists(path);
+    return stat && stat->has_value();
+  }
+  std::string root() const { return "/rtable/tables/analytics.events"; }
+
+  std::unique_ptr<LocalControlPlane> plane_;
+  std::unique_ptr<LocalZooKeeper> zookeeper_;
+  std::unique_ptr<LocalKubelet> kubelet_;
+  std::unique_ptr<op::HttpKubeClient> client_;
+  std::unique_ptr<core::Keeper> keeper_;
+  std::unique_ptr<Subprocess> operator_;
+};
+
+TEST_F(OperatorEndToEnd, ATableFromApplyToDelete) {
+  const std::string manifest = fmt::format(R"(apiVersion: rtable.io/v1alpha1
+kind: ReplicatedTable
+metadata: {{name: events, namespace: {}}}
+spec:
+  table: events
+  columns:
+    - {{name: d, type: Date}}
+    - {{name: user, type: String}}
+  partitionBy: toYYYYMM(d)
+  orderBy: [user, d]
+  replicas: 3
+  zookeeper: {{connect: "{}"}}
+  storage: {{size: 1Gi}}
+)", kNs, zookeeper_->connectString());
+  ASSERT_TRUE(plane_->apply(manifest));
+  ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+  auto printed = plane_->kubectl({"get", "replicatedtables", "-n", kNs});
+  ASSERT_TRUE(printed);
+  EXPECT_NE(printed->out.find("3/3"), std::string::npos) << printed->out;
+  EXPECT_TRUE(zkExists(root() + "/1/replicas/events-2/is_active"));
+  EXPECT_EQ(table()->value(json::json_pointer("/metadata/finalizers"), json::array()),
+            json::array({kZooKeeperFinalizer}));
+
+  // A row through events-0, read on all three.
+  auto inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
+                              R"({"d":"2026-12-03","user":"ada"})" "\n");
+  ASSERT_TRUE(inserted && inserted->status == 200) << (inserted ? inserted->body : inserted.error());
+  for (const char* pod : {"events-0", "events-1", "events-2"}) {
+    EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
+  }
+
+  // The operator restarts: it picks up where it was and changes nothing that is right.
+  operator_.reset();
+  startOperator();
+
+  // Scale to 2: events-2 goes, and so does its replica in ZooKeeper.
+  ASSERT_TRUE(plane_->kubectl({"scale", "replicatedtable/events", "-n", kNs, "--replicas=2"}));
+  EXPECT_TRUE(eventually([&] { return !zkExists(root() + "/1/replicas/events-2"); }, 180s)) << tableState();
+  EXPECT_TRUE(eventually([&] { return readyReplicas(2); }, 120s)) << tableState();
+  EXPECT_TRUE(zkExists(root() + "/1/replicas/events-1"));
+
+  // Deleted: the pods, then the ZooKeeper subtree, then the table itself.
+  ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"}));
+  EXPECT_TRUE(eventually([&] { return !table().has_value(); }, 180s)) << tableState();
+  EXPECT_FALSE(zkExists(root()));
+  EXPECT_TRUE(eventually([&] { return !client_->get(op::resources::statefulSets(), {kNs, "events"}); }, 60s));
+}
+
+}  // namespace
+}  // namespace rtable::controllers
