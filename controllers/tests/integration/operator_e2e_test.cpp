@@ -78,6 +78,7 @@ class OperatorEndToEnd : public ::testing::Test {
     kubelet_options.host_hosts_file = plane_->workDir() / "host-hosts";
     { std::ofstream(kubelet_options.host_hosts_file) << "127.0.0.1\tlocalhost\n"; }
     kubelet_options.max_termination_grace = 30s;
+    kubelet_options.restart_backoff_initial = 1s;  // a killed replica comes back quickly
     auto kubelet = LocalKubelet::start(kubelet_options);
     ASSERT_TRUE(kubelet) << kubelet.error();
     kubelet_ = std::make_unique<LocalKubelet>(std::move(*kubelet));
@@ -182,7 +183,7 @@ spec:
   partitionBy: toYYYYMM(d)
   orderBy: [user, d]
   replicas: 3
-  zookeeper: {{connect: "{}"}}
+  zookeeper: {{connect: "{}", sessionTimeoutMs: 6000}}
   storage: {{size: 1Gi}}
 )", kNs, zookeeper_->connectString());
   ASSERT_TRUE(plane_->apply(manifest));
@@ -202,15 +203,35 @@ spec:
     EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
   }
 
-  // The operator restarts: it picks up where it was and changes nothing that is right.
+  // Scale to 5: the two new replicas fetch what the others have.
+  ASSERT_TRUE(plane_->kubectl({"scale", "replicatedtable/events", "-n", kNs, "--replicas=5"}));
+  ASSERT_TRUE(eventually([&] { return readyReplicas(5); }, 240s)) << tableState();
+  for (const char* pod : {"events-3", "events-4"}) {
+    EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
+  }
+
+  // The operator restarts: it picks up where it was.
   operator_.reset();
   startOperator();
 
-  // Scale to 2: events-2 goes, and so does its replica in ZooKeeper.
+  // Scale to 2: events-2..4 go, and so do their replicas in ZooKeeper.
   ASSERT_TRUE(plane_->kubectl({"scale", "replicatedtable/events", "-n", kNs, "--replicas=2"}));
-  EXPECT_TRUE(eventually([&] { return !zkExists(root() + "/1/replicas/events-2"); }, 180s)) << tableState();
+  for (const char* gone : {"events-2", "events-3", "events-4"}) {
+    EXPECT_TRUE(eventually([&] { return !zkExists(root() + "/1/replicas/" + gone); }, 180s))
+        << gone << ": " << tableState();
+  }
   EXPECT_TRUE(eventually([&] { return readyReplicas(2); }, 120s)) << tableState();
   EXPECT_TRUE(zkExists(root() + "/1/replicas/events-1"));
+
+  // kill -9 of events-1's rtable-core: the kubelet restarts it, and it catches up on a row
+  // inserted meanwhile.
+  auto killed = core::testing::runCommand({"pkill", "-9", "-f", "--", "--replica-name=events-1"}, 10s);
+  ASSERT_TRUE(killed && killed->exit_code == 0) << (killed ? killed->out + killed->err : killed.error());
+  inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
+                         R"({"d":"2026-12-03","user":"grace"})" "\n");
+  ASSERT_TRUE(inserted && inserted->status == 200) << (inserted ? inserted->body : inserted.error());
+  EXPECT_TRUE(eventually([&] { return count("events-1") == 2u; }, 120s));
+  EXPECT_TRUE(eventually([&] { return readyReplicas(2); }, 120s)) << tableState();
 
   // Deleted: the pods, then the ZooKeeper subtree, then the table itself.
   ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"}));
