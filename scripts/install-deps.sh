@@ -13,13 +13,13 @@ packages=(
   libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev
   # ZooKeeper 3.8 server and its jars (the local server, the snapshot tool)
   zookeeper libslf4j-java
+  # The local Kubernetes control plane makes its certificates with the openssl CLI
+  # (docs/control-plane.md); its binaries are built from Go modules, not installed.
+  openssl
 )
 if [[ "${1:-}" == "--test" ]]; then
   # The side-by-side reference: ClickHouse 18.16's ReplicatedMergeTree on our ZooKeeper.
   packages+=(clickhouse-server clickhouse-client)
-  # The operator's test control plane makes its certificates with the openssl CLI
-  # (docs/control-plane.md); its binaries are built from Go modules, not installed.
-  packages+=(openssl)
 fi
 
 missing=()

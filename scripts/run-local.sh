@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# The main job on an embedded default: installs what is missing, builds, starts its own ZooKeeper
-# and runs rtable over it. Arguments go to rtable-local (e.g. --keep-running).
+# The main job on an embedded default: installs what is missing, builds, then
+#   1. rtable-local: its own ZooKeeper, three rtable-core replicas, a deduplicated demo insert,
+#      the metrics, and rtable-inspect over a demo tree of tables;
+#   2. rtable-local-cluster: the whole stack on Kubernetes — a local kube-apiserver and
+#      kube-controller-manager (built from Go modules the first time, cached in .cache/), the
+#      CRDs, a test kubelet, rtable-operator, and a 3-replica ReplicatedTable applied with
+#      kubectl, a row inserted on one replica and read back on all three.
+# --keep-running leaves the Kubernetes stack up (Ctrl-C stops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+echo "=== control plane binaries (cached after the first run)"
+e2e/build-control-plane.sh >/dev/null
+echo "=== build"
 scripts/build.sh release >/dev/null
-exec build/bin/rtable-local "$@"
+build/bin/rtable-local
+exec build/bin/rtable-local-cluster "$@"

@@ -206,7 +206,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   if (auto patched = patchStatus(*table, status); !patched) return patched;
   // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.
   if (zookeeper_error) return op::ReconcileResult::after(std::chrono::seconds(30));
-  if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(60));
+  if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(15));
   // Readiness changes on the StatefulSet enqueue the table again (it owns the StatefulSet).
   return op::ReconcileResult::done();
 }
