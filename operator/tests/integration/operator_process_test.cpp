@@ -88,6 +88,13 @@ class OperatorProcessTest : public ::testing::Test {
       return;
     }
     plane_ = std::make_unique<testing::LocalControlPlane>(std::move(*plane));
+    // rtable-operator watches its custom resources: without the CRDs its informers never sync
+    // and /readyz stays 503, as in a real cluster.
+    auto crds = plane_->kubectl({"apply", "-f", RTABLE_CRDS_DIR});
+    if (!crds || crds->exit_code != 0) {
+      start_error_ = "kubectl apply -f crds/: " + (crds ? crds->out + crds->err : crds.error());
+      return;
+    }
     auto config = KubeConfig::load(plane_->kubeconfigPath());
     if (!config) {
       start_error_ = config.error().toString();
