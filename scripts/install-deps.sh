@@ -20,6 +20,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # The operator's test control plane makes its certificates with the openssl CLI
   # (docs/control-plane.md); its binaries are built from Go modules, not installed.
   packages+=(openssl)
+  # The Helm chart's tests (helm/test-chart.sh): promtool checks and unit-tests the alert rules;
+  # python3-yaml reads the rendered manifests.
+  packages+=(prometheus python3-yaml)
 fi
 
 missing=()
