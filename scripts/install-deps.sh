@@ -20,6 +20,9 @@ packages=(
 if [[ "${1:-}" == "--test" ]]; then
   # The side-by-side reference: ClickHouse 18.16's ReplicatedMergeTree on our ZooKeeper.
   packages+=(clickhouse-server clickhouse-client)
+  # The Helm chart's tests (helm/test-chart.sh): promtool checks and unit-tests the alert rules;
+  # python3-yaml reads the rendered manifests.
+  packages+=(prometheus python3-yaml)
 fi
 
 missing=()
