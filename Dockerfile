@@ -13,7 +13,7 @@ RUN apt-get update -q \
       g++ cmake ninja-build pkg-config openjdk-17-jdk-headless \
       libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev \
       libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev \
-      zookeeper libslf4j-java \
+      zookeeper libslf4j-java openssl \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
