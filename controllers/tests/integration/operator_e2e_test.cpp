@@ -1,6 +1,7 @@
 // rtable-operator end to end (issue 6): a real kube-apiserver and kube-controller-manager
-// (LocalControlPlane), the CRDs from crds/, a real ZooKeeper, LocalKubelet running each replica
-// pod's rtable-core as a local process on its own 127.0.0.N, and rtable-operator as a process.
+// (LocalControlPlane), `helm install` of helm/rtable (CRDs, ServiceAccount, RBAC), a real ZooKeeper, LocalKubelet running each replica
+// pod's rtable-core as a local process on its own 127.0.0.N, and rtable-operator as a process
+// authenticated as the chart's ServiceAccount.
 // A ReplicatedTable applied with kubectl becomes three Ready replicas that replicate a row; scaled
 // to two, the removed replica leaves ZooKeeper; the operator restarted mid-way resumes; deleted,
 // its objects and its ZooKeeper subtree are gone.
@@ -14,7 +15,6 @@
 #include <functional>
 #include <thread>
 
-#include "../crd_examples.h"
 #include "rtable/controllers/replicated_table_reconciler.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
@@ -62,8 +62,19 @@ class OperatorEndToEnd : public ::testing::Test {
     auto plane = LocalControlPlane::start(plane_options);
     ASSERT_TRUE(plane) << plane.error();
     plane_ = std::make_unique<LocalControlPlane>(std::move(*plane));
-    auto crds = plane_->kubectl({"apply", "-f", testing::crdsDir().string()});
-    ASSERT_TRUE(crds && crds->exit_code == 0) << (crds ? crds->out + crds->err : crds.error());
+    // helm install: the CRDs, the operator's ServiceAccount and least-privilege RBAC (its
+    // Deployment's pod cannot run here: no image; the operator runs as a local process below,
+    // with that ServiceAccount's token, so the chart's RBAC is what the scenario exercises).
+    auto installed = core::testing::runCommand(
+        {(plane_->binDir() / "helm").string(), "install", "rtable", RTABLE_CHART_DIR, "--namespace",
+         "rtable-system", "--create-namespace", "--kubeconfig", plane_->kubeconfigPath().string(),
+         "--set", std::string("coreImage.repository=rtable/rtable,coreImage.tag=e2e")},
+        120s);
+    ASSERT_TRUE(installed && installed->exit_code == 0)
+        << (installed ? installed->out + installed->err : installed.error());
+    auto identity = plane_->serviceAccountKubeconfig("rtable-system", "rtable", "rtable");
+    ASSERT_TRUE(identity) << identity.error();
+    operator_kubeconfig_ = *identity;
     ASSERT_TRUE(plane_->kubectl({"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io",
                                  "--timeout=60s"}));
     ASSERT_TRUE(plane_->apply(json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}.dump()));
@@ -115,8 +126,8 @@ class OperatorEndToEnd : public ::testing::Test {
 
   void startOperator() {
     ::setenv("RTABLE_CORE_IMAGE", kImage, 1);
-    auto process = Subprocess::start({RTABLE_OPERATOR_BINARY, "--kubeconfig", plane_->kubeconfigPath().string(),
-                                      "--leader-election-namespace=kube-system",
+    auto process = Subprocess::start({RTABLE_OPERATOR_BINARY, "--kubeconfig", operator_kubeconfig_.string(),
+                                      "--leader-election-namespace=rtable-system",
                                       "--health-probe-bind-address=127.0.0.1:0",
                                       "--metrics-bind-address=127.0.0.1:0"},
                                      operatorLog());
@@ -169,6 +180,7 @@ class OperatorEndToEnd : public ::testing::Test {
   std::unique_ptr<op::HttpKubeClient> client_;
   std::unique_ptr<core::Keeper> keeper_;
   std::unique_ptr<Subprocess> operator_;
+  fs::path operator_kubeconfig_;  // the chart's ServiceAccount
 };
 
 TEST_F(OperatorEndToEnd, ATableFromApplyToDelete) {
