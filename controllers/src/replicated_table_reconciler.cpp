@@ -69,6 +69,11 @@ std::string selectorText(const std::string& name) {
   return selector;
 }
 
+// <zookeeper.root>/<namespace>.<name>: every generation of the table lives under it.
+std::string tableRoot(const ReplicatedTableSpec& spec, const op::ObjectKey& key) {
+  return spec.zookeeper.root + "/" + tableUid(key.ns, key.name);
+}
+
 bool hasFinalizer(const json& table) {
   const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
   return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) != finalizers.end();
@@ -126,14 +131,15 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     return std::unexpected(op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
   }
 
-  std::optional<std::string> tree_error;
+  // The table's active generation in ZooKeeper, or why it could not be had.
+  std::expected<int64_t, std::string> tree = std::unexpected("");
   if (options_.keeper_for) {
     // Before anything exists in ZooKeeper: a deletion must always find the finalizer.
     if (auto failed = ensureFinalizer(key, *table)) {
       return std::unexpected(op::ReconcileError::retryable("adding the finalizer: " + *failed));
     }
     // Not fatal: rtable-core creates the tree too when it starts.
-    tree_error = ensureZooKeeperTree(key, *spec, *table);
+    tree = ensureZooKeeperTree(key, *spec, *table);
   }
 
   TableObjectsContext context;
@@ -199,8 +205,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
                  {"selector", selector}};
   std::optional<std::string> zookeeper_error;
   if (options_.keeper_for) {
-    zookeeper_error = reconcileZooKeeper(*table, key, *spec, status, previous, conditions, generation, now);
-    if (!zookeeper_error && tree_error) zookeeper_error = tree_error;
+    zookeeper_error = reconcileZooKeeper(*table, key, *spec, tree, status, previous, conditions, generation, now);
   }
   status["conditions"] = conditions;
   if (auto patched = patchStatus(*table, status); !patched) return patched;
@@ -212,25 +217,19 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
 }
 
 std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
-    const json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec, json& status, const json& previous,
-    json& conditions, int64_t generation, const std::string& now) {
+    const json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+    const std::expected<int64_t, std::string>& tree, json& status, const json& previous, json& conditions,
+    int64_t generation, const std::string& now) {
   auto fail = [&](const std::string& message) {
     setCondition(conditions, previous, "Replicating", false, "ZooKeeperUnreachable", message, generation, now);
     return std::optional<std::string>(message);
   };
-  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  if (!tree) return fail(tree.error());
+  auto keeper = options_.keeper_for(spec.zookeeper.connect);  // the session ensureZooKeeperTree used
   if (!keeper) return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
-  const std::string root = spec.zookeeper.root + "/" + tableUid(key.ns, key.name);
+  const std::string root = tableRoot(spec, key);
   status["zookeeperPath"] = root;
-  auto active = (*keeper)->get(root + "/active");
-  if (!active) {
-    if (active.error().code != core::KeeperCode::kNoNode) return fail(active.error().toString());
-    // The replicas create the tree when they first start.
-    setCondition(conditions, previous, "Replicating", false, "TableNotCreated",
-                 "the table's ZooKeeper tree does not exist yet", generation, now);
-    return std::nullopt;
-  }
-  const int64_t active_generation = std::strtoll(active->data.c_str(), nullptr, 10);
+  const int64_t active_generation = *tree;
   core::TablePaths paths{root, active_generation, ""};
   auto log = core::SequentialCounter::read(**keeper, paths.log(), "log-");
   if (!log) return fail(log.error().toString());
@@ -328,28 +327,31 @@ std::optional<std::string> ReplicatedTableReconciler::ensureFinalizer(const op::
   return std::nullopt;
 }
 
-std::optional<std::string> ReplicatedTableReconciler::ensureZooKeeperTree(const op::ObjectKey& key,
-                                                                          const ReplicatedTableSpec& spec,
-                                                                          const json& table) {
+std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTree(const op::ObjectKey& key,
+                                                                                   const ReplicatedTableSpec& spec,
+                                                                                   const json& table) {
   auto keeper = options_.keeper_for(spec.zookeeper.connect);
-  if (!keeper) return "ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString();
-  const std::string root = spec.zookeeper.root + "/" + tableUid(key.ns, key.name);
-  auto active = (*keeper)->exists(root + "/active");
-  if (!active) return active.error().toString();
-  if (*active) return std::nullopt;
+  if (!keeper) return std::unexpected("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
+  const std::string root = tableRoot(spec, key);
+  const core::TablePaths first{root, 1, ""};
+  auto active = (*keeper)->get(first.activeGeneration());
+  if (active) return std::strtoll(active->data.c_str(), nullptr, 10);
+  if (active.error().code != core::KeeperCode::kNoNode) return std::unexpected(active.error().toString());
   auto metadata = coreMetadataText(spec, key);
-  if (!metadata) return "the replicas' spec: " + metadata.error();
-  if (auto made = core::createAncestorsAndSelf(**keeper, spec.zookeeper.root); !made) {
-    return made.error().toString();
+  if (!metadata) return std::unexpected("the replicas' spec: " + metadata.error());
+  core::KeeperStatus made = core::createAncestorsAndSelf(**keeper, spec.zookeeper.root);
+  if (made) {
+    if (auto created = core::createTableIfNotExists(**keeper, first, *metadata); !created) {
+      made = std::unexpected(created.error());
+    }
   }
-  auto created = core::createTableIfNotExists(**keeper, core::TablePaths{root, 1, ""}, *metadata);
-  if (!created) {
-    const std::string message = fmt::format("creating the table's ZooKeeper tree {}: {}", root, created.error().toString());
+  if (!made) {
+    const std::string message = fmt::format("creating the table's ZooKeeper tree {}: {}", root, made.error().toString());
     event(table, op::EventType::kWarning, "ZooKeeperUnreachable", message);
-    return message;
+    return std::unexpected(message);
   }
   event(table, op::EventType::kNormal, "ZooKeeperTreeCreated", "created the table's ZooKeeper tree " + root);
-  return std::nullopt;
+  return first.generation;
 }
 
 op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& key, const json& table) {
@@ -377,7 +379,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
                         pods->items.size()));
       return op::ReconcileResult::after(std::chrono::seconds(2));
     }
-    const std::string root = spec->zookeeper.root + "/" + tableUid(key.ns, key.name);
+    const std::string root = tableRoot(*spec, key);
     auto keeper = options_.keeper_for(spec->zookeeper.connect);
     core::KeeperStatus gone = keeper ? core::removeRecursive(**keeper, root)
                                      : core::KeeperStatus(std::unexpected(keeper.error()));

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <thread>
 
 #include "rtable/controllers/replicated_table_reconciler.h"
 #include "rtable/operator/http_kube_client.h"
@@ -23,6 +22,7 @@
 #include "rtable/replication_core/testing/http_client.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 #include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/replication_core/testing/wait.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::controllers {
@@ -43,14 +43,9 @@ using op::testing::LocalKubeletOptions;
 constexpr const char* kImage = "rtable/rtable:e2e";
 constexpr const char* kNs = "analytics";
 
-// Polls `check` every 250 ms until it holds or `timeout` passes.
+// The apiserver and the replicas are asked at most 4 times a second.
 bool eventually(const std::function<bool()>& check, std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (check()) return true;
-    std::this_thread::sleep_for(250ms);
-  }
-  return check();
+  return core::testing::waitFor(check, timeout, 250ms);
 }
 
 class OperatorEndToEnd : public ::testing::Test {

@@ -67,6 +67,25 @@ dataDir: {}
     return table_->commit(*pending);
   }
 
+  // Merges of exactly three neighbouring parts, and blocks 0 and 1 inserted here: a test then
+  // says which block 2 is and which runs of three may be merged.
+  void openMergingThreeWithTwoBlocks() {
+    TableReplicaOptions options;
+    options.merge_min_parts = 3;
+    options.merge_max_parts = 3;
+    open(options);
+    ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
+    ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+  }
+  // The next block of partition 202612, allocated (locked, not committed) for `replica`.
+  BlockNumberLock holdNextBlock(const TablePaths& replica) {
+    BlockNumberAllocator allocator(replica);
+    auto held = allocator.allocate(*observer_, "202612", "202612_77_77");
+    EXPECT_TRUE(held && std::holds_alternative<BlockNumberLock>(*held));
+    return held && std::holds_alternative<BlockNumberLock>(*held) ? std::get<BlockNumberLock>(*held)
+                                                                 : BlockNumberLock{};
+  }
+
   std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
   std::unique_ptr<Keeper> observer_ = server_->connect();
   fs::path dir_;
@@ -184,17 +203,9 @@ TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
 }
 
 TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
-  TableReplicaOptions options;
-  options.merge_min_parts = 3;
-  options.merge_max_parts = 3;
-  open(options);
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+  openMergingThreeWithTwoBlocks();
   // Another insert (another replica's, say) holds block 2 and has not committed.
-  BlockNumberAllocator other(paths_);
-  auto held = other.allocate(*observer_, "202612", "202612_77_77");
-  ASSERT_TRUE(held);
-  const auto lock = std::get<BlockNumberLock>(*held);
+  const BlockNumberLock lock = holdNextBlock(paths_);
   ASSERT_EQ(lock.block_number, 2);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 3
   ASSERT_TRUE(insert(rows({{"2026-12-01", 4}})));  // block 4
@@ -211,20 +222,12 @@ TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
 // connection) created queue nodes that memory never got. Before they were reloaded, the leader
 // merged across such an entry's block and every replica lost its rows (seen in CI).
 TEST_F(TableReplicaTest, APullWhoseAnswerWasLostStillQueuesItsEntries) {
-  TableReplicaOptions options;
-  options.merge_min_parts = 3;
-  options.merge_max_parts = 3;
-  open(options);
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+  openMergingThreeWithTwoBlocks();
   // Replica r2 commits block 2; r1 (this replica, the leader) has to fetch it.
   TablePaths r2 = paths_;
   r2.replica = "r2";
   ASSERT_TRUE(createReplicaIfNotExists(*observer_, r2));
-  BlockNumberAllocator allocator(r2);
-  auto held = allocator.allocate(*observer_, "202612", "202612_77_77");
-  ASSERT_TRUE(held);
-  const auto lock = std::get<BlockNumberLock>(*held);
+  const BlockNumberLock lock = holdNextBlock(r2);
   ASSERT_EQ(lock.block_number, 2);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 3
   // Pulled up to here (own entries only); block 2 is still locked, so nothing is merged.

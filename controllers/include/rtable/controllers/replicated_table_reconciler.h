@@ -32,6 +32,7 @@
 #pragma once
 
 #include <chrono>
+#include <expected>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -77,14 +78,17 @@ class ReplicatedTableReconciler {
   op::ReconcileOutcome finalize(const op::ObjectKey& key, const nlohmann::json& table);
   // Adds kZooKeeperFinalizer if missing; an error message when the patch failed.
   std::optional<std::string> ensureFinalizer(const op::ObjectKey& key, const nlohmann::json& table);
-  // Creates the table's tree if it does not exist; an error message when it could not.
-  std::optional<std::string> ensureZooKeeperTree(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
-                                                 const nlohmann::json& table);
+  // Creates the table's tree if it does not exist; its active generation, or why it could not be
+  // read or made.
+  std::expected<int64_t, std::string> ensureZooKeeperTree(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+                                                          const nlohmann::json& table);
   void event(const nlohmann::json& table, op::EventType type, std::string_view reason,
              const std::string& message);
-  // Fills the ZooKeeper part of `status` and removes scaled-down replicas; an error message when
-  // ZooKeeper could not be asked.
-  std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+  // Fills the ZooKeeper part of `status` and removes scaled-down replicas, given the table's
+  // active generation (ensureZooKeeperTree); an error message when ZooKeeper could not be asked.
+  std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table, const op::ObjectKey& key,
+                                                const ReplicatedTableSpec& spec,
+                                                const std::expected<int64_t, std::string>& tree,
                                                 nlohmann::json& status, const nlohmann::json& previous,
                                                 nlohmann::json& conditions, int64_t generation,
                                                 const std::string& now);
