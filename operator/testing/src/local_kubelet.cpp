@@ -1,4 +1,5 @@
 #include "rtable/operator/testing/local_kubelet.h"
+#include "rtable/operator/testing/sandbox_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -105,88 +106,6 @@ fs::path defaultSandbox() {
   if (const char* path = std::getenv("RTABLE_POD_SANDBOX"); path && *path) return path;
   return RTABLE_POD_SANDBOX_BINARY;
 }
-
-// A container's supervisor process (rtable-pod-sandbox). Unlike core::testing::Subprocess it
-// keeps the exit status. PR_SET_PDEATHSIG fires when the *thread* that forked exits, so a pod
-// worker thread never ends while one of its processes runs.
-class SandboxProcess {
- public:
-  static std::expected<SandboxProcess, std::string> start(const std::vector<std::string>& args,
-                                                          const fs::path& log_file) {
-    const int log_fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-      return std::unexpected(fmt::format("open {}: {}", log_file.string(), std::strerror(errno)));
-    }
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) {
-      ::close(log_fd);
-      return std::unexpected(fmt::format("fork: {}", std::strerror(errno)));
-    }
-    if (pid == 0) {  // async-signal-safe calls only until exec
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      dup2(log_fd, STDOUT_FILENO);
-      dup2(log_fd, STDERR_FILENO);
-      const int null_fd = ::open("/dev/null", O_RDONLY);
-      dup2(null_fd, STDIN_FILENO);
-      // The signals the sandbox forwards stay blocked until it has its handlers (it unblocks
-      // them): a SIGTERM right after the start reaches the container instead of killing the
-      // supervisor, whose exit would look like the container's. Nothing else is blocked.
-      sigset_t forwarded;
-      sigemptyset(&forwarded);
-      for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&forwarded, s);
-      sigprocmask(SIG_SETMASK, &forwarded, nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    ::close(log_fd);
-    return SandboxProcess(pid);
-  }
-
-  SandboxProcess(SandboxProcess&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
-  SandboxProcess& operator=(SandboxProcess&& other) noexcept {
-    if (this != &other) {
-      killAndReap();
-      pid_ = std::exchange(other.pid_, -1);
-    }
-    return *this;
-  }
-  ~SandboxProcess() { killAndReap(); }
-
-  pid_t pid() const { return pid_; }
-  // The exit code once it ended (128 + signal when killed), else nullopt.
-  std::optional<int> poll() {
-    if (pid_ <= 0) return exit_code_;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    return exit_code_;
-  }
-  void signal(int signo) const {
-    if (pid_ > 0) ::kill(pid_, signo);
-  }
-  int killAndReap() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      pid_ = -1;
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    return exit_code_.value_or(137);
-  }
-
- private:
-  explicit SandboxProcess(pid_t pid) : pid_(pid) {}
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
 
 bool tcpConnects(const std::string& ip, int port, std::chrono::milliseconds timeout) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

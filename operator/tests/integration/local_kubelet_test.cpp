@@ -25,6 +25,7 @@
 #include "rtable/operator/testing/local_control_plane.h"
 #include "rtable/operator/testing/local_kubelet.h"
 #include "rtable/operator/testing/pod_runtime_spec.h"
+#include "rtable/operator/testing/sandbox_process.h"
 #include "rtable/replication_core/testing/http_client.h"
 #include "rtable/replication_core/testing/subprocess.h"
 
@@ -274,6 +275,48 @@ TEST(PodSandbox, MountsVolumesInItsOwnNamespaces) {
   EXPECT_FALSE(fs::exists(top)) << "the host got a new top-level dir";
   EXPECT_FALSE(fs::exists("/etc/rtable-test-cfg")) << "the host's /etc was written";
   EXPECT_TRUE(fs::exists(dir / "pid"));
+  fs::remove_all(dir);
+}
+
+// A liveness kill may come the moment a container started. The SIGTERM must wait for the
+// sandbox's forwarding handler, never kill the supervisor (that would report 143 for a
+// container that ignores SIGTERM and must end 137 after its grace period). `sleep` started
+// directly keeps the blocked mask across exec, so it shows where the signal went: held, not fatal.
+TEST(SandboxProcess, ASigtermRightAfterStartNeverKillsTheSupervisor) {
+  const fs::path log = fs::temp_directory_path() / fmt::format("rtable-sandbox-{}.log", getpid());
+  for (int i = 0; i < 20; ++i) {
+    auto process = SandboxProcess::start({"/bin/sleep", "30"}, log);
+    ASSERT_TRUE(process) << process.error();
+    process->signal(SIGTERM);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(process->poll(), std::nullopt) << "start " << i << " died of the SIGTERM";
+    EXPECT_EQ(process->killAndReap(), 137) << "start " << i;
+  }
+  fs::remove(log);
+}
+
+// The same through the real sandbox: its init (PID 1 of the container, no handler) ignores the
+// forwarded SIGTERM, so only the SIGKILL after the grace period ends it: 137.
+TEST(SandboxProcess, TheSandboxForwardsAnEarlySigtermToTheContainer) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rtable-sandbox-term-{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "root");
+  const json spec = {{"root", (dir / "root").string()},
+                     {"hostname", "term-0"},
+                     {"mounts", json::array()},
+                     {"argv", json::array({"sh", "-c", "exec sleep 30"})},
+                     {"env", json::array({"PATH=/usr/bin:/bin"})},
+                     {"pid_file", (dir / "pid").string()}};
+  { std::ofstream(dir / "spec.json") << spec.dump(); }
+  for (int i = 0; i < 3; ++i) {
+    auto process = SandboxProcess::start(
+        {defaultPodSandboxBinary().string(), (dir / "spec.json").string()}, dir / "log");
+    ASSERT_TRUE(process) << process.error();
+    process->signal(SIGTERM);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(process->poll(), std::nullopt) << "start " << i << " ended on SIGTERM";
+    EXPECT_EQ(process->killAndReap(), 137) << "start " << i;
+  }
   fs::remove_all(dir);
 }
 
