@@ -45,6 +45,9 @@ std::string renderCoreConfig(const ReplicatedTableSpec& spec, const CoreConfigCo
   out << YAML::Key << "maxLogsToKeep" << YAML::Value << r.max_logs_to_keep;
   out << YAML::Key << "cleanupPeriodSeconds" << YAML::Value << r.cleanup_period_seconds;
   out << YAML::EndMap;
+  // spec.insertQuorum: the quorum of inserts that give none (a request's insert_quorum wins).
+  out << YAML::Key << "inserts" << YAML::Value << YAML::BeginMap << YAML::Key << "quorum" << YAML::Value
+      << spec.insert_quorum << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -243,6 +243,10 @@ class ReplicaHttpServer::Impl {
     if (!format) return replyError(request, http::status_codes::BadRequest, "BAD_FORMAT", "format: " + format.error());
     InsertOptions options;
     options.deduplication_token = token;
+    // The table's defaults (spec `inserts:`); a request's own insert_quorum, even 0, wins.
+    options.quorum = table_.spec().insert_quorum;
+    options.quorum_auto = table_.spec().insert_quorum_auto;
+    options.quorum_timeout = table_.spec().insert_quorum_timeout;
     auto number = [](const std::string& text, uint64_t max) -> std::optional<uint64_t> {
       uint64_t value = 0;
       auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -252,6 +256,7 @@ class ReplicaHttpServer::Impl {
     if (quorum == "auto") {
       options.quorum_auto = true;
     } else if (!quorum.empty()) {
+      options.quorum_auto = false;
       auto value = number(quorum, 1000);
       if (!value) {
         return replyError(request, http::status_codes::BadRequest, "BAD_QUORUM",

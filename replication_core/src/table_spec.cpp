@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -174,6 +175,25 @@ TableSpec parse(const YAML::Node& root) {
     result.cleanup_period = std::chrono::seconds(
         replication.number<int64_t>("cleanupPeriodSeconds", result.cleanup_period.count(), 1, 3600));
     replication.rejectUnknown();
+  }
+  if (spec.has("inserts")) {
+    Fields inserts(spec.node("inserts"), "inserts");
+    const YAML::Node quorum = inserts.node("quorum");
+    if (quorum.IsScalar() && quorum.Scalar() == "auto") {
+      result.insert_quorum_auto = true;
+    } else if (inserts.has("quorum")) {
+      const std::string text = quorum.IsScalar() ? quorum.Scalar() : "";
+      std::size_t value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || end != text.data() + text.size() || value > 1000) {
+        throw SpecError{fmt::format(
+            "inserts.quorum: expected a number of replicas from 0 to 1000 or 'auto', got '{}'", text)};
+      }
+      result.insert_quorum = value;
+    }
+    result.insert_quorum_timeout = std::chrono::milliseconds(inserts.number<int64_t>(
+        "quorumTimeoutMs", result.insert_quorum_timeout.count(), 1, 86'400'000));
+    inserts.rejectUnknown();
   }
   spec.rejectUnknown();
   return result;

@@ -42,6 +42,7 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
   auto examples = testing::loadExamples(testing::crdsDir() / "examples");
   ASSERT_TRUE(examples) << examples.error();
   int tables = 0;
+  int with_quorum = 0;
   for (const auto& file : *examples) {
     for (const auto& object : file.documents) {
       if (testing::kindOf(object) != "ReplicatedTable") continue;
@@ -83,9 +84,12 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
       EXPECT_EQ(core->min_logs_to_keep, static_cast<std::size_t>(spec->replication.min_logs_to_keep));
       EXPECT_EQ(core->max_logs_to_keep, static_cast<std::size_t>(spec->replication.max_logs_to_keep));
       EXPECT_EQ(core->cleanup_period.count(), spec->replication.cleanup_period_seconds);
+      EXPECT_EQ(core->insert_quorum, static_cast<std::size_t>(spec->insert_quorum));
+      if (spec->insert_quorum >= 2) ++with_quorum;
     }
   }
   EXPECT_GE(tables, 3);
+  EXPECT_GE(with_quorum, 1) << "no example sets spec.insertQuorum";
 }
 
 TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {

@@ -63,7 +63,8 @@ class ReplicationCluster : public ::testing::Test {
   }
 
   testing::LocalReplica& addReplica(const std::string& name, const std::string& secret = "s3cret",
-                                    const std::string& replication_settings = "") {
+                                    const std::string& replication_settings = "",
+                                    const std::string& more_table_yaml = "") {
     testing::LocalReplicaOptions options;
     options.binary = RTABLE_CORE_BINARY;
     options.work_dir = work_dir_ / name;
@@ -77,7 +78,8 @@ columns:
   - {{name: d, type: Date}}
   - {{name: user, type: String}}
 partitionBy: toYYYYMM(d)
-orderBy: [id])", table_);
+orderBy: [id]
+{})", table_, more_table_yaml);
     auto replica = testing::LocalReplica::start(options);
     EXPECT_TRUE(replica) << replica.error();
     if (!replica) throw std::runtime_error(replica.error());

@@ -186,6 +186,30 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
   EXPECT_EQ(expectConverged().rows, 3u);
 }
 
+// The table's default quorum (spec `inserts:`, what the operator renders from
+// ReplicatedTable spec.insertQuorum) applies to inserts that give none; a request's own wins.
+TEST_F(Replication, TheTablesInsertQuorumAppliesToInsertsThatGiveNone) {
+  auto& r1 = addReplica("r1", "s3cret", "", "inserts: {quorum: 2, quorumTimeoutMs: 1500}");
+  auto& r2 = addReplica("r2", "s3cret", "", "inserts: {quorum: 2, quorumTimeoutMs: 1500}");
+  auto both = r1.post("/insert?format=JSONEachRow", row(1));
+  ASSERT_TRUE(both && both->status == 200) << (both ? both->body : both.error());
+  auto on_r2 = r2.get("/parts");
+  ASSERT_TRUE(on_r2);
+  EXPECT_NE(on_r2->body.find(json::parse(both->body)["parts"][0].get<std::string>()), std::string::npos)
+      << "acknowledged before r2 had the part";
+
+  r2.freezeForTest();
+  auto late = r1.post("/insert?format=JSONEachRow", row(2));
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->status, 500) << late->body;
+  EXPECT_NE(late->body.find("QUORUM_TIMEOUT"), std::string::npos) << late->body;
+  auto alone = r1.post("/insert?format=JSONEachRow&insert_quorum=0", row(3));
+  r2.thawForTest();
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(alone->status, 200) << alone->body;
+  EXPECT_EQ(expectConverged().rows, 3u);
+}
+
 TEST_F(Replication, DropPartitionIsReplicatedAndForgetsItsDedupIds) {
   auto& r1 = addReplica("r1");
   auto& r2 = addReplica("r2");

@@ -68,6 +68,36 @@ dataDir: /data
   EXPECT_EQ(spec->interserver_secret, "");
   EXPECT_EQ(spec->fetch_threads, 4u);
   EXPECT_EQ(spec->merge_threads, 2u);
+  EXPECT_EQ(spec->insert_quorum, 0u);
+  EXPECT_FALSE(spec->insert_quorum_auto);
+  EXPECT_EQ(spec->insert_quorum_timeout, std::chrono::milliseconds(600000));
+}
+
+TEST(TableSpec, ReadsTheInsertDefaults) {
+  const std::string base =
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: r1}\n"
+      "dataDir: /d\n";
+  auto two = TableSpec::parseYaml(base + "inserts: {quorum: 2, quorumTimeoutMs: 1500}\n");
+  ASSERT_TRUE(two) << two.error();
+  EXPECT_EQ(two->insert_quorum, 2u);
+  EXPECT_FALSE(two->insert_quorum_auto);
+  EXPECT_EQ(two->insert_quorum_timeout, std::chrono::milliseconds(1500));
+  auto majority = TableSpec::parseYaml(base + "inserts: {quorum: auto}\n");
+  ASSERT_TRUE(majority) << majority.error();
+  EXPECT_TRUE(majority->insert_quorum_auto);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"inserts: {quorum: most}\n",
+       "inserts.quorum: expected a number of replicas from 0 to 1000 or 'auto', got 'most'"},
+      {"inserts: {quorum: -1}\n", "inserts.quorum: expected a number of replicas"},
+      {"inserts: {quorum: [2]}\n", "inserts.quorum: expected a number of replicas"},
+      {"inserts: {quorumTimeoutMs: 0}\n", "inserts.quorumTimeoutMs: expected a whole number from 1"},
+      {"inserts: {quorom: 2}\n", "inserts.quorom: unknown field"},
+  };
+  for (const auto& [text, why] : bad) {
+    auto spec = TableSpec::parseYaml(base + text);
+    ASSERT_FALSE(spec) << text;
+    EXPECT_NE(spec.error().find(why), std::string::npos) << spec.error();
+  }
 }
 
 TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {

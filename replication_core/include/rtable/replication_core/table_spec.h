@@ -22,6 +22,9 @@
 //     minLogsToKeep: 10           # log entries always kept
 //     maxLogsToKeep: 1000         # an offline replica further behind is marked lost
 //     cleanupPeriodSeconds: 30
+//   inserts:                      # optional: defaults for inserts that do not set them
+//     quorum: 2                   # insert_quorum (0: off; "auto": a majority of the replicas)
+//     quorumTimeoutMs: 600000     # insert_quorum_timeout
 #pragma once
 
 #include <chrono>
@@ -59,6 +62,10 @@ struct TableSpec {
   std::size_t min_logs_to_keep = 10;
   std::size_t max_logs_to_keep = 1000;
   std::chrono::seconds cleanup_period{30};
+  // The table's insert_quorum for inserts whose request gives none (a request's own, even 0, wins).
+  std::size_t insert_quorum = 0;
+  bool insert_quorum_auto = false;
+  std::chrono::milliseconds insert_quorum_timeout{600000};  // ClickHouse's default
 
   static std::expected<TableSpec, std::string> parseYaml(const std::string& text);
   static std::expected<TableSpec, std::string> load(const std::filesystem::path& file);
