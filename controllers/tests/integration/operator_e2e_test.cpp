@@ -8,11 +8,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <vector>
 
 #include "rtable/controllers/replicated_table_reconciler.h"
 #include "rtable/operator/http_kube_client.h"
@@ -169,6 +174,96 @@ class OperatorEndToEnd : public ::testing::Test {
   }
   std::string root() const { return "/rtable/tables/analytics.events"; }
 
+  // The operator's metrics port, from its log line "metrics listening on http://H:P/metrics".
+  std::optional<int> operatorMetricsPort() const {
+    std::ifstream in(operatorLog());
+    std::stringstream text;
+    text << in.rdbuf();
+    static const std::regex listening(R"(metrics listening on http://[0-9.]+:([0-9]+)/metrics)");
+    std::smatch m;
+    const std::string log = text.str();
+    std::optional<int> port;
+    // The last one: the log is appended to across restarts.
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), listening); it != std::sregex_iterator(); ++it) {
+      port = std::stoi((*it)[1].str());
+    }
+    return port;
+  }
+  // Reconciles of ReplicatedTables that ended without error since the operator (re)started.
+  double finishedReconciles() const {
+    const auto port = operatorMetricsPort();
+    if (!port) return 0;
+    auto answer = httpRequest("127.0.0.1", *port, "GET", "/metrics", "", 5s);
+    if (!answer || answer->status != 200) return 0;
+    double total = 0;
+    for (const char* result : {"success", "requeue", "requeue_after"}) {
+      const std::string prefix = fmt::format(
+          "controller_runtime_reconcile_total{{controller=\"replicatedtable\",result=\"{}\"}} ", result);
+      if (auto at = answer->body.find(prefix); at != std::string::npos) {
+        total += std::stod(answer->body.substr(at + prefix.size()));
+      }
+    }
+    return total;
+  }
+
+  // Everything the operator has written for the table, as "kind/name" -> version: the spec
+  // generation of the StatefulSet and the PodDisruptionBudget (controllers move their status),
+  // the resourceVersion of the Services, ConfigMap and Secret, the count of each Event it
+  // recorded. Equal snapshots: no action was taken in between.
+  std::map<std::string, std::string> operatorActions() {
+    std::map<std::string, std::string> actions;
+    op::ListOptions owned;
+    owned.label_selector = "app.kubernetes.io/instance=events";
+    auto record = [&](const op::ResourceType& type, const std::string& kind, bool generation) {
+      auto list = client_->list(type, kNs, owned);
+      EXPECT_TRUE(list) << kind << ": " << list.error().toString();
+      if (!list) return;
+      for (const json& item : list->items) {
+        const json& meta = item["metadata"];
+        actions[kind + "/" + meta.value("name", "")] =
+            generation ? std::to_string(meta.value("generation", 0)) : meta.value("resourceVersion", "");
+      }
+    };
+    record(op::resources::statefulSets(), "StatefulSet", true);
+    record(op::resources::podDisruptionBudgets(), "PodDisruptionBudget", true);
+    record(op::resources::services(), "Service", false);
+    record(op::resources::configMaps(), "ConfigMap", false);
+    record(op::resources::secrets(), "Secret", false);
+    auto events = client_->list(op::resources::events(), kNs);
+    EXPECT_TRUE(events) << events.error().toString();
+    if (events) {
+      for (const json& event : events->items) {
+        if (event.value("reportingComponent", "") != "rtable-operator") continue;
+        actions["Event/" + event.value("reason", "") + "/" + event["metadata"].value("name", "")] =
+            std::to_string(event.value("count", 0));
+      }
+    }
+    return actions;
+  }
+  // What is left of the table in the namespace: "kind/name" of every object with its labels.
+  std::vector<std::string> leftovers() {
+    std::vector<std::string> left;
+    op::ListOptions owned;
+    owned.label_selector = "app.kubernetes.io/instance=events";
+    const std::vector<std::pair<op::ResourceType, std::string>> kinds = {
+        {op::resources::statefulSets(), "StatefulSet"},
+        {op::resources::pods(), "Pod"},
+        {op::resources::podDisruptionBudgets(), "PodDisruptionBudget"},
+        {op::resources::services(), "Service"},
+        {op::resources::configMaps(), "ConfigMap"},
+        {op::resources::secrets(), "Secret"},
+        {op::resources::persistentVolumeClaims(), "PersistentVolumeClaim"}};
+    for (const auto& [type, kind] : kinds) {
+      auto list = client_->list(type, kNs, owned);
+      if (!list) {
+        left.push_back(kind + ": " + list.error().toString());
+        continue;
+      }
+      for (const json& item : list->items) left.push_back(kind + "/" + item["metadata"].value("name", ""));
+    }
+    return left;
+  }
+
   std::unique_ptr<LocalControlPlane> plane_;
   std::unique_ptr<LocalZooKeeper> zookeeper_;
   std::unique_ptr<LocalKubelet> kubelet_;
@@ -217,9 +312,18 @@ spec:
     EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
   }
 
-  // The operator restarts: it picks up where it was.
+  // The operator restarts: it picks up where it was, without acting again on what it did.
+  const auto before_restart = operatorActions();
+  EXPECT_TRUE(before_restart.contains("StatefulSet/events")) << ::testing::PrintToString(before_restart);
+  EXPECT_TRUE(before_restart.contains("Secret/events-interserver")) << ::testing::PrintToString(before_restart);
+  EXPECT_TRUE(std::any_of(before_restart.begin(), before_restart.end(), [](const auto& action) {
+    return action.first.starts_with("Event/ZooKeeperTreeCreated/");
+  })) << ::testing::PrintToString(before_restart);
   operator_.reset();
   startOperator();
+  ASSERT_TRUE(eventually([&] { return finishedReconciles() >= 1; }, 120s))
+      << "the restarted operator never reconciled; log " << operatorLog();
+  EXPECT_EQ(operatorActions(), before_restart) << "the restarted operator acted again";
 
   // Scale to 2: events-2..4 go, and so do their replicas in ZooKeeper.
   ASSERT_TRUE(plane_->kubectl({"scale", "replicatedtable/events", "-n", kNs, "--replicas=2"}));
@@ -240,11 +344,20 @@ spec:
   EXPECT_TRUE(eventually([&] { return count("events-1") == 2u; }, 120s));
   EXPECT_TRUE(eventually([&] { return readyReplicas(2); }, 120s)) << tableState();
 
-  // Deleted: the pods, then the ZooKeeper subtree, then the table itself.
+  // Deleted: the pods, then the ZooKeeper subtree, then the table itself; the garbage collector
+  // takes every object the table owned (the claims go with the StatefulSet: whenDeleted Delete).
+  const auto owned = leftovers();
+  for (const char* object : {"StatefulSet/events", "Pod/events-0", "PodDisruptionBudget/events", "Service/events",
+                             "Service/events-headless", "ConfigMap/events-config", "Secret/events-interserver",
+                             "PersistentVolumeClaim/data-events-0"}) {
+    EXPECT_NE(std::find(owned.begin(), owned.end(), object), owned.end())
+        << object << " not among " << ::testing::PrintToString(owned);
+  }
   ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"}));
   EXPECT_TRUE(eventually([&] { return !table().has_value(); }, 180s)) << tableState();
   EXPECT_FALSE(zkExists(root()));
-  EXPECT_TRUE(eventually([&] { return !client_->get(op::resources::statefulSets(), {kNs, "events"}); }, 60s));
+  EXPECT_TRUE(eventually([&] { return leftovers().empty(); }, 120s))
+      << ::testing::PrintToString(leftovers());
 }
 
 }  // namespace
