@@ -207,9 +207,11 @@ KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
   // part is in the parts list).
   constexpr int kAttempts = 10;
   std::vector<std::string> queue_texts;
+  int64_t cloned_pointer = 0;
   for (int attempt = 0;; ++attempt) {
     auto pointer = keeper.get(from.logPointer());
     if (!pointer) return std::unexpected(pointer.error());
+    cloned_pointer = parseDecimal(pointer->data).value_or(0);
     auto lost = keeper.get(from.isLost());
     if (!lost) return std::unexpected(lost.error());
     if (lost->data == "1") {
@@ -258,6 +260,26 @@ KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
 
   CloneResult result;
   result.source_parts = wanted;
+  // The log from the cloned pointer on is pulled after the clone: the parts it names are the
+  // table's too. One of them may be ours alone (committed here just before we went away, not yet
+  // pulled by the source): unregistering it as a stray would lose acknowledged rows.
+  auto log = keeper.children(paths.log());
+  if (!log) return std::unexpected(log.error());
+  std::vector<std::string> pending_paths;
+  for (const auto& name : log->names) {
+    if (auto index = logEntryIndex(name); index && *index >= cloned_pointer) {
+      pending_paths.push_back(paths.log() + "/" + name);
+    }
+  }
+  for (auto& node : keeper.getMany(pending_paths)) {
+    if (!node) {
+      if (node.error().code == KeeperCode::kNoNode) continue;  // trimmed: below every pointer
+      return std::unexpected(node.error());
+    }
+    auto entry = LogEntry::parse(node->data);
+    if (!entry || entry->type == LogEntry::Type::kDropRange) continue;
+    if (auto part = PartName::parse(entry->new_part_name)) (void)result.source_parts.add(*part);
+  }
   std::vector<QueueEntry>& created = result.entries;
   for (std::size_t begin = 0; begin < texts.size(); begin += LogPuller::kMaxBatch) {
     const std::size_t end = std::min(texts.size(), begin + LogPuller::kMaxBatch);

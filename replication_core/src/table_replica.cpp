@@ -164,6 +164,9 @@ std::expected<void, std::string> TableReplica::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+  if (auto lost = readLost(*keeper); !lost) {
+    return std::unexpected("reading is_lost: " + lost.error().toString());
+  }
   // The queue as this replica left it; the log after it is pulled by the background work.
   auto queued = loadQueue(*keeper, paths_);
   if (!queued) return std::unexpected("loading the replication queue: " + queued.error().toString());
@@ -199,9 +202,24 @@ std::shared_ptr<Keeper> TableReplica::keeper() {
     metrics_.replica_readonly.Set(1);
     return nullptr;
   }
+  // Without a session we were inactive: the leader may have marked us lost meanwhile.
+  if (!readLost(*renewed)) {
+    metrics_.replica_readonly.Set(1);
+    return nullptr;
+  }
   keeper_ = renewed;
   metrics_.replica_readonly.Set(0);
   return keeper_;
+}
+
+KeeperStatus TableReplica::readLost(Keeper& keeper) {
+  // Read after activateReplica, whose multi also sets `host`: the leader marks a replica lost
+  // only with a check of the host version it saw while we were inactive, so from here on is_lost
+  // stays as read until we clone.
+  auto lost = keeper.get(paths_.isLost());
+  if (!lost) return std::unexpected(lost.error());
+  lost_ = lost->data == "1";
+  return {};
 }
 
 DataPartPtr TableReplica::makeDataPart(const PartName& name, PartChecksums checksums) {
@@ -323,6 +341,15 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
       return std::unexpected(unavailable(fmt::format(
           "ZooKeeper is unreachable; {} of {} blocks were committed, retrying the same insert is "
           "safe", i, parts.size())));
+    }
+    if (lost_) {
+      // A part committed now could be detached by the clone (the source does not have it) and
+      // be lost with its acknowledged rows.
+      metrics_.insert_errors.Increment();
+      return std::unexpected(unavailable(fmt::format(
+          "this replica is lost (it was away while the log moved on) and is being restored from "
+          "a live replica; {} of {} blocks were committed, retrying the same insert is safe",
+          i, parts.size())));
     }
     auto part = commitOne(*keeper, parts[i], writes[i], result, quorum);
     if (!part) {

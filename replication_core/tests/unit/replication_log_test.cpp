@@ -149,6 +149,36 @@ TEST_F(ReplicationLog, CloneCopiesTheSourcesPartsQueueAndPointer) {
   EXPECT_EQ(r2_keeper->get(r2.isLost())->data, "0");
 }
 
+// A part committed by the lost replica just before it went away, whose log entry the source had
+// not pulled yet: the source neither has it nor queues it, but the log after the cloned pointer
+// names it. It belongs to the table (its rows were acknowledged), so it is no stray.
+TEST_F(ReplicationLog, CloneCountsThePartsOfTheLogAfterThePointerAsTheTables) {
+  ASSERT_TRUE(activateReplica(*keeper_, r1_, "host: r1\n"));
+  appendLog(3, 0);  // all_0_0_0 .. all_2_2_0, pulled by r1
+  for (const auto* part : {"all_0_0_0", "all_1_1_0", "all_2_2_0"}) {
+    ASSERT_TRUE(keeper_->create(r1_.part(part), "", CreateMode::kPersistent));
+  }
+  ASSERT_TRUE(keeper_->set(r1_.logPointer(), "3"));
+  LogEntry merge;
+  merge.type = LogEntry::Type::kMergeParts;
+  merge.new_part_name = "all_0_1_1";
+  merge.source_parts = {"all_0_0_0", "all_1_1_0"};
+  ASSERT_TRUE(keeper_->create(r1_.logEntryPrefix(), merge.format(), CreateMode::kPersistentSequential));
+  appendLog(1, 7);  // log-4: all_7_7_0, committed by the lost replica r2, not pulled by r1 yet
+
+  TablePaths r2 = r1_;
+  r2.replica = "r2";
+  auto r2_keeper = server_->connect();
+  ASSERT_TRUE(createReplicaIfNotExists(*r2_keeper, r2));
+  auto cloned = cloneReplica(*r2_keeper, r2, "r1");
+  ASSERT_TRUE(cloned) << cloned.error().toString();
+  EXPECT_EQ(r2_keeper->get(r2.logPointer())->data, "3");
+  EXPECT_TRUE(cloned->source_parts.containingPart(*PartName::parse("all_7_7_0")))
+      << "the clone would detach a part only the log names";
+  EXPECT_TRUE(cloned->source_parts.containingPart(*PartName::parse("all_0_1_1")));
+  EXPECT_FALSE(cloned->source_parts.containingPart(*PartName::parse("all_5_5_0")));
+}
+
 TEST_F(ReplicationLog, CloneSourceIsALiveReplicaThatIsNotLost) {
   TablePaths r2 = r1_;
   r2.replica = "r2";

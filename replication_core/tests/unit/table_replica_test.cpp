@@ -299,5 +299,40 @@ TEST_F(TableReplicaTest, AnExpiredSessionIsReplacedAndTheReplicaReactivated) {
   EXPECT_NE((*renewed)->ephemeral_owner, (*is_active)->ephemeral_owner);
 }
 
+// While its session was gone the replica was inactive, and the leader marked it lost. Until it is
+// a copy of a live replica it commits nothing: the clone would detach a part the source does not
+// have, with its acknowledged rows.
+TEST_F(TableReplicaTest, AReplicaMarkedLostWhileWithoutASessionTakesNoInsertUntilCloned) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  ASSERT_EQ(table_->runBackgroundRoundForTest(), 0u);  // pulls its own entry: log_pointer 1
+  // r2: live, not lost, with the table's one part: the clone source.
+  TablePaths r2 = paths_;
+  r2.replica = "r2";
+  ASSERT_TRUE(createReplicaIfNotExists(*observer_, r2));
+  ASSERT_TRUE(observer_->set(r2.isLost(), "0"));
+  ASSERT_TRUE(observer_->set(r2.logPointer(), "1"));
+  ASSERT_TRUE(observer_->create(r2.part("202612_0_0_0"), "", CreateMode::kPersistent));
+  ASSERT_TRUE(activateReplica(*observer_, r2, "r2:8123"));
+
+  auto is_active = observer_->exists(paths_.isActive());
+  ASSERT_TRUE(is_active && *is_active);
+  server_->expireSession((*is_active)->ephemeral_owner);
+  ASSERT_TRUE(observer_->set(paths_.isLost(), "1"));  // the leader's cleanup, while r1 was away
+
+  auto refused = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_FALSE(refused) << "a lost replica committed an insert";
+  EXPECT_EQ(refused.error().kind, InsertError::Kind::kUnavailable);
+  EXPECT_NE(refused.error().message.find("is lost"), std::string::npos) << refused.error().message;
+  EXPECT_FALSE(table_->writable());
+  EXPECT_EQ(table_->rowCount(), 1u);
+
+  table_->runBackgroundRoundForTest();  // clones r2
+  EXPECT_EQ(observer_->get(paths_.isLost())->data, "0");
+  EXPECT_TRUE(table_->writable());
+  auto accepted = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(accepted) << accepted.error().message;
+  EXPECT_EQ(table_->rowCount(), 2u);
+}
+
 }  // namespace
 }  // namespace rtable::core

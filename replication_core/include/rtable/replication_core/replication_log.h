@@ -58,8 +58,9 @@ class LogPuller {
 
 struct CloneResult {
   std::vector<QueueEntry> entries;  // this replica's new queue
-  // What the source has or will have: a local part none of these contains has no place in the
-  // table any more (dropped, say, while this replica was away).
+  // What the source has or will have (its parts, its queue, the log from the cloned pointer
+  // on): a local part none of these contains has no place in the table any more (dropped, say,
+  // while this replica was away).
   ActiveDataPartSet source_parts;
 };
 

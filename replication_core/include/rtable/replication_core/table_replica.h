@@ -158,7 +158,8 @@ class TableReplica {
   uint64_t rowCount() const;
   // Whether inserts can be committed now: a live ZooKeeper session (renewed if it expired). No
   // request to ZooKeeper while the session lives, so a readiness probe may ask it often.
-  bool writable() { return keeper() != nullptr; }
+  // Inserts can commit: a ZooKeeper session, and not lost (a lost replica takes none until cloned).
+  bool writable() { return keeper() != nullptr && !lost_; }
   // Everything /replica shows, including the log counter read from ZooKeeper.
   ReplicaState state();
 
@@ -226,6 +227,8 @@ class TableReplica {
   // A lost replica (or a new one of a table with history) becomes a copy of a healthy one.
   // False while there is none to copy.
   bool cloneIfLost(Keeper& keeper);
+  // is_lost into lost_, right after an activation (see the definition for why that is safe).
+  KeeperStatus readLost(Keeper& keeper);
   ReplicationQueue::LocalPartLookup localPartLookup() const;
   void resolveUncertainParts(Keeper& keeper);
   bool isLeader(Keeper& keeper);
