@@ -246,20 +246,44 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
   // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
   auto replicas = (*keeper)->children(paths.replicas());
   if (!replicas) return fail(replicas.error().toString());
-  const std::vector<std::string> names = std::move(replicas->names);
-  std::vector<std::string> waiting;
-  for (const auto& replica : names) {
+  std::vector<std::pair<std::string, long>> leaving;  // name, ordinal
+  std::vector<std::string> staying;
+  for (const auto& replica : replicas->names) {
     const std::string prefix = key.name + "-";
-    if (!replica.starts_with(prefix)) continue;  // not one of this StatefulSet's pods
     char* end = nullptr;
-    const long ordinal = std::strtol(replica.c_str() + prefix.size(), &end, 10);
-    if (end == replica.c_str() + prefix.size() || *end != '\0' || ordinal < spec.replicas) continue;
+    const long ordinal = replica.starts_with(prefix) ? std::strtol(replica.c_str() + prefix.size(), &end, 10) : -1;
+    const bool ours = end != nullptr && end != replica.c_str() + prefix.size() && *end == '\0';
+    if (ours && ordinal >= spec.replicas) {
+      leaving.emplace_back(replica, ordinal);
+    } else {
+      staying.push_back(replica);
+    }
+  }
+  std::vector<std::string> waiting;
+  std::vector<std::string> holding;  // stopped with parts no staying replica has
+  for (const auto& [replica, ordinal] : leaving) {
     auto pod = client_.get(op::resources::pods(), {key.ns, replica});
     if (pod) {
       waiting.push_back(replica);  // still terminating: its process may still serve it
       continue;
     }
     if (pod.error().kind != op::KubeErrorKind::kNotFound) return fail("reading pod " + replica + ": " + pod.error().toString());
+    // Removing its node would make its unreplicated parts unfetchable for good (their rows were
+    // acknowledged): they stay on its volume until it runs again and the others fetch them.
+    auto only = core::partsOnlyOn(**keeper, paths, replica, staying);
+    if (!only) return fail("reading the parts of replica " + replica + ": " + only.error().toString());
+    if (!only->empty()) {
+      const std::size_t shown = std::min<std::size_t>(only->size(), 3);
+      const std::string message = fmt::format(
+          "scaled-down replica {} stopped holding {} part(s) no remaining replica has ({}{}); its "
+          "ZooKeeper node is kept so that they are not lost: scale back to {} replicas or more "
+          "until the others have fetched them",
+          replica, only->size(), fmt::join(only->begin(), only->begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+          only->size() > shown ? ", ..." : "", ordinal + 1);
+      holding.push_back(message);
+      event(table, op::EventType::kWarning, "ReplicaHoldsUnreplicatedParts", message);
+      continue;
+    }
     auto dropped = core::dropReplica(**keeper, paths, replica);
     if (!dropped) {
       if (dropped.error().code == core::KeeperCode::kBadArguments) {
@@ -272,6 +296,11 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
       event(table, op::EventType::kNormal, "ReplicaRemoved",
             fmt::format("removed scaled-down replica {} from ZooKeeper ({})", replica, paths.replicas()));
     }
+  }
+  if (!holding.empty()) {
+    setCondition(conditions, previous, "Replicating", false, "ScaledDownReplicaHoldsParts",
+                 fmt::format("{}", fmt::join(holding, "; ")), generation, now);
+    return std::optional<std::string>("scaled-down replicas hold parts no other replica has");
   }
   setCondition(conditions, previous, "Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
                waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",

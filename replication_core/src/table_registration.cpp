@@ -1,9 +1,11 @@
 #include "rtable/replication_core/table_registration.h"
 
 #include <fmt/format.h>
-
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "rtable/replication_core/active_part_set.h"
 #include "rtable/replication_core/sequential_counter.h"
 
 namespace rtable::core {
@@ -148,6 +150,45 @@ KeeperResult<ReplicaRemoval> dropReplica(Keeper& keeper, const TablePaths& table
     return std::unexpected(removed.error());
   }
   return ReplicaRemoval::kRemoved;
+}
+
+KeeperResult<std::vector<std::string>> partsOnlyOn(Keeper& keeper, const TablePaths& table,
+                                                   const std::string& replica,
+                                                   const std::vector<std::string>& staying) {
+  ActiveDataPartSet elsewhere;
+  for (const auto& name : staying) {
+    TablePaths other = table;
+    other.replica = name;
+    // A lost replica's parts are about to be replaced by its clone: no copy to count on.
+    auto lost = keeper.get(other.isLost());
+    if (!lost) {
+      if (lost.error().code == KeeperCode::kNoNode) continue;  // not (or no longer) a replica
+      return std::unexpected(lost.error());
+    }
+    if (lost->data == "1") continue;
+    auto parts = keeper.children(other.parts());
+    if (!parts) {
+      if (parts.error().code == KeeperCode::kNoNode) continue;
+      return std::unexpected(parts.error());
+    }
+    for (const auto& part : parts->names) {
+      if (auto name = PartName::parse(part)) (void)elsewhere.add(*name);
+    }
+  }
+  TablePaths leaving = table;
+  leaving.replica = replica;
+  auto parts = keeper.children(leaving.parts());
+  if (!parts) {
+    if (parts.error().code == KeeperCode::kNoNode) return std::vector<std::string>{};
+    return std::unexpected(parts.error());
+  }
+  std::vector<std::string> only;
+  for (const auto& part : parts->names) {
+    auto name = PartName::parse(part);
+    if (name && !elsewhere.containingPart(*name)) only.push_back(part);
+  }
+  std::sort(only.begin(), only.end());
+  return only;
 }
 
 KeeperStatus activateReplica(Keeper& keeper, const TablePaths& paths, const std::string& address) {

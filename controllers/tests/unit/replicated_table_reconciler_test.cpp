@@ -233,6 +233,53 @@ TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceThe
   EXPECT_TRUE(*operator_session_->exists(replica("events-0").replicaRoot()));
 }
 
+// A scaled-down replica whose pod is gone but whose parts no remaining replica has yet keeps its
+// ZooKeeper node: removing it would make those acknowledged rows unfetchable for good.
+TEST_F(ReconcilerWithZooKeeper, AScaledDownReplicaHoldingTheOnlyCopyOfAPartIsKept) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  std::map<std::string, std::unique_ptr<core::Keeper>> sessions;
+  for (const char* name : {"events-0", "events-1", "events-2"}) {
+    sessions[name] = startReplica(name);
+    createPod(name);
+  }
+  auto list = [&](const std::string& name, std::initializer_list<const char*> parts) {
+    for (const char* part : parts) {
+      ASSERT_TRUE(operator_session_->create(replica(name).part(part), "", core::CreateMode::kPersistent));
+    }
+  };
+  list("events-0", {"202612_0_0_0", "202612_1_1_0"});
+  list("events-1", {"202612_0_0_0", "202612_1_1_0"});
+  // events-2 merged 0 and 1 before the others, and took an insert (block 5) just before it left.
+  list("events-2", {"202612_0_1_1", "202612_5_5_0"});
+
+  auto scaled = get(replicatedTables(), "events");
+  scaled["spec"]["replicas"] = 2;
+  ASSERT_TRUE(client_.update(replicatedTables(), scaled));
+  ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-2"}));
+  sessions.erase("events-2");
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").parts())) << "its only copies were dropped";
+  EXPECT_EQ(condition("Replicating")["status"], "False");
+  EXPECT_EQ(condition("Replicating")["reason"], "ScaledDownReplicaHoldsParts");
+  const std::string message = condition("Replicating")["message"];
+  EXPECT_NE(message.find("events-2 stopped holding 2 part(s)"), std::string::npos) << message;
+  EXPECT_NE(message.find("202612_5_5_0"), std::string::npos) << message;
+  EXPECT_NE(message.find("scale back to 3 replicas"), std::string::npos) << message;
+  EXPECT_EQ(events_.withReason("ReplicaHoldsUnreplicatedParts").size(), 1u);
+
+  // events-1 fetched block 5 and events-0 ran the merge: every row is on a remaining replica.
+  list("events-1", {"202612_5_5_0"});
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").parts())) << "0_1_1 is on no remaining replica yet";
+  ASSERT_TRUE(operator_session_->remove(replica("events-0").part("202612_0_0_0")));
+  ASSERT_TRUE(operator_session_->remove(replica("events-0").part("202612_1_1_0")));
+  list("events-0", {"202612_0_1_1"});
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(replica("events-2").replicaRoot()));
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+}
+
 TEST_F(ReconcilerWithZooKeeper, LowHeadroomAndAnUnreachableZooKeeperAreConditions) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   auto session = startReplica("events-0");

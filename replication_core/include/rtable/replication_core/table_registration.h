@@ -34,6 +34,13 @@ enum class ReplicaRemoval { kRemoved, kNotThere };
 KeeperResult<ReplicaRemoval> dropReplica(Keeper& keeper, const TablePaths& paths,
                                          const std::string& replica);
 
+// The parts `replica` lists in ZooKeeper that no part of a replica in `staying` (not lost)
+// contains: what removing `replica` would lose while its disk is not read again (a scale-down
+// right after an insert on the leaving replica, before the others fetched it). Empty: nothing.
+KeeperResult<std::vector<std::string>> partsOnlyOn(Keeper& keeper, const TablePaths& paths,
+                                                   const std::string& replica,
+                                                   const std::vector<std::string>& staying);
+
 // Marks this replica live: the ephemeral is_active node (in this session) and its address in
 // host. An is_active left by this replica's previous session is replaced once that session ends.
 KeeperStatus activateReplica(Keeper& keeper, const TablePaths& paths, const std::string& address);
