@@ -146,7 +146,8 @@ class ReplicaHttpServer::Impl {
 
   std::expected<void, std::string> open() {
     listener_.support([this](http::http_request request) {
-      if (draining_) {
+      // Other replicas may still fetch this one's parts while it hands them off (drain).
+      if (draining_ && request.relative_uri().path() != kPartTransferPath) {
         replyError(request, http::status_codes::ServiceUnavailable, "SHUTTING_DOWN",
                    "this replica is shutting down; retry on another replica",
                    json::object(), {{"Retry-After", "1"}});
@@ -165,8 +166,10 @@ class ReplicaHttpServer::Impl {
     return {};
   }
 
-  void drain(std::chrono::milliseconds grace) {
+  void drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts) {
     draining_ = true;
+    workers_.waitIdle(grace);
+    if (while_serving_parts) while_serving_parts();
     workers_.waitIdle(grace);
     try {
       listener_.close().wait();
@@ -577,7 +580,7 @@ class ReplicaHttpServer::Impl {
 ReplicaHttpServer::ReplicaHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ReplicaHttpServer::~ReplicaHttpServer() {
-  if (impl_) impl_->drain(std::chrono::milliseconds(0));
+  if (impl_) impl_->drain(std::chrono::milliseconds(0), {});
 }
 
 std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
@@ -587,6 +590,8 @@ std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer
   return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(impl)));
 }
 
-void ReplicaHttpServer::drain(std::chrono::milliseconds grace) { impl_->drain(grace); }
+void ReplicaHttpServer::drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts) {
+  impl_->drain(grace, while_serving_parts);
+}
 
 }  // namespace rtable::core

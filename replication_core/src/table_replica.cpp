@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <deque>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "rtable/replication_core/keeper_retry.h"
 #include "rtable/replication_core/part_exchange.h"
@@ -1429,7 +1431,7 @@ void TableReplica::backgroundLoop() {
   }
 }
 
-void TableReplica::shutdown() {
+void TableReplica::stopBackgroundWork() {
   {
     std::lock_guard lock(background_mu_);
     if (stopping_) return;
@@ -1440,6 +1442,51 @@ void TableReplica::shutdown() {
   // Running fetches and merges finish; queued ones run after the next start.
   if (fetch_pool_) fetch_pool_->stop();
   if (merge_pool_) merge_pool_->stop();
+}
+
+std::vector<std::string> TableReplica::handOff(std::chrono::milliseconds timeout) {
+  // No new merge (this replica may lead) makes a part that only it has.
+  stopBackgroundWork();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> only_here;
+  bool announced = false;
+  for (;;) {
+    std::shared_ptr<Keeper> keeper = this->keeper();
+    if (!keeper) return only_here;  // no session: nothing can be learned or handed on
+    auto replicas = keeper->children(paths_.replicas());
+    if (!replicas) return only_here;
+    std::vector<std::string> live;
+    for (const auto& name : replicas->names) {
+      if (name == spec_.replica) continue;
+      TablePaths other = paths_;
+      other.replica = name;
+      auto active = keeper->exists(other.isActive());
+      if (active && *active) live.push_back(name);
+    }
+    if (live.empty()) return {};  // no one to hand parts to; they stay on this volume
+    auto only = partsOnlyOn(*keeper, paths_, spec_.replica, live);
+    if (only) {
+      only_here = std::move(*only);
+      if (only_here.empty()) {
+        if (announced) spdlog::info("hand-off done: every part of this replica is on another live replica");
+        return {};
+      }
+      if (!announced) {
+        spdlog::info("handing off {} part(s) only this replica has before stopping (up to {} ms): {}",
+                     only_here.size(), timeout.count(), fmt::join(only_here, ", "));
+        announced = true;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  spdlog::warn("stopping with {} part(s) no other live replica has yet: {}", only_here.size(),
+               fmt::join(only_here, ", "));
+  return only_here;
+}
+
+void TableReplica::shutdown() {
+  stopBackgroundWork();
   std::lock_guard lock(keeper_mu_);
   keeper_.reset();
 }

@@ -1,7 +1,8 @@
 // rtable-core: serves one replica of a table (DESIGN.md 2). Reads the table spec (with this
 // replica's identity, address and data dir optionally given by flags), creates or joins the table
 // in ZooKeeper, loads its parts, serves the HTTP API and /metrics. SIGTERM or SIGINT: stop taking
-// requests, finish those in flight, exit 0.
+// requests, finish those in flight, hand off the parts only this replica has (other replicas
+// fetch them meanwhile), exit 0.
 #include <fmt/format.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
@@ -23,6 +24,9 @@ namespace {
 
 constexpr int kExitUsage = 2;
 constexpr auto kDrainGrace = std::chrono::seconds(30);
+// After the requests in flight: how long a stopping replica waits for the others to have every
+// part only it has (a scale-down's pod never comes back). The pods get 45 s in all.
+constexpr auto kHandOffTimeout = std::chrono::seconds(10);
 
 constexpr const char* kUsage =
     "usage: rtable-core --config SPEC.yaml [--replica-name NAME] [--replica-host HOST]\n"
@@ -185,7 +189,7 @@ int main(int argc, char** argv) {
   while ((signal = waitForSignal(signals, std::chrono::seconds(60))) == 0) {
   }
   spdlog::info("signal {}: finishing requests in flight", signal);
-  (*server)->drain(kDrainGrace);
+  (*server)->drain(kDrainGrace, [&] { (void)table->handOff(kHandOffTimeout); });
   table->shutdown();
   spdlog::info("stopped");
   return 0;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -90,6 +91,32 @@ TEST_F(Replication, AStoppedReplicaCatchesUp) {
   for (uint64_t id = 2; id < 200; ++id) insert(id % 2 ? r1 : r2, row(id));
   ASSERT_TRUE(r3.launch());
   EXPECT_EQ(expectConverged().rows, 199u);
+}
+
+// A replica stopped right after an insert (a scale-down's pod never comes back) waits, serving
+// part fetches, until the others have the part only it has: the acknowledged row does not leave
+// with it. r2 is frozen while r1 takes the insert and gets SIGTERM, so without the hand-off r1
+// would be gone before r2 could fetch anything.
+TEST_F(Replication, AStoppingReplicaHandsItsOnlyPartsToTheOthersFirst) {
+  auto& r1 = addReplica("r1");
+  auto& r2 = addReplica("r2");
+  insert(r1, row(1));
+  expectConverged();
+  r2.freezeForTest();
+  insert(r1, row(2));
+  auto stopped = std::async(std::launch::async, [&] { return r1.terminate(); });
+  const bool exited_at_once = stopped.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
+  r2.thawForTest();
+  EXPECT_FALSE(exited_at_once) << "r1 stopped while it had the only copy of row 2";
+  EXPECT_EQ(stopped.get(), 0);
+  // r1 is gone: r2 has row 2 only if it fetched it during the hand-off (the part registered in
+  // ZooKeeper a moment before it is visible).
+  EXPECT_TRUE(waitFor([&] {
+    auto count = r2.get("/count");
+    return count && count->status == 200 && json::parse(count->body)["rows"].get<uint64_t>() == 2u;
+  }, std::chrono::seconds(5))) << "r2 lacks the row r1 took with it";
+  ASSERT_TRUE(r1.launch());
+  EXPECT_EQ(expectConverged().rows, 2u);
 }
 
 TEST_F(Replication, ANewReplicaClonesAndFetchesEverything) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,9 +30,10 @@ class ReplicaHttpServer {
       TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers = 8);
   ~ReplicaHttpServer();
 
-  // Graceful stop: /readyz turns 503 and new requests get 503; requests already being served
-  // finish (up to `grace`); then the listener closes.
-  void drain(std::chrono::milliseconds grace);
+  // Graceful stop: /readyz turns 503 and new requests get 503, except other replicas' part
+  // fetches; requests already being served finish (up to `grace`); then `while_serving_parts`
+  // runs (TableReplica::handOff), part fetches still served; then the listener closes.
+  void drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts = {});
 
   class Impl;
 

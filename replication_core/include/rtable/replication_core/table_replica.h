@@ -185,6 +185,13 @@ class TableReplica {
   // "" when virtual_parts = current parts + queue holds, else what differs.
   std::string checkQueueInvariant() const;
 
+  // Before a stop that may be for good (SIGTERM: a scale-down's pod never comes back): stops the
+  // background work and waits, up to `timeout`, until every part this replica lists is on some
+  // other live replica, which fetches it from here meanwhile (the HTTP server still serves part
+  // fetches while it drains). With no other live replica there is no one to wait for. Returns the
+  // parts still only here (empty: this replica takes no row with it).
+  std::vector<std::string> handOff(std::chrono::milliseconds timeout);
+
   // Stops background work; in-flight inserts finish. The ZooKeeper session is closed last.
   void shutdown();
 
@@ -192,6 +199,8 @@ class TableReplica {
   TableReplica(TableSpec spec, KeeperFactory factory, prometheus::Registry& registry,
                TableReplicaOptions options);
   std::expected<void, std::string> start();
+  // Joins the background thread and stops the fetch and merge pools (running tasks finish).
+  void stopBackgroundWork();
   // The current session, renewed (and the replica re-activated) after expiry; nullptr if ZooKeeper
   // cannot be reached now.
   std::shared_ptr<Keeper> keeper();
