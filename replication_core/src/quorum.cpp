@@ -87,13 +87,12 @@ KeeperResult<ReplicaCount> countReplicas(Keeper& keeper, const TablePaths& paths
   if (!replicas) return std::unexpected(replicas.error());
   ReplicaCount count;
   count.total = replicas->names.size();
-  std::size_t& active = count.active;
   for (const auto& name : replicas->names) {
     TablePaths other = paths;
     other.replica = name;
     auto is_active = keeper.exists(other.isActive());
     if (!is_active) return std::unexpected(is_active.error());
-    if (*is_active) ++active;
+    if (*is_active) count.live.push_back(name);
   }
   return count;
 }

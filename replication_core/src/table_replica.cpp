@@ -306,12 +306,12 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
       quorum = majorityQuorum(count->total);
       if (quorum < 2) quorum = 0;  // a single replica: this one is the majority
     }
-    if (count->active < quorum) {
+    if (count->active() < quorum) {
       metrics_.insert_errors.Increment();
       return std::unexpected(InsertError{
           InsertError::Kind::kTooFewReplicas,
           fmt::format("Number of alive replicas ({}) is less than requested quorum ({}{}); nothing "
-                      "was written", count->active, quorum,
+                      "was written", count->active(), quorum,
                       insert.options_.quorum_auto ? fmt::format(", a majority of {} replicas", count->total) : "")});
     }
   }
@@ -1453,16 +1453,10 @@ std::vector<std::string> TableReplica::handOff(std::chrono::milliseconds timeout
   for (;;) {
     std::shared_ptr<Keeper> keeper = this->keeper();
     if (!keeper) return only_here;  // no session: nothing can be learned or handed on
-    auto replicas = keeper->children(paths_.replicas());
-    if (!replicas) return only_here;
-    std::vector<std::string> live;
-    for (const auto& name : replicas->names) {
-      if (name == spec_.replica) continue;
-      TablePaths other = paths_;
-      other.replica = name;
-      auto active = keeper->exists(other.isActive());
-      if (active && *active) live.push_back(name);
-    }
+    auto count = countReplicas(*keeper, paths_);
+    if (!count) return only_here;
+    std::vector<std::string> live = std::move(count->live);
+    std::erase(live, spec_.replica);
     if (live.empty()) return {};  // no one to hand parts to; they stay on this volume
     auto only = partsOnlyOn(*keeper, paths_, spec_.replica, live);
     if (only) {

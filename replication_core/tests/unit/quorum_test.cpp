@@ -74,12 +74,12 @@ TEST(Quorum, ActiveReplicasAreThoseWithASession) {
   ASSERT_TRUE(createReplicaIfNotExists(*keeper, r1));
   ASSERT_TRUE(createReplicaIfNotExists(*keeper, r2));
   ASSERT_TRUE(activateReplica(*keeper, r1, "host: a\n"));
-  EXPECT_EQ(countReplicas(*keeper, r1)->active, 1u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->active(), 1u);
   auto other = server->connect();
   ASSERT_TRUE(activateReplica(*other, r2, "host: b\n"));
-  EXPECT_EQ(countReplicas(*keeper, r1)->active, 2u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->active(), 2u);
   other.reset();
-  EXPECT_EQ(countReplicas(*keeper, r1)->active, 1u);
+  EXPECT_EQ(countReplicas(*keeper, r1)->active(), 1u);
   EXPECT_EQ(countReplicas(*keeper, r1)->total, 2u);
 }
 

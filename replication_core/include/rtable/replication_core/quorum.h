@@ -34,8 +34,10 @@ struct QuorumEntry {
 };
 
 struct ReplicaCount {
-  std::size_t total = 0;   // registered under replicas/
-  std::size_t active = 0;  // with an is_active node now: the most a quorum insert can reach
+  std::size_t total = 0;          // registered under replicas/
+  std::vector<std::string> live;  // with an is_active node now
+  // The most a quorum insert can reach.
+  std::size_t active() const { return live.size(); }
 };
 KeeperResult<ReplicaCount> countReplicas(Keeper& keeper, const TablePaths& paths);
 
