@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <expected>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -24,6 +24,7 @@
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
 #include "rtable/operator/testing/local_kubelet.h"
+#include "rtable/operator/testing/operator_log.h"
 #include "rtable/replication_core/testing/http_client.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 #include "rtable/replication_core/testing/subprocess.h"
@@ -174,24 +175,13 @@ class OperatorEndToEnd : public ::testing::Test {
   }
   std::string root() const { return "/rtable/tables/analytics.events"; }
 
-  // The operator's metrics port, from its log line "metrics listening on http://H:P/metrics".
-  std::optional<int> operatorMetricsPort() const {
-    std::ifstream in(operatorLog());
-    std::stringstream text;
-    text << in.rdbuf();
-    static const std::regex listening(R"(metrics listening on http://[0-9.]+:([0-9]+)/metrics)");
-    std::smatch m;
-    const std::string log = text.str();
-    std::optional<int> port;
-    // The last one: the log is appended to across restarts.
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), listening); it != std::sregex_iterator(); ++it) {
-      port = std::stoi((*it)[1].str());
-    }
-    return port;
-  }
   // Reconciles of ReplicatedTables that ended without error since the operator (re)started.
   double finishedReconciles() const {
-    const auto port = operatorMetricsPort();
+    // The last report in the log (appended to across restarts) is the running process's.
+    std::ifstream in(operatorLog());
+    std::stringstream log;
+    log << in.rdbuf();
+    const auto port = op::testing::reportedPorts(log.str()).metrics;
     if (!port) return 0;
     auto answer = httpRequest("127.0.0.1", *port, "GET", "/metrics", "", 5s);
     if (!answer || answer->status != 200) return 0;
@@ -212,13 +202,11 @@ class OperatorEndToEnd : public ::testing::Test {
   // recorded. Equal snapshots: no action was taken in between.
   std::map<std::string, std::string> operatorActions() {
     std::map<std::string, std::string> actions;
-    op::ListOptions owned;
-    owned.label_selector = "app.kubernetes.io/instance=events";
     auto record = [&](const op::ResourceType& type, const std::string& kind, bool generation) {
-      auto list = client_->list(type, kNs, owned);
-      EXPECT_TRUE(list) << kind << ": " << list.error().toString();
-      if (!list) return;
-      for (const json& item : list->items) {
+      auto items = tableObjects(type);
+      EXPECT_TRUE(items) << kind << ": " << items.error();
+      if (!items) return;
+      for (const json& item : *items) {
         const json& meta = item["metadata"];
         actions[kind + "/" + meta.value("name", "")] =
             generation ? std::to_string(meta.value("generation", 0)) : meta.value("resourceVersion", "");
@@ -243,8 +231,6 @@ class OperatorEndToEnd : public ::testing::Test {
   // What is left of the table in the namespace: "kind/name" of every object with its labels.
   std::vector<std::string> leftovers() {
     std::vector<std::string> left;
-    op::ListOptions owned;
-    owned.label_selector = "app.kubernetes.io/instance=events";
     const std::vector<std::pair<op::ResourceType, std::string>> kinds = {
         {op::resources::statefulSets(), "StatefulSet"},
         {op::resources::pods(), "Pod"},
@@ -254,14 +240,22 @@ class OperatorEndToEnd : public ::testing::Test {
         {op::resources::secrets(), "Secret"},
         {op::resources::persistentVolumeClaims(), "PersistentVolumeClaim"}};
     for (const auto& [type, kind] : kinds) {
-      auto list = client_->list(type, kNs, owned);
-      if (!list) {
-        left.push_back(kind + ": " + list.error().toString());
+      auto items = tableObjects(type);
+      if (!items) {
+        left.push_back(kind + ": " + items.error());
         continue;
       }
-      for (const json& item : list->items) left.push_back(kind + "/" + item["metadata"].value("name", ""));
+      for (const json& item : *items) left.push_back(kind + "/" + item["metadata"].value("name", ""));
     }
     return left;
+  }
+  // The table's objects of one kind, by the instance label the operator gives them all.
+  std::expected<std::vector<json>, std::string> tableObjects(const op::ResourceType& type) {
+    op::ListOptions options;
+    options.label_selector = "app.kubernetes.io/instance=events";
+    auto list = client_->list(type, kNs, options);
+    if (!list) return std::unexpected(list.error().toString());
+    return std::move(list->items);
   }
 
   std::unique_ptr<LocalControlPlane> plane_;

@@ -23,6 +23,7 @@
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/leader_election.h"
 #include "rtable/operator/testing/local_control_plane.h"
+#include "rtable/operator/testing/operator_log.h"
 
 #ifndef RTABLE_OPERATOR_BINARY
 #error "RTABLE_OPERATOR_BINARY must name the rtable-operator binary (operator/tests/CMakeLists.txt)"
@@ -151,17 +152,12 @@ class OperatorProcessTest : public ::testing::Test {
     if (!process) return std::unexpected(process.error());
     run.process.emplace(std::move(*process));
     run.identity = fmt::format("{}_{}", hostName(), run.process->pid());
-    const std::regex probes(R"(health probes listening on http://[0-9.]+:([0-9]+)/healthz)");
-    const std::regex metrics(R"(metrics listening on http://[0-9.]+:([0-9]+)/metrics)");
     const bool listening = eventually(
         [&] {
-          const std::string text = run.logText();
-          std::smatch p, m;
-          if (!std::regex_search(text, p, probes) || !std::regex_search(text, m, metrics)) {
-            return false;
-          }
-          run.probe_port = std::stoi(p[1].str());
-          run.metrics_port = std::stoi(m[1].str());
+          const testing::ReportedPorts ports = testing::reportedPorts(run.logText());
+          if (!ports.probes || !ports.metrics) return false;
+          run.probe_port = *ports.probes;
+          run.metrics_port = *ports.metrics;
           return true;
         },
         30s);
