@@ -174,6 +174,11 @@ class ReconcilerWithZooKeeper : public Reconciler {
     EXPECT_TRUE(core::activateReplica(*session, replica(name), "host: " + name + "\n"));
     return session;
   }
+  void setReplicas(int replicas) {
+    auto scaled = get(replicatedTables(), "events");
+    scaled["spec"]["replicas"] = replicas;
+    ASSERT_TRUE(client_.update(replicatedTables(), scaled));
+  }
   void createPod(const std::string& name) {
     ASSERT_TRUE(client_.create(op::resources::pods(),
                                {{"apiVersion", "v1"}, {"kind", "Pod"},
@@ -210,9 +215,7 @@ TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceThe
   EXPECT_EQ(condition("Replicating")["status"], "True");
 
   // Scaled to 1: events-1 is gone (pod and session), events-2's pod is still terminating.
-  auto scaled = get(replicatedTables(), "events");
-  scaled["spec"]["replicas"] = 1;
-  ASSERT_TRUE(client_.update(replicatedTables(), scaled));
+  setReplicas(1);
   ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-1"}));
   sessions.erase("events-1");
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
@@ -253,9 +256,7 @@ TEST_F(ReconcilerWithZooKeeper, AScaledDownReplicaHoldingTheOnlyCopyOfAPartIsKep
   // events-2 merged 0 and 1 before the others, and took an insert (block 5) just before it left.
   list("events-2", {"202612_0_1_1", "202612_5_5_0"});
 
-  auto scaled = get(replicatedTables(), "events");
-  scaled["spec"]["replicas"] = 2;
-  ASSERT_TRUE(client_.update(replicatedTables(), scaled));
+  setReplicas(2);
   ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-2"}));
   sessions.erase("events-2");
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));

@@ -278,20 +278,27 @@ TEST(PodSandbox, MountsVolumesInItsOwnNamespaces) {
   fs::remove_all(dir);
 }
 
+// Starts `args` `starts` times, each time a SIGTERM at once: the process must still run `settle`
+// later (the signal held, not fatal) and end 137 on the SIGKILL that follows.
+void expectAnEarlySigtermIsSurvived(const std::vector<std::string>& args, const fs::path& log,
+                                    int starts, std::chrono::milliseconds settle) {
+  for (int i = 0; i < starts; ++i) {
+    auto process = SandboxProcess::start(args, log);
+    ASSERT_TRUE(process) << process.error();
+    process->signal(SIGTERM);
+    std::this_thread::sleep_for(settle);
+    EXPECT_EQ(process->poll(), std::nullopt) << "start " << i << " ended on the SIGTERM";
+    EXPECT_EQ(process->killAndReap(), 137) << "start " << i;
+  }
+}
+
 // A liveness kill may come the moment a container started. The SIGTERM must wait for the
 // sandbox's forwarding handler, never kill the supervisor (that would report 143 for a
 // container that ignores SIGTERM and must end 137 after its grace period). `sleep` started
 // directly keeps the blocked mask across exec, so it shows where the signal went: held, not fatal.
 TEST(SandboxProcess, ASigtermRightAfterStartNeverKillsTheSupervisor) {
   const fs::path log = fs::temp_directory_path() / fmt::format("rtable-sandbox-{}.log", getpid());
-  for (int i = 0; i < 20; ++i) {
-    auto process = SandboxProcess::start({"/bin/sleep", "30"}, log);
-    ASSERT_TRUE(process) << process.error();
-    process->signal(SIGTERM);
-    std::this_thread::sleep_for(50ms);
-    EXPECT_EQ(process->poll(), std::nullopt) << "start " << i << " died of the SIGTERM";
-    EXPECT_EQ(process->killAndReap(), 137) << "start " << i;
-  }
+  expectAnEarlySigtermIsSurvived({"/bin/sleep", "30"}, log, 20, 50ms);
   fs::remove(log);
 }
 
@@ -308,15 +315,8 @@ TEST(SandboxProcess, TheSandboxForwardsAnEarlySigtermToTheContainer) {
                      {"env", json::array({"PATH=/usr/bin:/bin"})},
                      {"pid_file", (dir / "pid").string()}};
   { std::ofstream(dir / "spec.json") << spec.dump(); }
-  for (int i = 0; i < 3; ++i) {
-    auto process = SandboxProcess::start(
-        {defaultPodSandboxBinary().string(), (dir / "spec.json").string()}, dir / "log");
-    ASSERT_TRUE(process) << process.error();
-    process->signal(SIGTERM);
-    std::this_thread::sleep_for(300ms);
-    EXPECT_EQ(process->poll(), std::nullopt) << "start " << i << " ended on SIGTERM";
-    EXPECT_EQ(process->killAndReap(), 137) << "start " << i;
-  }
+  expectAnEarlySigtermIsSurvived({defaultPodSandboxBinary().string(), (dir / "spec.json").string()},
+                                 dir / "log", 3, 300ms);
   fs::remove_all(dir);
 }
 
