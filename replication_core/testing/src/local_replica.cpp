@@ -18,18 +18,33 @@ std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(Lo
   std::filesystem::create_directories(o.work_dir, ec);
   if (ec) return std::unexpected(fmt::format("cannot create {}: {}", o.work_dir.string(), ec.message()));
   replica->data_dir_ = o.work_dir / "data";
+  // A port found free may be taken by someone else before rtable-core binds it (the machine is
+  // shared): a first start that fails on it gets new ports; nobody knows the old ones yet.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    if (auto written = replica->writeSpec(); !written) return std::unexpected(written.error());
+    auto launched = replica->launch();
+    if (launched) return replica;
+    if (attempt == kAttempts || launched.error().find("Address already in use") == std::string::npos) {
+      return std::unexpected(launched.error());
+    }
+  }
+}
+
+TestStatus LocalReplica::writeSpec() {
+  const auto& o = options_;
   auto http = findFreeLoopbackPort();
   auto metrics = findFreeLoopbackPort();
   if (!http || !metrics) return std::unexpected("no free port");
-  replica->http_port_ = *http;
-  replica->metrics_port_ = *metrics;
+  http_port_ = *http;
+  metrics_port_ = *metrics;
   std::ofstream(o.work_dir / "spec.yaml")
       << o.table_yaml << "\n"
       << fmt::format("zookeeper: {{connect: \"{}\", sessionTimeoutMs: {}}}\n", o.zookeeper, o.session_timeout_ms)
       << fmt::format("replica: {{name: {}, host: {}}}\n", o.replica, o.host)
-      << fmt::format("dataDir: {}\n", replica->data_dir_.string())
+      << fmt::format("dataDir: {}\n", data_dir_.string())
       << fmt::format("listen: {}\n", o.host)
-      << fmt::format("ports: {{http: {}, metrics: {}}}\n", replica->http_port_, replica->metrics_port_);
+      << fmt::format("ports: {{http: {}, metrics: {}}}\n", http_port_, metrics_port_);
   std::vector<std::string> replication;
   if (!o.interserver_secret.empty()) {
     const auto secret_file = o.work_dir / "interserver-secret";
@@ -41,8 +56,7 @@ std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(Lo
     std::ofstream(o.work_dir / "spec.yaml", std::ios::app)
         << fmt::format("replication: {{{}}}\n", fmt::join(replication, ", "));
   }
-  if (auto launched = replica->launch(); !launched) return std::unexpected(launched.error());
-  return replica;
+  return {};
 }
 
 LocalReplica::~LocalReplica() {

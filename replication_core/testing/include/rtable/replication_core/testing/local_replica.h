@@ -52,6 +52,8 @@ class LocalReplica {
 
  private:
   explicit LocalReplica(LocalReplicaOptions options) : options_(std::move(options)) {}
+  // spec.yaml with newly found free ports.
+  TestStatus writeSpec();
 
   LocalReplicaOptions options_;
   std::filesystem::path data_dir_;
