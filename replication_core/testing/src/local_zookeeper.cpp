@@ -145,19 +145,27 @@ TestStatus LocalZooKeeper::expireSession(const SessionCredentials& credentials) 
   id.client_id = credentials.session_id;
   std::memcpy(id.passwd, credentials.password.data(),
               std::min(credentials.password.size(), sizeof(id.passwd)));
-  zhandle_t* handle = zookeeper_init(connectString().c_str(), nullptr, 10000, &id, nullptr, 0);
-  if (!handle) return std::unexpected("zookeeper_init failed");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (zoo_state(handle) != ZOO_CONNECTED_STATE) {
-    if (std::chrono::steady_clock::now() > deadline || zoo_state(handle) == ZOO_EXPIRED_SESSION_STATE) {
-      zookeeper_close(handle);
-      return std::unexpected(fmt::format("could not attach to session {:#x}", credentials.session_id));
+  // Attaching moves the session to this connection, and closing it closes the session for every
+  // connection. But the owner, cut off by the move, may reconnect and move the session back
+  // before the close is sent; the server then refuses the close (session moved) and the session
+  // lives on. So: attach again until the server says the session is expired.
+  constexpr int kAttempts = 5;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    zhandle_t* handle = zookeeper_init(connectString().c_str(), nullptr, 10000, &id, nullptr, 0);
+    if (!handle) return std::unexpected("zookeeper_init failed");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    int state = 0;
+    while ((state = zoo_state(handle)) != ZOO_CONNECTED_STATE && state != ZOO_EXPIRED_SESSION_STATE) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        zookeeper_close(handle);
+        return std::unexpected(fmt::format("could not attach to session {:#x}", credentials.session_id));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    zookeeper_close(handle);
+    if (state == ZOO_EXPIRED_SESSION_STATE) return {};
   }
-  // Closing this handle closes the session for every connection that uses it.
-  zookeeper_close(handle);
-  return {};
+  return std::unexpected(fmt::format("session {:#x} survived {} closes", credentials.session_id, kAttempts));
 }
 
 KeeperResult<std::unique_ptr<ZooKeeperClient>> LocalZooKeeper::connect(
