@@ -90,6 +90,9 @@ ReplicationQueue::Decision ReplicationQueue::shouldExecute(const QueueEntry& que
   const auto part = partOf(entry.new_part_name);
   if (!part) return act(QueueAction::kNothing);
 
+  // A part that is here already (or covered by one that is) needs nothing, whatever happened to
+  // earlier tries: a fetch that gave way to a covering fetch ends here once that part lands.
+  if (entry.type != LogEntry::Type::kDropRange && local(*part)) return act(QueueAction::kNothing);
   if (auto backoff = backoffFor(queued); now < queued.last_exception_time + backoff) {
     return wait(PostponeReason::kBackoffAfterFailure,
                 fmt::format("Not executing log entry {} of type {} because recently it has failed. "
@@ -297,6 +300,19 @@ void ReplicationQueue::fail(const std::string& node_name, std::string error,
   executing_.erase(node_name);
   forgetActualPart(node_name);
   if (auto part = partOf(it->entry.new_part_name)) future_parts_.erase(*part);
+}
+
+void ReplicationQueue::giveWay(const std::string& node_name, std::string message,
+                               QueueClock::time_point now) {
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const QueueEntry& e) { return e.node_name == node_name; });
+  if (it == entries_.end()) return;
+  it->currently_executing = false;
+  if (it->num_tries > 0) --it->num_tries;
+  executing_.erase(node_name);
+  forgetActualPart(node_name);
+  if (auto part = partOf(it->entry.new_part_name)) future_parts_.erase(*part);
+  postpone(*it, PostponeReason::kCoveredByFuturePart, std::move(message), now);
 }
 
 uint64_t ReplicationQueue::postponedCount(PostponeReason reason) const {

@@ -18,6 +18,7 @@
 #include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/quorum.h"
 #include "rtable/replication_core/measured_keeper.h"
+#include "rtable/replication_core/merge_selector.h"
 #include "rtable/replication_core/table_registration.h"
 #include "posix_file.h"
 #include "worker_pool.h"
@@ -739,11 +740,19 @@ std::size_t TableReplica::assignMerges(Keeper& keeper) {
   // later allocations get higher numbers.
   std::map<std::string, std::vector<int64_t>> locks;
   {
+    // Only partitions with enough parts to merge: between full rounds this runs on every wake,
+    // and then mostly ends here without asking ZooKeeper anything.
     std::set<std::string> partitions;
     {
       std::lock_guard lock(queue_mu_);
-      for (const auto& part : queue_.virtualParts().parts()) partitions.insert(part.partition_id);
+      std::map<std::string, std::size_t> counts;
+      for (const auto& part : queue_.virtualParts().parts()) {
+        if (!part.isFakeDropRange() && ++counts[part.partition_id] == options_.merge_min_parts) {
+          partitions.insert(part.partition_id);
+        }
+      }
     }
+    if (partitions.empty()) return 0;
     for (const auto& partition : partitions) {
       auto locked = lockedBlockNumbers(keeper, partition);
       if (!locked) return 0;
@@ -774,32 +783,27 @@ std::size_t TableReplica::assignMerges(Keeper& keeper) {
         return !taken.contains(part) && active_parts_.contains(part) &&
                !queue_.coveredByQueuedEntry(part) && !queue_.futureParts().contains(part);
       };
-      const std::size_t width = std::min(options_.merge_max_parts, parts.size());
       while (queued_merges + merges.size() < options_.max_queued_merges) {
-        std::optional<std::size_t> best;
-        uint64_t best_rows = UINT64_MAX;
-        for (std::size_t start = 0; start + width <= parts.size(); ++start) {
-          bool ok = true;
-          uint64_t rows = 0;
-          for (std::size_t i = start; i < start + width && ok; ++i) {
-            ok = mergeable(parts[i]);
-            if (ok) rows += active_parts_.at(parts[i])->rows;
-          }
-          const PartName range{partition, parts[start].min_block,
-                               parts[start + width - 1].max_block, PartName::kMaxLevel, 0};
-          if (!ok || rangeHasUnpublishedBlocksLocked(range, locks[partition])) continue;
-          if (rows < best_rows) {
-            best_rows = rows;
-            best = start;
-          }
+        std::vector<MergeCandidate> candidates;
+        candidates.reserve(parts.size());
+        for (const auto& part : parts) {
+          const bool ok = mergeable(part);
+          candidates.push_back({ok ? active_parts_.at(part)->rows : 0, ok});
         }
+        auto best = selectMergeRange(
+            candidates, options_.merge_min_parts, options_.merge_max_parts, [&](const MergeRange& r) {
+              const PartName range{partition, parts[r.start].min_block,
+                                   parts[r.start + r.width - 1].max_block, PartName::kMaxLevel, 0};
+              return !rangeHasUnpublishedBlocksLocked(range, locks[partition]);
+            });
         if (!best) break;
         LogEntry entry;
         entry.type = LogEntry::Type::kMergeParts;
         entry.create_time = unixNow();
         entry.source_replica = spec_.replica;
-        PartName result{partition, parts[*best].min_block, parts[*best + width - 1].max_block, 0, 0};
-        for (std::size_t i = *best; i < *best + width; ++i) {
+        PartName result{partition, parts[best->start].min_block,
+                        parts[best->start + best->width - 1].max_block, 0, 0};
+        for (std::size_t i = best->start; i < best->start + best->width; ++i) {
           entry.source_parts.push_back(parts[i].format());
           result.level = std::max(result.level, parts[i].level + 1);
           taken.insert(parts[i]);
@@ -867,7 +871,7 @@ std::size_t TableReplica::scheduleQueue(bool inline_execution) {
 
 bool TableReplica::executeEntry(const SelectedEntry& selected) {
   std::shared_ptr<Keeper> keeper = this->keeper();
-  std::expected<void, std::string> done;
+  EntryOutcome done;
   if (!keeper) {
     done = std::unexpected("no ZooKeeper session");
   } else {
@@ -890,13 +894,13 @@ bool TableReplica::executeEntry(const SelectedEntry& selected) {
 
 void TableReplica::finishNoOpEntries(const std::vector<SelectedEntry>& entries) {
   std::shared_ptr<Keeper> keeper = this->keeper();
-  std::vector<std::pair<const SelectedEntry*, std::expected<void, std::string>>> outcomes;
+  std::vector<std::pair<const SelectedEntry*, EntryOutcome>> outcomes;
   std::vector<Op> removes;
   for (const auto& entry : entries) removes.push_back(op::Remove{paths_.queue() + "/" + entry.node_name, -1});
   auto batch = keeper ? keeper->multi(removes)
                       : KeeperResult<std::vector<OpResult>>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "no ZooKeeper session", {}}));
   for (const auto& entry : entries) {
-    std::expected<void, std::string> done;
+    EntryOutcome done;
     if (!keeper) {
       done = std::unexpected("no ZooKeeper session");
     } else if (!batch) {
@@ -912,7 +916,7 @@ void TableReplica::finishNoOpEntries(const std::vector<SelectedEntry>& entries) 
 }
 
 void TableReplica::reportOutcomes(
-    const std::vector<std::pair<const SelectedEntry*, std::expected<void, std::string>>>& outcomes,
+    const std::vector<std::pair<const SelectedEntry*, EntryOutcome>>& outcomes,
     Keeper* keeper) {
   std::vector<std::string> pointless;
   {
@@ -921,10 +925,13 @@ void TableReplica::reportOutcomes(
       if (done) {
         auto removed = queue_.finish(selected->node_name);
         pointless.insert(pointless.end(), removed.begin(), removed.end());
+      } else if (done.error().gave_way) {
+        queue_.giveWay(selected->node_name, done.error().message, std::chrono::steady_clock::now());
       } else {
         spdlog::warn("queue entry {} ({} {}): {}", selected->node_name,
-                     queueActionName(selected->action), selected->entry.new_part_name, done.error());
-        queue_.fail(selected->node_name, done.error(), std::chrono::steady_clock::now());
+                     queueActionName(selected->action), selected->entry.new_part_name,
+                     done.error().message);
+        queue_.fail(selected->node_name, done.error().message, std::chrono::steady_clock::now());
       }
     }
     metrics_.queue_size.Set(static_cast<double>(queue_.size()));
@@ -954,8 +961,8 @@ std::optional<FetchSource> parseReplicaAddress(const std::string& replica, const
 
 }  // namespace
 
-std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
-                                                            const SelectedEntry& selected) {
+TableReplica::EntryOutcome TableReplica::executeFetch(Keeper& keeper,
+                                                      const SelectedEntry& selected) {
   auto wanted = PartName::parse(selected.entry.new_part_name);
   if (!wanted) return std::unexpected(wanted.error());
   // Replicas that are live and have the part, or a part covering it (it may have been merged).
@@ -1029,8 +1036,10 @@ std::expected<void, std::string> TableReplica::executeFetch(Keeper& keeper,
       std::lock_guard lock(queue_mu_);
       if (!queue_.setActualPart(selected.node_name, candidate.part)) {
         // Another entry fetches or makes a part overlapping this one: its result will serve us.
-        return std::unexpected(fmt::format("part {} covering {} is being fetched or made by another "
-                                           "entry", name, wanted->format()));
+        EntryError gave_way(fmt::format("Not fetching part {} covering {}: it is being fetched or "
+                                        "made by another entry", name, wanted->format()));
+        gave_way.gave_way = true;
+        return std::unexpected(std::move(gave_way));
       }
     }
     const fs::path staging = spec_.data_dir / kStagingDir /
@@ -1386,6 +1395,11 @@ void TableReplica::cleanLog(Keeper& keeper) {
 
 void TableReplica::backgroundLoop() {
   auto last_full_round = std::chrono::steady_clock::time_point{};
+  auto last_merge_assignment = std::chrono::steady_clock::time_point{};
+  // The session in which this replica last found itself the leader: the leader node is
+  // ephemeral, so it stays the leader as long as that session lives. 0: not the leader (ZooKeeper
+  // never gives out session id 0).
+  int64_t leader_session = 0;
   auto last_log_cleanup = std::chrono::steady_clock::now();
   std::unique_lock lock(background_mu_);
   while (!stopping_) {
@@ -1401,8 +1415,11 @@ void TableReplica::backgroundLoop() {
         updateLogMetrics(*keeper);
         if (cloneIfLost(*keeper)) {
           updateQueue(*keeper);
+          leader_session = 0;
           if (isLeader(*keeper)) {
+            leader_session = keeper->sessionId();
             (void)dedup_cleaner_.run(*keeper);
+            last_merge_assignment = now;
             assignMerges(*keeper);
             if (now - last_log_cleanup >= spec_.cleanup_period) {
               last_log_cleanup = now;
@@ -1418,6 +1435,13 @@ void TableReplica::backgroundLoop() {
         due = now - last_pull_ >= options_.min_pull_interval;
       }
       if (due) updateQueue(*keeper);
+      // Merges are assigned as parts arrive, not once a second: a stream of small inserts
+      // otherwise leaves hundreds of parts for a returning replica to fetch one by one.
+      if (leader_session != 0 && leader_session == keeper->sessionId() &&
+          now - last_merge_assignment >= options_.merge_assignment_interval) {
+        last_merge_assignment = now;
+        assignMerges(*keeper);
+      }
     }
     scheduleQueue(/*inline_execution=*/false);
     updateQueueMetrics();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 namespace rtable::core {
@@ -140,21 +141,44 @@ TEST_F(Queue, AFetchOfACoveringPartMakesTheEntriesItCoversWait) {
   EXPECT_TRUE(queue.setActualPart("q1", part("all_1_3_1")));
   EXPECT_FALSE(queue.setActualPart("q2", part("all_1_3_1")));
   EXPECT_FALSE(queue.setActualPart("q2", part("all_2_4_1")));  // overlaps q1's
-  queue.fail("q2", "gave way", now);
+  queue.giveWay("q2", "all_1_3_1 is fetched by q1", now);
+  // q2 waits as postponed, not failed: no backoff, no try counted.
+  const auto q2 = std::find_if(queue.entries().begin(), queue.entries().end(),
+                               [](const QueueEntry& e) { return e.node_name == "q2"; });
+  ASSERT_NE(q2, queue.entries().end());
+  EXPECT_FALSE(q2->currently_executing);
+  EXPECT_EQ(q2->num_tries, 0u);
+  EXPECT_EQ(q2->last_exception, "");
+  EXPECT_EQ(q2->postpone_reason, PostponeReason::kCoveredByFuturePart);
   // q3 is covered by the part q1 fetches: it waits; q4 is not.
   auto third = select();
   ASSERT_TRUE(third);
   EXPECT_EQ(third->node_name, "q4");
-  EXPECT_EQ(queue.postponedCount(PostponeReason::kCoveredByFuturePart), 1u);
-  // Once q1 is done, the covered entries have nothing left to do.
+  EXPECT_EQ(queue.postponedCount(PostponeReason::kCoveredByFuturePart), 2u);  // q2's give-way, q3
+  // Once q1 is done, the covered entries have nothing left to do, at once.
   replica.add("all_1_3_1");
   queue.addCurrentPart(part("all_1_3_1"));
   queue.finish("q1");
   EXPECT_TRUE(queue.futureParts().count(part("all_1_3_1")) == 0);
-  now += std::chrono::seconds(1);
-  auto fourth = select();
-  ASSERT_TRUE(fourth);
-  EXPECT_EQ(fourth->action, QueueAction::kNothing);
+  std::set<std::string> no_ops;
+  while (auto selected = select()) {
+    EXPECT_EQ(selected->action, QueueAction::kNothing) << selected->node_name;
+    no_ops.insert(selected->node_name);
+  }
+  EXPECT_EQ(no_ops, (std::set<std::string>{"q2", "q3"}));
+}
+
+TEST_F(Queue, AnEntryBackingOffNeedsNothingOnceItsPartIsHere) {
+  queue.insert(get("q1", "all_1_1_0"));
+  ASSERT_TRUE(select());
+  queue.fail("q1", "no replica has the part", now);
+  ASSERT_FALSE(select());  // backing off for 100 ms
+  // A part covering it arrives another way (a fetch of the merged part).
+  replica.add("all_1_2_1");
+  queue.addCurrentPart(part("all_1_2_1"));
+  auto selected = select();
+  ASSERT_TRUE(selected);
+  EXPECT_EQ(selected->action, QueueAction::kNothing);
 }
 
 TEST_F(Queue, SelectedEntryMovesToTheTail) {

@@ -115,6 +115,10 @@ class ReplicationQueue {
   bool setActualPart(const std::string& node_name, const PartName& actual);
   // The executed entry failed: it stays, and may run again after its backoff.
   void fail(const std::string& node_name, std::string error, QueueClock::time_point now);
+  // The executed entry found that another running entry makes the part it needs (setActualPart
+  // said no): it goes back as postponed (covered_by_future_part), not failed. No backoff and no
+  // try counted: the other entry's part usually makes it a no-op moments later.
+  void giveWay(const std::string& node_name, std::string message, QueueClock::time_point now);
 
   std::size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }

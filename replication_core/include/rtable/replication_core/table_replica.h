@@ -111,12 +111,16 @@ struct ReplicaState {
 
 struct TableReplicaOptions {
   std::size_t max_part_rows = 1048576;  // ClickHouse's max_insert_block_size
-  // Background merges: a partition with at least `merge_min_parts` active parts merges up to
-  // `merge_max_parts` of its smallest neighbouring parts.
+  // Background merges: a partition with at least `merge_min_parts` active parts merges
+  // `merge_min_parts` to `merge_max_parts` neighbouring parts, the run that rewrites the fewest rows
+  // per part it removes (selectMergeRange). 100 is ClickHouse's max_parts_to_merge_at_once: a
+  // burst of single-row inserts is merged a hundred parts at a time.
   std::size_t merge_min_parts = 6;
-  std::size_t merge_max_parts = 10;
+  std::size_t merge_max_parts = 100;
   // At most this many merges wait in the queue (ClickHouse's max_replicated_merges_in_queue).
   std::size_t max_queued_merges = 16;
+  // The leader looks for merges this often while parts arrive (and once a background period).
+  std::chrono::milliseconds merge_assignment_interval{200};
   std::chrono::milliseconds background_period{1000};
   // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
   // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
@@ -222,10 +226,19 @@ class TableReplica {
   // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
   // trip per hundred such entries, not one each.
   void finishNoOpEntries(const std::vector<SelectedEntry>& entries);
+  // Why an executed entry did not finish. `gave_way`: another running entry makes the part it
+  // needs, so it waits as postponed rather than failed (ReplicationQueue::giveWay).
+  struct EntryError {
+    EntryError(std::string text) : message(std::move(text)) {}  // NOLINT: every plain error converts
+    EntryError(const char* text) : message(text) {}             // NOLINT
+    std::string message;
+    bool gave_way = false;
+  };
+  using EntryOutcome = std::expected<void, EntryError>;
   // Reports outcomes to the queue and removes the queue nodes the queue says are pointless now.
-  void reportOutcomes(const std::vector<std::pair<const SelectedEntry*, std::expected<void, std::string>>>& outcomes,
+  void reportOutcomes(const std::vector<std::pair<const SelectedEntry*, EntryOutcome>>& outcomes,
                       Keeper* keeper);
-  std::expected<void, std::string> executeFetch(Keeper& keeper, const SelectedEntry& selected);
+  EntryOutcome executeFetch(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
   // The multi that registers a part made here (fetched or merged, its files at `dir`). Refused:
