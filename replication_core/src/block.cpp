@@ -131,6 +131,50 @@ void Block::append(const Block& other) {
   }
 }
 
+void Block::append(Block&& other) {
+  if (columns.empty()) {
+    *this = std::move(other);
+    return;
+  }
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    std::visit(
+        [&](auto& target) {
+          auto& source = std::get<std::decay_t<decltype(target)>>(other.columns[i].values);
+          if (target.empty()) {
+            target = std::move(source);
+          } else {
+            target.insert(target.end(), std::make_move_iterator(source.begin()),
+                          std::make_move_iterator(source.end()));
+          }
+        },
+        columns[i].values);
+    auto& nulls = other.columns[i].null_map;
+    columns[i].null_map.insert(columns[i].null_map.end(), nulls.begin(), nulls.end());
+  }
+}
+
+void Block::scatterInto(const std::vector<uint32_t>& group_of_row,
+                        const std::vector<Block*>& targets) && {
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    std::visit(
+        [&](auto& source) {
+          using Values = std::decay_t<decltype(source)>;
+          std::vector<Values*> out;
+          for (Block* target : targets) out.push_back(&std::get<Values>(target->columns[i].values));
+          for (std::size_t row = 0; row < source.size(); ++row) {
+            out[group_of_row[row]]->push_back(std::move(source[row]));
+          }
+        },
+        columns[i].values);
+    if (columns[i].type.nullable) {
+      const auto& nulls = columns[i].null_map;
+      for (std::size_t row = 0; row < nulls.size(); ++row) {
+        targets[group_of_row[row]]->columns[i].null_map.push_back(nulls[row]);
+      }
+    }
+  }
+}
+
 std::string formatDate(uint16_t days) {
   const std::chrono::year_month_day ymd{std::chrono::sys_days{std::chrono::days{days}}};
   return fmt::format("{:04}-{:02}-{:02}", static_cast<int>(ymd.year()),

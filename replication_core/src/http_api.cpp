@@ -276,7 +276,9 @@ class ReplicaHttpServer::Impl {
       options.quorum_timeout = std::chrono::milliseconds(*value);
     }
     auto pending = table_.beginInsert(std::move(options));
-    RowParser parser(table_.spec().schema, *format);
+    // Large bodies are parsed on every core (a body under a segment stays in this thread).
+    ParallelRowParser parser(table_.spec().schema, *format,
+                             std::max(1u, std::thread::hardware_concurrency()));
     std::string add_error;
     auto sink = [&](Block&& block) {
       if (!add_error.empty()) return;

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
+#include <deque>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -950,26 +953,44 @@ struct RowParser::State {
           }
         }
         return std::string_view::npos;
-      case RowFormat::kJSONEachRow:
+      case RowFormat::kJSONEachRow: {
         // The first '}' outside a string ends the row: values are never objects, so a nested one
-        // is an error either way and the row parser reports it.
-        for (; p != end; ++p) {
-          const char c = *p;
-          if (json_in_string) {
-            if (json_escaped) {
-              json_escaped = false;
-            } else if (c == '\\') {
-              json_escaped = true;
-            } else if (c == '"') {
-              json_in_string = false;
+        // is an error either way and the row parser reports it. The scan state lives in locals
+        // (registers) and jumps between the bytes that matter; it is stored back only when the
+        // row goes on past `data`.
+        bool in_string = json_in_string;
+        bool escaped = json_escaped;
+        while (p != end) {
+          if (in_string) {
+            if (escaped) {
+              escaped = false;
+              ++p;
+              continue;
             }
-          } else if (c == '"') {
-            json_in_string = true;
-          } else if (c == '}') {
+            while (p != end && *p != '"' && *p != '\\') ++p;
+            if (p == end) break;
+            if (*p == '\\') {
+              escaped = true;
+            } else {
+              in_string = false;
+            }
+            ++p;
+            continue;
+          }
+          while (p != end && *p != '"' && *p != '}') ++p;
+          if (p == end) break;
+          if (*p == '}') {
+            json_in_string = false;
+            json_escaped = false;
             return p + 1 - data.data();
           }
+          in_string = true;
+          ++p;
         }
+        json_in_string = in_string;
+        json_escaped = escaped;
         return std::string_view::npos;
+      }
     }
     return std::string_view::npos;
   }
@@ -1286,6 +1307,162 @@ std::expected<void, ParseError> RowParser::finish(const BlockSink& on_block) {
 
 std::size_t RowParser::rowsParsed() const {
   return state_->rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ParallelRowParser: the calling thread only finds row ends (the same scan RowParser runs, so a
+// segment always starts where RowParser would start a row) and hands segments to workers.
+
+struct ParallelRowParser::Impl {
+  struct Segment {
+    std::vector<Block> blocks;
+    std::size_t rows = 0;
+    std::optional<ParseError> error;
+  };
+
+  Impl(const TableSchema& schema_, RowFormat format_, std::size_t threads_,
+       std::size_t max_block_rows_, std::size_t segment_bytes_)
+      : schema(schema_),
+        format(format_),
+        max_in_flight(std::max<std::size_t>(1, threads_) * 2),
+        max_block_rows(max_block_rows_),
+        segment_bytes(std::max<std::size_t>(1, segment_bytes_)),
+        scanner(schema_, format_, max_block_rows_) {}
+
+  ~Impl() {
+    for (auto& segment : in_flight) {
+      if (segment.valid()) segment.wait();
+    }
+  }
+
+  // Parses one segment in a worker. Only the first segment can start with a byte order mark.
+  static Segment parse(const TableSchema& schema, RowFormat format, std::size_t max_block_rows,
+                       std::string text, bool first) {
+    Segment out;
+    RowParser parser(schema, format, max_block_rows);
+    if (!first) parser.state_->bom_checked = true;
+    auto keep = [&](Block&& block) { out.blocks.push_back(std::move(block)); };
+    auto fed = parser.feed(text, keep);
+    if (fed) fed = parser.finish(keep);
+    if (!fed) out.error = fed.error();
+    out.rows = parser.rowsParsed();
+    return out;
+  }
+
+  // The offset just past the last complete row in `buffer`, scanning from `scanned`.
+  void scanRows() {
+    if (!bom_decided) {
+      // A byte order mark is the first RowParser's to skip; the scan starts after it.
+      const std::string_view start = std::string_view(buffer).substr(0, kUtf8Bom.size());
+      if (start.size() < kUtf8Bom.size() && kUtf8Bom.starts_with(start)) return;
+      bom_decided = true;
+      if (start == kUtf8Bom) bom_length = kUtf8Bom.size();
+    }
+    std::size_t pos = std::max(scanned, bom_length);
+    RowParser::State& state = *scanner.state_;
+    const std::string_view data(buffer);
+    while (pos < data.size()) {
+      std::size_t start = pos;
+      if (format == RowFormat::kJSONEachRow) {
+        while (start < data.size() && isJsonSpace(data[start])) ++start;
+        if (start == data.size()) break;
+      }
+      state.csv_scan = CsvScan::kFieldStart;
+      state.json_in_string = false;
+      state.json_escaped = false;
+      const std::size_t row_end = state.findRowEnd(data, start);
+      if (row_end == std::string_view::npos) break;
+      pos = format == RowFormat::kJSONEachRow ? row_end : row_end + 1;
+      cut = pos;
+    }
+    scanned = cut;
+  }
+
+  void dispatch(std::size_t end) {
+    std::string text = buffer.substr(0, end);
+    buffer.erase(0, end);
+    scanned = scanned > end ? scanned - end : 0;
+    cut = cut > end ? cut - end : 0;
+    bom_length = 0;  // it went with the first segment
+    in_flight.push_back(std::async(std::launch::async, parse, std::cref(schema), format,
+                                   max_block_rows, std::move(text), segments == 0));
+    ++segments;
+  }
+
+  // Hands over finished segments in order; with `all`, waits for every one.
+  std::expected<void, ParseError> deliver(const BlockSink& on_block, bool all) {
+    while (!in_flight.empty()) {
+      auto& front = in_flight.front();
+      const bool must_wait = all || in_flight.size() >= max_in_flight;
+      if (!must_wait && front.wait_for(std::chrono::seconds(0)) != std::future_status::ready) break;
+      Segment segment = front.get();
+      in_flight.pop_front();
+      if (segment.error) {
+        ParseError error = *segment.error;
+        error.row += rows_before;
+        failed = error;
+        return std::unexpected(error);
+      }
+      rows_before += segment.rows;
+      for (auto& block : segment.blocks) on_block(std::move(block));
+    }
+    return {};
+  }
+
+  std::expected<void, ParseError> feed(std::string_view chunk, const BlockSink& on_block) {
+    if (failed) return std::unexpected(*failed);
+    buffer.append(chunk);
+    scanRows();
+    if (cut >= segment_bytes) dispatch(cut);
+    return deliver(on_block, /*all=*/false);
+  }
+
+  std::expected<void, ParseError> finish(const BlockSink& on_block) {
+    if (failed) return std::unexpected(*failed);
+    if (segments == 0) {
+      // A short stream: no thread is worth it.
+      RowParser parser(schema, format, max_block_rows);
+      auto fed = parser.feed(buffer, on_block);
+      if (fed) fed = parser.finish(on_block);
+      if (!fed) failed = fed.error();
+      buffer.clear();
+      return fed;
+    }
+    if (!buffer.empty()) dispatch(buffer.size());
+    return deliver(on_block, /*all=*/true);
+  }
+
+  const TableSchema schema;
+  const RowFormat format;
+  const std::size_t max_in_flight;
+  const std::size_t max_block_rows;
+  const std::size_t segment_bytes;
+  RowParser scanner;  // only its row-end scan is used
+
+  std::string buffer;       // bytes not yet handed to a worker
+  std::size_t scanned = 0;  // buffer[0, scanned) is whole rows
+  std::size_t cut = 0;      // the end of the last whole row found
+  bool bom_decided = false;
+  std::size_t bom_length = 0;  // a byte order mark at the start of buffer
+  std::size_t segments = 0;
+  std::deque<std::future<Segment>> in_flight;
+  std::size_t rows_before = 0;  // rows of the segments handed over
+  std::optional<ParseError> failed;
+};
+
+ParallelRowParser::ParallelRowParser(const TableSchema& schema, RowFormat format,
+                                     std::size_t threads, std::size_t max_block_rows,
+                                     std::size_t segment_bytes)
+    : impl_(std::make_unique<Impl>(schema, format, threads, max_block_rows, segment_bytes)) {}
+ParallelRowParser::~ParallelRowParser() = default;
+
+std::expected<void, ParseError> ParallelRowParser::feed(std::string_view chunk,
+                                                        const BlockSink& on_block) {
+  return impl_->feed(chunk, on_block);
+}
+
+std::expected<void, ParseError> ParallelRowParser::finish(const BlockSink& on_block) {
+  return impl_->finish(on_block);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1517,19 +1517,49 @@ PendingInsert::~PendingInsert() {
   fs::remove_all(staging_dir_, ec);
 }
 
+// One partition's buffered rows in ORDER BY order, and their dedup id.
+struct SortedBlock {
+  Block rows;
+  std::string dedup_id;
+};
+
+namespace {
+
+SortedBlock sortAndIdentify(const TableSchema& schema, const std::string& partition, Block rows,
+                            const std::string& token, std::size_t n) {
+  const auto order = schema.sortPermutation(rows);
+  bool in_order = true;
+  for (std::size_t i = 0; i < order.size() && in_order; ++i) in_order = order[i] == i;
+  // Rows that came sorted (ids, times) are kept as they are rather than copied.
+  SortedBlock sorted{in_order ? std::move(rows) : rows.select(order), {}};
+  sorted.dedup_id = token.empty() ? blockDedupId(partition, sorted.rows) : tokenDedupId(partition, token, n);
+  return sorted;
+}
+
+}  // namespace
+
 std::expected<void, std::string> PendingInsert::add(Block block) {
   rows_ += block.rows();
-  for (auto& [partition, rows] : table_.spec_.schema.splitByPartition(block)) {
+  const TableSchema& schema = table_.spec_.schema;
+  auto groups = schema.partitionGroups(block);
+  // Each partition's buffer, created in first-seen order.
+  std::vector<std::size_t> buffer_of_group;
+  for (const auto& partition : groups.ids) {
     auto it = std::find_if(buffers_.begin(), buffers_.end(),
                            [&](const auto& buffer) { return buffer.first == partition; });
-    if (it == buffers_.end()) {
-      buffers_.emplace_back(partition, std::move(rows));
-      it = std::prev(buffers_.end());
-    } else {
-      it->second.append(rows);
-    }
-    if (it->second.rows() >= table_.options_.max_part_rows) {
-      if (auto flushed = flush(partition, /*write_now=*/true); !flushed) return flushed;
+    if (it == buffers_.end()) it = buffers_.insert(buffers_.end(), {partition, schema.emptyBlock()});
+    buffer_of_group.push_back(static_cast<std::size_t>(it - buffers_.begin()));
+  }
+  if (groups.ids.size() == 1) {
+    buffers_[buffer_of_group[0]].second.append(std::move(block));
+  } else if (!groups.ids.empty()) {
+    std::vector<Block*> targets;
+    for (std::size_t index : buffer_of_group) targets.push_back(&buffers_[index].second);
+    std::move(block).scatterInto(groups.group_of_row, targets);
+  }
+  for (std::size_t index : buffer_of_group) {
+    if (buffers_[index].second.rows() >= table_.options_.max_part_rows) {
+      if (auto flushed = flush(buffers_[index].first, /*write_now=*/true); !flushed) return flushed;
     }
   }
   return {};
@@ -1540,33 +1570,55 @@ std::expected<void, std::string> PendingInsert::flush(const std::string& partiti
                          [&](const auto& buffer) { return buffer.first == partition; });
   if (it == buffers_.end() || it->second.rows() == 0) return {};
   const TableSchema& schema = table_.spec_.schema;
-  Block sorted = it->second.select(schema.sortPermutation(it->second));
-  it->second = schema.emptyBlock();
+  Block rows = std::exchange(it->second, schema.emptyBlock());
   const std::size_t n = blocks_per_partition_[partition]++;
-  const std::string dedup_id = options_.deduplication_token.empty()
-                                   ? blockDedupId(partition, sorted)
-                                   : tokenDedupId(partition, options_.deduplication_token, n);
+  std::expected<void, std::string> outcome;
+  stage(partition, sortAndIdentify(schema, partition, std::move(rows), options_.deduplication_token, n),
+        write_now, outcome);
+  return outcome;
+}
+
+void PendingInsert::stage(const std::string& partition, SortedBlock sorted, bool write_now,
+                          std::expected<void, std::string>& outcome) {
   // Staged under a provisional name; the block number comes with the commit.
   const PartName staged{partition, static_cast<int64_t>(parts_.size()), static_cast<int64_t>(parts_.size()), 0, 0};
   std::error_code ec;
   fs::create_directories(staging_dir_, ec);
-  PendingPartFile part{partition, dedup_id, staging_dir_ / staged.format(), sorted.rows(), std::nullopt, std::nullopt};
+  PendingPartFile part{partition, sorted.dedup_id, staging_dir_ / staged.format(), sorted.rows.rows(), std::nullopt, std::nullopt};
   if (write_now) {
-    auto written = writeStagedPart(part.dir, schema, sorted);
-    if (!written) return std::unexpected(written.error());
+    auto written = writeStagedPart(part.dir, table_.spec_.schema, sorted.rows);
+    if (!written) {
+      outcome = std::unexpected(written.error());
+      return;
+    }
     part.checksums = std::move(*written);
   } else {
-    part.unwritten = std::move(sorted);
+    part.unwritten = std::move(sorted.rows);
   }
   parts_.push_back(std::move(part));
-  return {};
 }
 
 std::expected<void, std::string> PendingInsert::flushAll() {
-  for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    if (auto flushed = flush(buffers_[i].first, /*write_now=*/false); !flushed) return flushed;
+  // Sorting and hashing one partition's rows does not depend on the others: an insert spanning
+  // several partitions does them in parallel; the parts are staged in first-seen order.
+  const TableSchema& schema = table_.spec_.schema;
+  std::vector<std::future<SortedBlock>> sorting;
+  std::vector<std::string> partitions;
+  for (auto& [partition, rows] : buffers_) {
+    if (rows.rows() == 0) continue;
+    const std::size_t n = blocks_per_partition_[partition]++;
+    Block taken = std::exchange(rows, schema.emptyBlock());
+    const bool alone = buffers_.size() == 1;
+    sorting.push_back(std::async(alone ? std::launch::deferred : std::launch::async,
+                                 sortAndIdentify, std::cref(schema), partition, std::move(taken),
+                                 options_.deduplication_token, n));
+    partitions.push_back(partition);
   }
-  return {};
+  std::expected<void, std::string> outcome;
+  for (std::size_t i = 0; i < sorting.size(); ++i) {
+    stage(partitions[i], sorting[i].get(), /*write_now=*/false, outcome);
+  }
+  return outcome;
 }
 
 }  // namespace rtable::core

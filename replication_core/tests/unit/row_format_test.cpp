@@ -23,6 +23,8 @@ TableSchema schemaOf(const std::vector<std::pair<std::string, std::string>>& col
   return *schema;
 }
 
+constexpr std::string_view kBom = "\xEF\xBB\xBF";
+
 // How a test hands the input to the parser.
 enum class Chunking { kWhole, kByteAtATime, kRandom };
 
@@ -31,11 +33,30 @@ struct Parsed {
   Block all;  // the blocks appended, or the schema's empty block
 };
 
+// `segment_bytes` > 0: a ParallelRowParser with two workers and segments of about that size.
+template <class Parser = RowParser>
+std::expected<Parsed, ParseError> parseWith(Parser parser, const TableSchema& schema,
+                                            std::string_view input, Chunking chunking,
+                                            uint32_t seed);
+
 std::expected<Parsed, ParseError> parse(const TableSchema& schema, RowFormat format,
                                         std::string_view input,
                                         Chunking chunking = Chunking::kWhole,
-                                        std::size_t max_block_rows = 65536, uint32_t seed = 1) {
-  RowParser parser(schema, format, max_block_rows);
+                                        std::size_t max_block_rows = 65536, uint32_t seed = 1,
+                                        std::size_t segment_bytes = 0) {
+  if (segment_bytes > 0) {
+    return parseWith(std::make_unique<ParallelRowParser>(schema, format, 2, max_block_rows, segment_bytes),
+                     schema, input, chunking, seed);
+  }
+  return parseWith(std::make_unique<RowParser>(schema, format, max_block_rows), schema, input,
+                   chunking, seed);
+}
+
+template <class Parser>
+std::expected<Parsed, ParseError> parseWith(Parser owned, const TableSchema& schema,
+                                            std::string_view input, Chunking chunking,
+                                            uint32_t seed) {
+  auto& parser = *owned;
   Parsed parsed;
   auto collect = [&](Block&& block) { parsed.blocks.push_back(std::move(block)); };
   std::mt19937 random(seed);
@@ -53,6 +74,26 @@ std::expected<Parsed, ParseError> parse(const TableSchema& schema, RowFormat for
   parsed.all = schema.emptyBlock();
   for (const auto& block : parsed.blocks) parsed.all.append(block);
   return parsed;
+}
+
+// `text` with `edits` random edits: a byte replaced by one of the formats' special characters,
+// deleted, or the text cut off there.
+std::string damage(std::string text, int edits, std::mt19937& random) {
+  const char kSpecial[] = {'"', '\\', '\t', '\n', '\r', ',', '{', '}', ':', 'u', 'N', '\xEF', '\0'};
+  for (int edit = 0; edit < edits && !text.empty(); ++edit) {
+    const std::size_t at = random() % text.size();
+    switch (random() % 4) {
+      case 0:
+        text.erase(at, 1);
+        break;
+      case 1:
+        text.resize(at);
+        break;
+      default:
+        text[at] = kSpecial[random() % sizeof(kSpecial)];
+    }
+  }
+  return text;
 }
 
 Block parseOk(const TableSchema& schema, RowFormat format, std::string_view input) {
@@ -242,27 +283,13 @@ TEST_F(RowFormatEveryType, EachFormatGivesTheSameBlockChunkedAnyWay) {
 // same answer however it is chunked: the same rows or the same error.
 TEST_F(RowFormatEveryType, DamagedInputGetsTheSameAnswerHoweverChunked) {
   std::mt19937 random(42);
-  const char kSpecial[] = {'"', '\\', '\t', '\n', '\r', ',', '{', '}', ':', 'u', 'N', '\xEF', '\0'};
   std::size_t errors = 0;
   for (RowFormat format : kFormats) {
     SCOPED_TRACE(rowFormatName(format));
     std::string text;
     writeRows(rows(), format, text);
     for (uint32_t trial = 0; trial < 200; ++trial) {
-      std::string damaged = text;
-      for (int edit = 0; edit < 3 && !damaged.empty(); ++edit) {
-        const std::size_t at = random() % damaged.size();
-        switch (random() % 4) {
-          case 0:
-            damaged.erase(at, 1);
-            break;
-          case 1:
-            damaged.resize(at);
-            break;
-          default:
-            damaged[at] = kSpecial[random() % sizeof(kSpecial)];
-        }
-      }
+      const std::string damaged = damage(text, 3, random);
       auto whole = parse(schema(), format, damaged, Chunking::kWhole);
       for (Chunking chunking : {Chunking::kByteAtATime, Chunking::kRandom}) {
         auto chunked = parse(schema(), format, damaged, chunking, 3, trial);
@@ -277,6 +304,50 @@ TEST_F(RowFormatEveryType, DamagedInputGetsTheSameAnswerHoweverChunked) {
     }
   }
   EXPECT_GT(errors, 300u);  // most damage is caught
+}
+
+// ParallelRowParser cuts the stream where RowParser starts rows and parses the pieces in worker
+// threads: the same rows, in the same order, however the stream is chunked and cut.
+TEST_F(RowFormatEveryType, TheParallelParserGivesTheSameRows) {
+  Block many = schema().emptyBlock();
+  for (int i = 0; i < 20; ++i) many.append(rows());
+  for (RowFormat format : kFormats) {
+    SCOPED_TRACE(rowFormatName(format));
+    std::string text = std::string(kBom);
+    writeRows(many, format, text);
+    for (std::size_t segment : {std::size_t{1}, std::size_t{100}, std::size_t{4096}, std::size_t{1} << 20}) {
+      for (Chunking chunking : {Chunking::kWhole, Chunking::kByteAtATime, Chunking::kRandom}) {
+        auto parsed = parse(schema(), format, text, chunking, 7, 5, segment);
+        ASSERT_TRUE(parsed) << parsed.error().toString() << " segment " << segment;
+        EXPECT_TRUE(sameRows(parsed->all, many)) << "segment " << segment;
+      }
+    }
+  }
+}
+
+// Damaged input through the parallel parser: the same rows, or the same error with the same row
+// number, as the plain parser reading it whole.
+TEST_F(RowFormatEveryType, TheParallelParserGivesTheSameAnswerForDamagedInput) {
+  std::mt19937 random(7);
+  std::size_t errors = 0;
+  for (RowFormat format : kFormats) {
+    SCOPED_TRACE(rowFormatName(format));
+    std::string text;
+    for (int i = 0; i < 4; ++i) writeRows(rows(), format, text);
+    for (uint32_t trial = 0; trial < 150; ++trial) {
+      const std::string damaged = damage(trial % 10 == 0 ? std::string(kBom) + text : text, 2, random);
+      auto whole = parse(schema(), format, damaged, Chunking::kWhole);
+      auto parallel = parse(schema(), format, damaged, Chunking::kRandom, 3, trial, 1 + trial % 200);
+      ASSERT_EQ(parallel.has_value(), whole.has_value()) << damaged;
+      if (whole) {
+        EXPECT_TRUE(sameRows(parallel->all, whole->all)) << damaged;
+      } else {
+        EXPECT_EQ(parallel.error(), whole.error()) << damaged;
+      }
+      errors += whole ? 0 : 1;
+    }
+  }
+  EXPECT_GT(errors, 200u);
 }
 
 TEST_F(RowFormatEveryType, WritesOnlyTheRequestedRows) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "rtable/replication_core/hash128.h"
 
 namespace rtable::core {
@@ -99,6 +101,45 @@ TEST_F(SchemaWithRows, PartitionIdsFollowClickHousesRules) {
   EXPECT_EQ(by_string.partitionIds(rows())[0], hash128("b").hex());
   auto none = *TableSchema::create(schema_.columns(), {}, {});
   EXPECT_EQ(none.partitionIds(rows()), std::vector<std::string>(4, "all"));
+}
+
+// splitByPartition groups day keys by day number; it must name and group rows exactly as
+// partitionIds does, for every kind of key.
+TEST(TableSchema, SplitAgreesWithThePartitionIdsOfEveryRow) {
+  const std::vector<ColumnSpec> columns = {{"d", *DataType::parse("Date")},
+                                           {"t", *DataType::parse("DateTime")},
+                                           {"s", *DataType::parse("String")},
+                                           {"u", *DataType::parse("UInt16")}};
+  Block block;
+  for (const auto& c : columns) block.columns.push_back(Column::empty(c.name, c.type));
+  auto& d = std::get<std::vector<uint16_t>>(block.columns[0].values);
+  auto& t = std::get<std::vector<uint32_t>>(block.columns[1].values);
+  auto& s = std::get<std::vector<std::string>>(block.columns[2].values);
+  auto& u = std::get<std::vector<uint16_t>>(block.columns[3].values);
+  for (uint32_t i = 0; i < 500; ++i) {
+    d.push_back(static_cast<uint16_t>(20700 + (i * 7919) % 120));  // days over four months, mixed
+    t.push_back(1764558000u + (i * 104729u) % (90u * 86400u));
+    s.push_back(std::string(1, static_cast<char>('a' + i % 5)));
+    u.push_back(static_cast<uint16_t>(i % 3));
+  }
+  for (const char* key : {"toYYYYMM(d)", "toYYYYMMDD(d)", "d", "toYYYYMM(t)", "toYYYYMMDD(t)", "t", "s", "u", ""}) {
+    auto schema = TableSchema::create(columns, *PartitionKey::parse(key), {});
+    ASSERT_TRUE(schema) << key;
+    const auto ids = schema->partitionIds(block);
+    std::vector<std::pair<std::string, std::vector<std::size_t>>> expected;
+    for (std::size_t row = 0; row < ids.size(); ++row) {
+      auto it = std::find_if(expected.begin(), expected.end(), [&](const auto& g) { return g.first == ids[row]; });
+      if (it == expected.end()) it = expected.insert(expected.end(), {ids[row], {}});
+      it->second.push_back(row);
+    }
+    const auto parts = schema->splitByPartition(block);
+    ASSERT_EQ(parts.size(), expected.size()) << key;
+    for (std::size_t g = 0; g < parts.size(); ++g) {
+      EXPECT_EQ(parts[g].first, expected[g].first) << key;
+      EXPECT_EQ(parts[g].second, block.select(expected[g].second)) << key;
+    }
+  }
+  EXPECT_GT(TableSchema::create(columns, *PartitionKey::parse("toYYYYMMDD(d)"), {})->splitByPartition(block).size(), 100u);
 }
 
 TEST_F(SchemaWithRows, SortsByOrderByWithNullsLastAndStably) {

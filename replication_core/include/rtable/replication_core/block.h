@@ -68,6 +68,11 @@ struct Block {
   // Appends `other`'s rows. Both come from one schema: the columns match by position and type
   // (a mismatch is a bug, and throws std::bad_variant_access).
   void append(const Block& other);
+  // The same, moving `other`'s strings.
+  void append(Block&& other);
+  // Appends each row r to *targets[group_of_row[r]] (blocks with the same columns), moving the
+  // strings: one pass per column instead of a select per group and an append.
+  void scatterInto(const std::vector<uint32_t>& group_of_row, const std::vector<Block*>& targets) &&;
 
   friend bool operator==(const Block&, const Block&) = default;
 };

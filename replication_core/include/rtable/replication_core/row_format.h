@@ -2,7 +2,8 @@
 // and CSV, read by a streaming push parser into Blocks and written from Blocks, as ClickHouse
 // reads and writes them. The accepted input is written down in docs/formats.md, "Row formats".
 //
-// RowParser is not thread-safe; one parser reads one stream. writeRows is a pure function.
+// RowParser is not thread-safe; one parser reads one stream. ParallelRowParser spreads one stream
+// over worker threads. writeRows is a pure function.
 #pragma once
 
 #include <cstddef>
@@ -66,8 +67,32 @@ class RowParser {
   std::size_t rowsParsed() const;
 
  private:
+  friend class ParallelRowParser;
   struct State;
   std::unique_ptr<State> state_;
+};
+
+// RowParser's reading, with the rows parsed by `threads` worker threads: the stream is cut at row
+// ends into segments of about `segment_bytes` (ClickHouse's parallel parsing), each parsed by its
+// own RowParser. Blocks reach `on_block` in input order, in the calling thread, and an error is
+// the one RowParser would give, with the same row number. A stream shorter than one segment is
+// parsed in the calling thread. Not thread-safe itself, like RowParser.
+class ParallelRowParser {
+ public:
+  using BlockSink = RowParser::BlockSink;
+
+  ParallelRowParser(const TableSchema& schema, RowFormat format, std::size_t threads,
+                    std::size_t max_block_rows = 65536, std::size_t segment_bytes = 1 << 20);
+  ~ParallelRowParser();
+  ParallelRowParser(const ParallelRowParser&) = delete;
+  ParallelRowParser& operator=(const ParallelRowParser&) = delete;
+
+  std::expected<void, ParseError> feed(std::string_view chunk, const BlockSink& on_block);
+  std::expected<void, ParseError> finish(const BlockSink& on_block);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Appends rows [begin, min(end, block.rows())) of `block` to `out` in `format`, each row ending in

@@ -143,6 +143,7 @@ struct PendingPartFile {
 
 class PendingInsert;
 class WorkerPool;
+struct SortedBlock;  // table_replica.cpp
 
 class TableReplica {
  public:
@@ -335,6 +336,9 @@ class PendingInsert {
   // while ZooKeeper allocates its block number.
   std::expected<void, std::string> flush(const std::string& partition, bool write_now);
   std::expected<void, std::string> flushAll();
+  // Adds one partition's sorted rows as a part (written now, or left for the commit to write).
+  void stage(const std::string& partition, SortedBlock sorted, bool write_now,
+             std::expected<void, std::string>& outcome);
 
   TableReplica& table_;
   InsertOptions options_;

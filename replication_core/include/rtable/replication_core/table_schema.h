@@ -50,7 +50,13 @@ class TableSchema {
   // with SipHash there, so those ids differ from ClickHouse's). `block` has this schema's columns.
   std::vector<std::string> partitionIds(const Block& block) const;
   // The block's rows grouped by partition id, in first-seen order, each group in input order.
-  std::vector<std::pair<std::string, Block>> splitByPartition(const Block& block) const;
+  std::vector<std::pair<std::string, Block>> splitByPartition(Block block) const;
+  // The partition ids in first-seen order, and each row's index into them.
+  struct PartitionGroups {
+    std::vector<std::string> ids;
+    std::vector<uint32_t> group_of_row;
+  };
+  PartitionGroups partitionGroups(const Block& block) const;
   // Row order by the ORDER BY key (ascending, NULLs last), stable: equal keys keep input order.
   // `block` has this schema's columns.
   std::vector<std::size_t> sortPermutation(const Block& block) const;
