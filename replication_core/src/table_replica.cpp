@@ -605,7 +605,7 @@ std::size_t TableReplica::runBackgroundRoundForTest() {
   updateQueue(*keeper);
   if (isLeader(*keeper)) {
     (void)dedup_cleaner_.run(*keeper);
-    assignMerges(*keeper);
+    assignMerges(*keeper, options_.merge_min_parts);
     cleanLog(*keeper);
   }
   return scheduleQueue(/*inline_execution=*/true);
@@ -733,7 +733,7 @@ ReplicationQueue::LocalPartLookup TableReplica::localPartLookup() const {
   return [set](const PartName& part) { return set->containingPart(part); };
 }
 
-std::size_t TableReplica::assignMerges(Keeper& keeper) {
+std::size_t TableReplica::assignMerges(Keeper& keeper, std::size_t min_parts) {
   // Block locks first, then the log: a block number inside a chosen range is then either locked
   // (an insert in flight: the range is skipped) or its entry has been pulled (its part is a
   // virtual part here), because a commit removes the lock and creates the entry in one multi and
@@ -747,7 +747,8 @@ std::size_t TableReplica::assignMerges(Keeper& keeper) {
       std::lock_guard lock(queue_mu_);
       std::map<std::string, std::size_t> counts;
       for (const auto& part : queue_.virtualParts().parts()) {
-        if (!part.isFakeDropRange() && ++counts[part.partition_id] == options_.merge_min_parts) {
+        if (!part.isFakeDropRange() &&
+            ++counts[part.partition_id] == std::max(min_parts, options_.merge_min_parts)) {
           partitions.insert(part.partition_id);
         }
       }
@@ -1420,7 +1421,7 @@ void TableReplica::backgroundLoop() {
             leader_session = keeper->sessionId();
             (void)dedup_cleaner_.run(*keeper);
             last_merge_assignment = now;
-            assignMerges(*keeper);
+            assignMerges(*keeper, options_.merge_min_parts);
             if (now - last_log_cleanup >= spec_.cleanup_period) {
               last_log_cleanup = now;
               cleanLog(*keeper);
@@ -1440,7 +1441,7 @@ void TableReplica::backgroundLoop() {
       if (leader_session != 0 && leader_session == keeper->sessionId() &&
           now - last_merge_assignment >= options_.merge_assignment_interval) {
         last_merge_assignment = now;
-        assignMerges(*keeper);
+        assignMerges(*keeper, options_.merge_early_min_parts);
       }
     }
     scheduleQueue(/*inline_execution=*/false);

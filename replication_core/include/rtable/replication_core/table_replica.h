@@ -119,8 +119,12 @@ struct TableReplicaOptions {
   std::size_t merge_max_parts = 100;
   // At most this many merges wait in the queue (ClickHouse's max_replicated_merges_in_queue).
   std::size_t max_queued_merges = 16;
-  // The leader looks for merges this often while parts arrive (and once a background period).
+  // Between background periods the leader looks for merges this often while parts arrive, in
+  // partitions with at least `merge_early_min_parts` parts: a burst of inserts is merged before a
+  // returning replica would fetch it part by part, in merges wide enough not to multiply merges
+  // (and their ZooKeeper writes) for a steady stream.
   std::chrono::milliseconds merge_assignment_interval{200};
+  std::size_t merge_early_min_parts = 20;
   std::chrono::milliseconds background_period{1000};
   // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
   // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
@@ -217,7 +221,8 @@ class TableReplica {
   // Pulls new log entries into the queue; false if ZooKeeper could not be asked.
   bool updateQueue(Keeper& keeper);
   // Leader only: chooses merges among parts every replica will have and writes them to the log.
-  std::size_t assignMerges(Keeper& keeper);
+  // Only partitions with at least `min_parts` parts are looked at.
+  std::size_t assignMerges(Keeper& keeper, std::size_t min_parts);
   // Takes every entry the queue lets run now: into the pools, or (`inline_execution`) executes
   // them here. Returns the merges executed here.
   std::size_t scheduleQueue(bool inline_execution);
