@@ -136,10 +136,8 @@ ReplicationQueue::Decision ReplicationQueue::shouldExecute(const QueueEntry& que
       return act(QueueAction::kDropRange);
     case LogEntry::Type::kGetPart:
     case LogEntry::Type::kAttachPart:
-      if (local(*part)) return act(QueueAction::kNothing);
-      return fetchUnlessPoolFull();
+      return fetchUnlessPoolFull();  // not here: checked above
     case LogEntry::Type::kMergeParts: {
-      if (local(*part)) return act(QueueAction::kNothing);
       bool all_here = true;
       for (const auto& source_name : entry.source_parts) {
         auto source = partOf(source_name);
@@ -289,17 +287,21 @@ void ReplicationQueue::forgetActualPart(const std::string& node_name) {
   actual_parts_.erase(it);
 }
 
+void ReplicationQueue::stopExecuting(QueueEntry& entry) {
+  entry.currently_executing = false;
+  executing_.erase(entry.node_name);
+  forgetActualPart(entry.node_name);
+  if (auto part = partOf(entry.entry.new_part_name)) future_parts_.erase(*part);
+}
+
 void ReplicationQueue::fail(const std::string& node_name, std::string error,
                             QueueClock::time_point now) {
   auto it = std::find_if(entries_.begin(), entries_.end(),
                          [&](const QueueEntry& e) { return e.node_name == node_name; });
   if (it == entries_.end()) return;
-  it->currently_executing = false;
+  stopExecuting(*it);
   it->last_exception = std::move(error);
   it->last_exception_time = now;
-  executing_.erase(node_name);
-  forgetActualPart(node_name);
-  if (auto part = partOf(it->entry.new_part_name)) future_parts_.erase(*part);
 }
 
 void ReplicationQueue::giveWay(const std::string& node_name, std::string message,
@@ -307,11 +309,8 @@ void ReplicationQueue::giveWay(const std::string& node_name, std::string message
   auto it = std::find_if(entries_.begin(), entries_.end(),
                          [&](const QueueEntry& e) { return e.node_name == node_name; });
   if (it == entries_.end()) return;
-  it->currently_executing = false;
+  stopExecuting(*it);
   if (it->num_tries > 0) --it->num_tries;
-  executing_.erase(node_name);
-  forgetActualPart(node_name);
-  if (auto part = partOf(it->entry.new_part_name)) future_parts_.erase(*part);
   postpone(*it, PostponeReason::kCoveredByFuturePart, std::move(message), now);
 }
 

@@ -149,6 +149,9 @@ class ReplicationQueue {
   bool comesFromAnotherEntry(const PartName& part, const QueueEntry& self) const;
   std::chrono::milliseconds backoffFor(const QueueEntry& entry) const;
   void forgetActualPart(const std::string& node_name);
+  // A selected entry is back in the queue (failed or gave way): no longer running, and its part
+  // no longer a future part.
+  void stopExecuting(QueueEntry& entry);
   void postpone(QueueEntry& entry, PostponeReason reason, std::string message,
                 QueueClock::time_point now);
 
