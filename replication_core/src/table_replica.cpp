@@ -1573,14 +1573,13 @@ std::expected<void, std::string> PendingInsert::flush(const std::string& partiti
   const TableSchema& schema = table_.spec_.schema;
   Block rows = std::exchange(it->second, schema.emptyBlock());
   const std::size_t n = blocks_per_partition_[partition]++;
-  std::expected<void, std::string> outcome;
-  stage(partition, sortAndIdentify(schema, partition, std::move(rows), options_.deduplication_token, n),
-        write_now, outcome);
-  return outcome;
+  return stage(partition,
+               sortAndIdentify(schema, partition, std::move(rows), options_.deduplication_token, n),
+               write_now);
 }
 
-void PendingInsert::stage(const std::string& partition, SortedBlock sorted, bool write_now,
-                          std::expected<void, std::string>& outcome) {
+std::expected<void, std::string> PendingInsert::stage(const std::string& partition,
+                                                      SortedBlock sorted, bool write_now) {
   // Staged under a provisional name; the block number comes with the commit.
   const PartName staged{partition, static_cast<int64_t>(parts_.size()), static_cast<int64_t>(parts_.size()), 0, 0};
   std::error_code ec;
@@ -1588,15 +1587,13 @@ void PendingInsert::stage(const std::string& partition, SortedBlock sorted, bool
   PendingPartFile part{partition, sorted.dedup_id, staging_dir_ / staged.format(), sorted.rows.rows(), std::nullopt, std::nullopt};
   if (write_now) {
     auto written = writeStagedPart(part.dir, table_.spec_.schema, sorted.rows);
-    if (!written) {
-      outcome = std::unexpected(written.error());
-      return;
-    }
+    if (!written) return std::unexpected(written.error());
     part.checksums = std::move(*written);
   } else {
     part.unwritten = std::move(sorted.rows);
   }
   parts_.push_back(std::move(part));
+  return {};
 }
 
 std::expected<void, std::string> PendingInsert::flushAll() {
@@ -1615,11 +1612,10 @@ std::expected<void, std::string> PendingInsert::flushAll() {
                                  options_.deduplication_token, n));
     partitions.push_back(partition);
   }
-  std::expected<void, std::string> outcome;
   for (std::size_t i = 0; i < sorting.size(); ++i) {
-    stage(partitions[i], sorting[i].get(), /*write_now=*/false, outcome);
+    if (auto staged = stage(partitions[i], sorting[i].get(), /*write_now=*/false); !staged) return staged;
   }
-  return outcome;
+  return {};
 }
 
 }  // namespace rtable::core

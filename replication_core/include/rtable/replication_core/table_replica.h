@@ -342,8 +342,8 @@ class PendingInsert {
   std::expected<void, std::string> flush(const std::string& partition, bool write_now);
   std::expected<void, std::string> flushAll();
   // Adds one partition's sorted rows as a part (written now, or left for the commit to write).
-  void stage(const std::string& partition, SortedBlock sorted, bool write_now,
-             std::expected<void, std::string>& outcome);
+  std::expected<void, std::string> stage(const std::string& partition, SortedBlock sorted,
+                                         bool write_now);
 
   TableReplica& table_;
   InsertOptions options_;
