@@ -10,14 +10,25 @@ KeeperResult<DedupCleanupResult> DedupWindowCleaner::run(Keeper& keeper) {
   if (!listed) return std::unexpected(listed.error());
   std::unordered_map<std::string, IdStat> current;
   current.reserve(listed->names.size());
+  std::vector<std::string> uncached;
+  std::vector<std::string> uncached_paths;
   for (auto& name : listed->names) {
     if (auto cached = stats_.find(name); cached != stats_.end()) {
       current.emplace(std::move(name), cached->second);
-      continue;
+    } else {
+      uncached_paths.push_back(paths_.dedupHash(name));
+      uncached.push_back(std::move(name));
     }
-    auto stat = keeper.exists(paths_.dedupHash(name));
-    if (!stat) return std::unexpected(stat.error());
-    if (*stat) current.emplace(std::move(name), IdStat{(*stat)->ctime, (*stat)->version});
+  }
+  // One pipelined batch: a stat per id one after another kept the session (which the inserts
+  // share) busy for a round trip per id inserted since the last run.
+  auto nodes = keeper.getMany(uncached_paths);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i]) {
+      current.emplace(std::move(uncached[i]), IdStat{nodes[i]->stat.ctime, nodes[i]->stat.version});
+    } else if (nodes[i].error().code != KeeperCode::kNoNode) {
+      return std::unexpected(nodes[i].error());
+    }
   }
   stats_ = std::move(current);
 

@@ -1401,7 +1401,7 @@ void TableReplica::backgroundLoop() {
   // ephemeral, so it stays the leader as long as that session lives. 0: not the leader (ZooKeeper
   // never gives out session id 0).
   int64_t leader_session = 0;
-  auto last_log_cleanup = std::chrono::steady_clock::now();
+  auto last_cleanup = std::chrono::steady_clock::now();
   std::unique_lock lock(background_mu_);
   while (!stopping_) {
     wake_requested_ = false;
@@ -1419,11 +1419,13 @@ void TableReplica::backgroundLoop() {
           leader_session = 0;
           if (isLeader(*keeper)) {
             leader_session = keeper->sessionId();
-            (void)dedup_cleaner_.run(*keeper);
             last_merge_assignment = now;
             assignMerges(*keeper, options_.merge_min_parts);
-            if (now - last_log_cleanup >= spec_.cleanup_period) {
-              last_log_cleanup = now;
+            // ClickHouse's cleanup thread period: listing every dedup id once a second cost the
+            // session (which the inserts share) more than a window a few seconds too wide.
+            if (now - last_cleanup >= spec_.cleanup_period) {
+              last_cleanup = now;
+              (void)dedup_cleaner_.run(*keeper);
               cleanLog(*keeper);
             }
           }

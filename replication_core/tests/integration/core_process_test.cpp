@@ -43,6 +43,8 @@ class CoreProcess : public ::testing::Test {
     options.binary = RTABLE_CORE_BINARY;
     options.work_dir = work_dir_;
     options.zookeeper = zookeeper().connectString();
+    // The leader trims the dedup window once per cleanup period (default 30 s).
+    options.replication_settings = "cleanupPeriodSeconds: 1";
     options.table_yaml = fmt::format(R"(table: {}
 columns:
   - {{name: id, type: UInt64}}
