@@ -43,6 +43,32 @@ const char* findByte(const char* p, const char* end, char c) {
   return found ? static_cast<const char*>(found) : end;
 }
 
+#if defined(__SSE2__)
+// Bit i set when p[i] == c, for the 64 bytes at p.
+inline uint64_t byteMask64(const char* p, char c) {
+  const __m128i wanted = _mm_set1_epi8(c);
+  uint64_t mask = 0;
+  for (int i = 0; i < 4; ++i) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i));
+    mask |= static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, wanted))))
+            << (16 * i);
+  }
+  return mask;
+}
+
+// Bit i becomes the parity of bits 0..i: with quote positions in, the bytes from an opening quote
+// up to (not including) its closing one.
+inline uint64_t prefixXor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+#endif
+
 // What follows p in an error: "'x'" or "end of data".
 std::string describeNext(const char* p, const char* end) {
   if (p == end) return "end of data";
@@ -960,28 +986,11 @@ struct RowParser::State {
       case RowFormat::kJSONEachRow: {
         // The first '}' outside a string ends the row: values are never objects, so a nested one
         // is an error either way and the row parser reports it. The scan state lives in locals
-        // (registers) and jumps between the bytes that matter; it is stored back only when the
-        // row goes on past `data`.
+        // (registers); it is stored back only when the row goes on past `data`.
         bool in_string = json_in_string;
         bool escaped = json_escaped;
-        while (p != end) {
-#if defined(__SSE2__)
-          // Sixteen bytes at a time up to the next '"', '\\' or '}' (each matters in one of the
-          // two states; the step below sorts them out).
-          if (!escaped && end - p >= 16) {
-            const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-            const unsigned mask =
-                static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8('"')))) |
-                static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8('\\')))) |
-                static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8('}'))));
-            if (mask == 0) {
-              p += 16;
-              continue;
-            }
-            p += __builtin_ctz(mask);
-          }
-#endif
-          const char c = *p++;
+        // One byte; true when it ends the row.
+        auto step = [&](char c) {
           if (in_string) {
             if (escaped) {
               escaped = false;
@@ -990,13 +999,41 @@ struct RowParser::State {
             } else if (c == '"') {
               in_string = false;
             }
-          } else if (c == '"') {
-            in_string = true;
-          } else if (c == '}') {
-            json_in_string = false;
-            json_escaped = false;
-            return p - data.data();
+            return false;
           }
+          if (c == '"') in_string = true;
+          return c == '}';
+        };
+        auto rowEnd = [&](const char* after) {
+          json_in_string = false;
+          json_escaped = false;
+          return static_cast<std::size_t>(after - data.data());
+        };
+        while (p != end) {
+#if defined(__SSE2__)
+          if (!escaped && end - p >= 64) {
+            // Sixty-four bytes at a time. Without a backslash in them, the quotes alone say which
+            // bytes are inside strings (the running parity of quotes, started from `in_string`),
+            // so the first '}' outside one is found without a branch per byte.
+            const uint64_t slashes = byteMask64(p, '\\');
+            if (slashes == 0) {
+              uint64_t inside = prefixXor(byteMask64(p, '"'));
+              if (in_string) inside = ~inside;
+              if (const uint64_t ends = byteMask64(p, '}') & ~inside; ends != 0) {
+                return rowEnd(p + __builtin_ctzll(ends) + 1);
+              }
+              in_string = (inside >> 63) != 0;
+              p += 64;
+              continue;
+            }
+            // Escapes: this block byte by byte.
+            for (const char* block_end = p + 64; p != block_end;) {
+              if (step(*p++)) return rowEnd(p);
+            }
+            continue;
+          }
+#endif
+          if (step(*p++)) return rowEnd(p);
         }
         json_in_string = in_string;
         json_escaped = escaped;

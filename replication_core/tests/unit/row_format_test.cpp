@@ -1,5 +1,6 @@
 #include "rtable/replication_core/row_format.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -479,6 +480,34 @@ TEST(RowParserJson, AcceptsWhatClickHouseAccepts) {
   const auto nullable = schemaOf({{"a", "Nullable(String)"}});
   EXPECT_EQ(parseOk(nullable, RowFormat::kJSONEachRow, "{}\n{ }").columns[0].null_map,
             (std::vector<uint8_t>{1, 1}));
+}
+
+// Row ends are found sixty-four bytes at a time: braces, quotes and escapes inside strings land on
+// every offset of such a block (strings of growing length, rows after padding of every width),
+// and every row still ends at its own '}', read whole, a byte at a time or cut into segments.
+TEST(RowParserJson, RowEndsAtEveryOffsetOfTheScanBlocks) {
+  const auto schema = schemaOf({{"s", "String"}, {"t", "String"}, {"n", "UInt32"}});
+  std::string input;
+  std::vector<std::string> expected_s;
+  std::vector<std::string> expected_t;
+  for (uint32_t k = 0; k < 140; ++k) {
+    input += std::string(k % 67, k % 2 ? ' ' : '\n');
+    // s: escapes (a quote, a backslash) after k bytes; t: braces and no escape at all.
+    input += fmt::format(R"({{"s":"{}}}\"\\{{","t":"{}}}{{}}","n":{}}})", std::string(k, 'a'),
+                         std::string(140 - k, 'b'), k);
+    expected_s.push_back(std::string(k, 'a') + "}\"\\{");
+    expected_t.push_back(std::string(140 - k, 'b') + "}{}");
+  }
+  input += "\n";
+  for (std::size_t segment : {std::size_t{0}, std::size_t{1}, std::size_t{300}}) {
+    for (Chunking chunking : {Chunking::kWhole, Chunking::kByteAtATime, Chunking::kRandom}) {
+      auto parsed = parse(schema, RowFormat::kJSONEachRow, input, chunking, 65536, 3, segment);
+      ASSERT_TRUE(parsed) << parsed.error().toString() << " segment " << segment;
+      EXPECT_EQ(values<std::string>(parsed->all, 0), expected_s) << "segment " << segment;
+      EXPECT_EQ(values<std::string>(parsed->all, 1), expected_t) << "segment " << segment;
+      EXPECT_EQ(parsed->all.rows(), 140u);
+    }
+  }
 }
 
 TEST(RowParserTsv, EscapesAndLineEndsLikeClickHouse) {
