@@ -1512,12 +1512,13 @@ void TableReplica::shutdown() {
   keeper_.reset();
 }
 
-PendingInsert::PendingInsert(TableReplica& table, InsertOptions options, fs::path staging_dir)
-    : table_(table), options_(std::move(options)), staging_dir_(std::move(staging_dir)) {}
+PendingInsert::PendingInsert(TableReplica& table, InsertOptions options, fs::path staging_prefix)
+    : table_(table), options_(std::move(options)), staging_prefix_(std::move(staging_prefix)) {}
 
 PendingInsert::~PendingInsert() {
+  // Committed parts were moved into the table; the rest go.
   std::error_code ec;
-  fs::remove_all(staging_dir_, ec);
+  for (const auto& part : parts_) fs::remove_all(part.dir, ec);
 }
 
 // One partition's buffered rows in ORDER BY order, and their dedup id.
@@ -1584,9 +1585,12 @@ std::expected<void, std::string> PendingInsert::stage(const std::string& partiti
                                                       SortedBlock sorted, bool write_now) {
   // Staged under a provisional name; the block number comes with the commit.
   const PartName staged{partition, static_cast<int64_t>(parts_.size()), static_cast<int64_t>(parts_.size()), 0, 0};
+  // A folder per part, not per insert: one mkdir less before an acknowledgement.
   std::error_code ec;
-  fs::create_directories(staging_dir_, ec);
-  PendingPartFile part{partition, sorted.dedup_id, staging_dir_ / staged.format(), sorted.rows.rows(), std::nullopt, std::nullopt};
+  fs::create_directories(staging_prefix_.parent_path(), ec);
+  fs::path dir = staging_prefix_;
+  dir += "-" + staged.format();
+  PendingPartFile part{partition, sorted.dedup_id, std::move(dir), sorted.rows.rows(), std::nullopt, std::nullopt};
   if (write_now) {
     auto written = writeStagedPart(part.dir, table_.spec_.schema, sorted.rows);
     if (!written) return std::unexpected(written.error());

@@ -324,14 +324,15 @@ class TableReplica {
   std::thread background_;
 };
 
-// The blocks of one insert request between parsing and commit. Its staging folder is removed
-// with it, so an insert that fails (bad input, lost client) leaves nothing behind.
+// The blocks of one insert request between parsing and commit. Its staged parts are removed with
+// it, so an insert that fails (bad input, lost client) leaves nothing behind.
 class PendingInsert {
  public:
-  PendingInsert(TableReplica& table, InsertOptions options, std::filesystem::path staging_dir);
+  // Parts are staged as `<staging_prefix>-<provisional name>` folders.
+  PendingInsert(TableReplica& table, InsertOptions options, std::filesystem::path staging_prefix);
   ~PendingInsert();
 
-  // Adds parsed rows (the schema's columns). Full parts are written to the staging folder.
+  // Adds parsed rows (the schema's columns). Full parts are written to staging at once.
   std::expected<void, std::string> add(Block block);
   std::size_t rows() const { return rows_; }
 
@@ -347,7 +348,7 @@ class PendingInsert {
 
   TableReplica& table_;
   InsertOptions options_;
-  std::filesystem::path staging_dir_;
+  std::filesystem::path staging_prefix_;
   std::vector<std::pair<std::string, Block>> buffers_;  // per partition, in first-seen order
   std::vector<PendingPartFile> parts_;
   std::map<std::string, std::size_t> blocks_per_partition_;
