@@ -2,8 +2,10 @@
 // ZooKeeper 3.8, one replica each, in one run:
 //   - sequential single-row inserts per second over HTTP keep-alive,
 //   - ZooKeeper write transactions per insert (the server's zxid delta over those inserts),
-//   - rows per second of one 1,000,000-row JSONEachRow insert of a 5-column table.
-// Usage: rtable-insert-bench [--single N] [--bulk-rows N]
+//   - rows per second of one 1,000,000-row JSONEachRow insert of a 5-column table,
+// in several rounds that alternate which system goes first (new rows each round); prints each
+// round's ratios and the totals.
+// Usage: rtable-insert-bench [--single N] [--bulk-rows N] [--rounds N]
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -11,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -38,9 +41,11 @@ constexpr const char* kClickHouseTable =
     "ENGINE = ReplicatedMergeTree('/clickhouse/tables/01/bench', '{replica}') "
     "PARTITION BY toYYYYMM(d) ORDER BY id";
 
-std::string row(uint64_t id) {
-  return fmt::format(R"({{"id":{},"d":"2026-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})",
-                     id, 10 + id % 3, 1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
+// Rows of round r fall in the months of year 2020 + r: ClickHouse refuses inserts into a partition
+// with 300 active parts, and a round leaves about 170 unmerged ones in each of its three.
+std::string row(uint64_t id, int round) {
+  return fmt::format(R"({{"id":{},"d":"{}-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})",
+                     id, 2020 + round, 10 + id % 3, 1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
                      id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) + "\n";
 }
 
@@ -71,6 +76,12 @@ class KeepAliveClient {
     if (fd_ >= 0) close(fd_);
   }
   const std::string& name() const { return name_; }
+  // A fresh connection: the server may have closed an idle keep-alive one.
+  void reconnect() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    buffer_.clear();
+  }
 
   bool post(const std::string& body) {
     if (fd_ < 0 && !connectSocket()) return false;
@@ -157,30 +168,56 @@ class KeepAliveClient {
   std::string buffer_;
 };
 
+// One system's totals over all rounds; rates are totals over totals, so a slow round weighs in
+// by its time as it would for a client.
 struct Figures {
+  double single_seconds = 0;
+  int singles = 0;
+  double bulk_seconds = 0;
+  uint64_t bulk_rows = 0;
+  double zk_writes_per_insert = 0;  // first round only: later ones overlap the other's background
+  bool failed = false;
+  double singlePerSecond() const { return singles / single_seconds; }
+  double bulkRowsPerSecond() const { return static_cast<double>(bulk_rows) / bulk_seconds; }
+};
+
+struct Round {
   double single_per_second = 0;
-  double zk_writes_per_insert = 0;
   double bulk_rows_per_second = 0;
 };
 
-Figures measure(KeepAliveClient& target, int zk_port, uint64_t first_id, int single, const std::string& bulk, uint64_t bulk_rows) {
-  Figures figures;
-  for (int i = 0; i < 20; ++i) target.post(row(first_id + 5'000'000 + i));  // warm-up
+// Ids of round `index` start here, so that no round is deduplicated.
+uint64_t firstId(int index) { return static_cast<uint64_t>(index) * 100'000'000; }
+
+// One round for one system: `single` sequential single-row inserts, then one bulk insert.
+Round measureRound(KeepAliveClient& target, int zk_port, int index, int single,
+                   const std::string& bulk, uint64_t bulk_rows, Figures& total, bool count_zk) {
+  Round round;
+  const uint64_t first_id = firstId(index);
+  target.reconnect();
+  for (int i = 0; i < 20; ++i) target.post(row(first_id + 5'000'000 + i, index));  // warm-up
   const int64_t zxid_before = lastZxid(zk_port);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < single; ++i) {
-    if (!target.post(row(first_id + i))) return figures;
+    if (!target.post(row(first_id + i, index))) return total.failed = true, round;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t zxid_after = lastZxid(zk_port);
-  figures.single_per_second = single / seconds;
-  figures.zk_writes_per_insert = static_cast<double>(zxid_after - zxid_before) / single;
+  if (count_zk) total.zk_writes_per_insert = static_cast<double>(lastZxid(zk_port) - zxid_before) / single;
   const auto bulk_start = std::chrono::steady_clock::now();
-  if (!target.post(bulk)) return figures;
-  figures.bulk_rows_per_second =
-      static_cast<double>(bulk_rows) /
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - bulk_start).count();
-  return figures;
+  if (!target.post(bulk)) return total.failed = true, round;
+  const double bulk_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - bulk_start).count();
+  total.single_seconds += seconds;
+  total.singles += single;
+  total.bulk_seconds += bulk_seconds;
+  total.bulk_rows += bulk_rows;
+  return Round{single / seconds, static_cast<double>(bulk_rows) / bulk_seconds};
+}
+
+std::string bulkBody(int index, uint64_t rows) {
+  std::string bulk;
+  bulk.reserve(rows * 80);
+  for (uint64_t id = 0; id < rows; ++id) bulk += row(firstId(index) + 10'000'000 + id, index);
+  return bulk;
 }
 
 }  // namespace
@@ -188,12 +225,14 @@ Figures measure(KeepAliveClient& target, int zk_port, uint64_t first_id, int sin
 int main(int argc, char** argv) {
   int single = 500;
   uint64_t bulk_rows = 1'000'000;
+  int rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--single") single = std::stoi(argv[i + 1]);
     else if (flag == "--bulk-rows") bulk_rows = std::stoull(argv[i + 1]);
+    else if (flag == "--rounds") rounds = std::max(1, std::stoi(argv[i + 1]));
     else {
-      fmt::print(stderr, "usage: rtable-insert-bench [--single N] [--bulk-rows N]\n");
+      fmt::print(stderr, "usage: rtable-insert-bench [--single N] [--bulk-rows N] [--rounds N]\n");
       return 2;
     }
   }
@@ -212,24 +251,42 @@ int main(int argc, char** argv) {
   if (!clickhouse) return fmt::print(stderr, "{}\n", clickhouse.error()), 1;
   if (auto created = (*clickhouse)->query(kClickHouseTable); !created) return fmt::print(stderr, "{}\n", created.error()), 1;
 
-  std::string bulk;
-  bulk.reserve(bulk_rows * 80);
-  for (uint64_t id = 0; id < bulk_rows; ++id) bulk += row(10'000'000 + id);
-  fmt::print("bulk body: {} rows, {:.1f} MB of JSONEachRow\n", bulk_rows, bulk.size() / 1e6);
-
   KeepAliveClient rtable("rtable-core", (*replica)->httpPort(), "/insert?format=JSONEachRow");
   KeepAliveClient ch("ClickHouse 18.16", (*clickhouse)->httpPort(),
                      "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow");
 
-  const Figures r = measure(rtable, (*zk)->port(), 0, single, bulk, bulk_rows);
-  const Figures c = measure(ch, (*zk)->port(), 0, single, bulk, bulk_rows);
+  // Rounds alternate which system goes first, so that a machine getting faster or slower during
+  // the run (it is shared) weighs on both alike. The first round's rtable inserts run while
+  // ClickHouse is still empty and idle, so their ZooKeeper transaction count is rtable's alone.
+  Figures r, c;
+  for (int round = 0; round < rounds; ++round) {
+    const std::string bulk = bulkBody(round, bulk_rows);
+    if (round == 0) {
+      fmt::print("bulk body: {} rows, {:.1f} MB of JSONEachRow\n\n", bulk_rows, bulk.size() / 1e6);
+      fmt::print("{:<8} {:>22} {:>22}\n", "round", "single-row ratio", "bulk ratio");
+    }
+    Round rr, cr;
+    if (round % 2 == 0) {
+      rr = measureRound(rtable, (*zk)->port(), round, single, bulk, bulk_rows, r, round == 0);
+      cr = measureRound(ch, (*zk)->port(), round, single, bulk, bulk_rows, c, round == 0);
+    } else {
+      cr = measureRound(ch, (*zk)->port(), round, single, bulk, bulk_rows, c, false);
+      rr = measureRound(rtable, (*zk)->port(), round, single, bulk, bulk_rows, r, false);
+    }
+    if (r.failed || c.failed) return fmt::print(stderr, "an insert failed in round {}\n", round + 1), 1;
+    fmt::print("{:<8} {:>21.2f}x {:>21.2f}x\n", round + 1, rr.single_per_second / cr.single_per_second,
+               rr.bulk_rows_per_second / cr.bulk_rows_per_second);
+  }
 
-  fmt::print("\n{:<42} {:>14} {:>18} {:>10}\n", "", "rtable-core", "ClickHouse 18.16", "ratio");
-  fmt::print("{:<42} {:>14.1f} {:>18.1f} {:>9.2f}x\n", fmt::format("single-row inserts/s ({} sequential)", single),
-             r.single_per_second, c.single_per_second, r.single_per_second / c.single_per_second);
-  fmt::print("{:<42} {:>14.2f} {:>18.2f} {:>9.2f}x\n", "ZooKeeper write transactions per insert",
+  fmt::print("\n{:<46} {:>14} {:>18} {:>10}\n", fmt::format("totals over {} rounds", rounds), "rtable-core",
+             "ClickHouse 18.16", "ratio");
+  fmt::print("{:<46} {:>14.1f} {:>18.1f} {:>9.2f}x\n",
+             fmt::format("single-row inserts/s ({} sequential per round)", single), r.singlePerSecond(),
+             c.singlePerSecond(), r.singlePerSecond() / c.singlePerSecond());
+  fmt::print("{:<46} {:>14.2f} {:>18.2f} {:>9.2f}x\n", "ZooKeeper write transactions per insert",
              r.zk_writes_per_insert, c.zk_writes_per_insert, r.zk_writes_per_insert / c.zk_writes_per_insert);
-  fmt::print("{:<42} {:>14.0f} {:>18.0f} {:>9.2f}x\n", fmt::format("bulk rows/s ({} rows, one insert)", bulk_rows),
-             r.bulk_rows_per_second, c.bulk_rows_per_second, r.bulk_rows_per_second / c.bulk_rows_per_second);
+  fmt::print("{:<46} {:>14.0f} {:>18.0f} {:>9.2f}x\n",
+             fmt::format("bulk rows/s ({} rows, one insert per round)", bulk_rows), r.bulkRowsPerSecond(),
+             c.bulkRowsPerSecond(), r.bulkRowsPerSecond() / c.bulkRowsPerSecond());
   return 0;
 }
