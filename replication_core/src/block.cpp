@@ -1,5 +1,6 @@
 #include "rtable/replication_core/block.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <array>
@@ -153,14 +154,33 @@ void Block::append(Block&& other) {
   }
 }
 
+namespace {
+
+// Capacity for `more` values, still growing at least geometrically: a bulk insert scatters many
+// blocks into the same targets, and an exact reserve each time would copy them on every call.
+template <class Vector>
+void reserveFor(Vector& values, std::size_t more) {
+  const std::size_t needed = values.size() + more;
+  if (needed > values.capacity()) values.reserve(std::max(needed, 2 * values.capacity()));
+}
+
+}  // namespace
+
 void Block::scatterInto(const std::vector<uint32_t>& group_of_row,
                         const std::vector<Block*>& targets) && {
+  // Room for every row first: growing by doubling moved each target's values (and faulted in
+  // their pages) about twice more in a bulk insert.
+  std::vector<std::size_t> incoming(targets.size(), 0);
+  for (const uint32_t group : group_of_row) ++incoming[group];
   for (std::size_t i = 0; i < columns.size(); ++i) {
     std::visit(
         [&](auto& source) {
           using Values = std::decay_t<decltype(source)>;
           std::vector<Values*> out;
-          for (Block* target : targets) out.push_back(&std::get<Values>(target->columns[i].values));
+          for (std::size_t t = 0; t < targets.size(); ++t) {
+            out.push_back(&std::get<Values>(targets[t]->columns[i].values));
+            reserveFor(*out.back(), incoming[t]);
+          }
           for (std::size_t row = 0; row < source.size(); ++row) {
             out[group_of_row[row]]->push_back(std::move(source[row]));
           }
@@ -168,6 +188,9 @@ void Block::scatterInto(const std::vector<uint32_t>& group_of_row,
         columns[i].values);
     if (columns[i].type.nullable) {
       const auto& nulls = columns[i].null_map;
+      for (std::size_t t = 0; t < targets.size(); ++t) {
+        reserveFor(targets[t]->columns[i].null_map, incoming[t]);
+      }
       for (std::size_t row = 0; row < nulls.size(); ++row) {
         targets[group_of_row[row]]->columns[i].null_map.push_back(nulls[row]);
       }

@@ -278,7 +278,11 @@ TEST_F(TableReplicaTest, ZooKeeperTroubleFailsTheInsertAndWritesNothing) {
 TEST_F(TableReplicaTest, TheDedupWindowForgetsOldIds) {
   spec_.deduplication = DedupWindow{2, std::chrono::seconds(3600)};
   open();
-  for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  // A second apart: ids created in the same millisecond would be ordered by name, not by age.
+  for (uint64_t x = 1; x <= 3; ++x) {
+    server_->setTimeForTest(1'000'000 + static_cast<int64_t>(x) * 1000);
+    ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  }
   table_->runBackgroundRoundForTest();
   EXPECT_EQ(observer_->children(paths_.dedupHashes())->names.size(), 2u);
   auto again = insert(rows({{"2026-12-01", 1}}));  // forgotten: inserted again
