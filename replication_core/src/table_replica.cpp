@@ -495,6 +495,10 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   }
   if (asked) {
     fs::remove_all(final_dir, ec);
+    // The session may have lived through the lost connection, and its lock with it: that would
+    // keep merges off this block until the session ends. Removing it also fences the commit, in
+    // case the server still has it.
+    if (std::shared_ptr<Keeper> current = this->keeper()) (void)current->remove(lock.path);
     return std::unexpected(unavailable("ZooKeeper connection lost during the commit; the block was not committed"));
   }
   {

@@ -108,9 +108,10 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
     return {};
   }
 
-  void failNextRequestsForTest(int count) override {
+  void failNextRequestsForTest(int count, int after) override {
     std::lock_guard lock(mu_);
     failures_to_inject_ = count;
+    requests_before_failures_ = after;
   }
 
   void loseNextMultiAnswersForTest(int count) override {
@@ -344,7 +345,9 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   std::optional<KeeperError> admitLocked(int64_t session, const std::string& path) {
     if (expired_sessions_.contains(session)) return error(KeeperCode::kSessionExpired, path);
     if (!live_sessions_.contains(session)) return error(KeeperCode::kConnectionLoss, path);
-    if (failures_to_inject_ > 0) {
+    if (failures_to_inject_ > 0 && requests_before_failures_ > 0) {
+      --requests_before_failures_;
+    } else if (failures_to_inject_ > 0) {
       --failures_to_inject_;
       return error(KeeperCode::kConnectionLoss, path);
     }
@@ -376,6 +379,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   int64_t zxid_ = 0;
   int64_t next_session_ = 0x100000000;
   int failures_to_inject_ = 0;
+  int requests_before_failures_ = 0;
   int multi_answers_to_lose_ = 0;
   std::optional<int64_t> fixed_time_ms_;
   int64_t requests_ = 0;

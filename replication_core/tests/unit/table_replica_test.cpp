@@ -275,6 +275,23 @@ TEST_F(TableReplicaTest, ZooKeeperTroubleFailsTheInsertAndWritesNothing) {
   EXPECT_EQ(retried->rows, 1u);
 }
 
+TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  // The allocation goes through; the commit is lost with the connection, and the session lives on.
+  server_->failNextRequestsForTest(1, 1);
+  auto failed = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().kind, InsertError::Kind::kUnavailable);
+  EXPECT_NE(failed.error().message.find("not committed"), std::string::npos) << failed.error().message;
+  // Left in place, the lock would keep merges off block 1 for as long as the session lives.
+  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty());
+  EXPECT_FALSE(fs::exists(dir_ / "202612_1_1_0"));
+  auto retried = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(retried) << retried.error().message;
+  EXPECT_EQ(retried->rows, 1u);
+  EXPECT_EQ(table_->rowCount(), 2u);
+}
+
 TEST_F(TableReplicaTest, TheDedupWindowForgetsOldIds) {
   spec_.deduplication = DedupWindow{2, std::chrono::seconds(3600)};
   open();

@@ -30,8 +30,8 @@ class FakeKeeperServer : public std::enable_shared_from_this<FakeKeeperServer> {
   virtual void expireSession(int64_t session_id) = 0;
   // Sets the parent's sequential counter, as the snapshot tool does on a stopped real server.
   virtual KeeperStatus setSequentialCounterForTest(const std::string& path, int32_t counter) = 0;
-  // The next `count` requests fail with kConnectionLoss and are not applied.
-  virtual void failNextRequestsForTest(int count) = 0;
+  // After `after` more requests, the next `count` fail with kConnectionLoss and are not applied.
+  virtual void failNextRequestsForTest(int count, int after = 0) = 0;
   // The next `count` multis are applied, then answer kConnectionLoss: the connection dropped
   // after the server committed them, before the client saw the reply.
   virtual void loseNextMultiAnswersForTest(int count) = 0;
