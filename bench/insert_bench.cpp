@@ -263,7 +263,8 @@ int main(int argc, char** argv) {
     const std::string bulk = bulkBody(round, bulk_rows);
     if (round == 0) {
       fmt::print("bulk body: {} rows, {:.1f} MB of JSONEachRow\n\n", bulk_rows, bulk.size() / 1e6);
-      fmt::print("{:<8} {:>22} {:>22}\n", "round", "single-row ratio", "bulk ratio");
+      fmt::print("{:<8} {:>22} {:>22}   {}\n", "round", "single-row ratio", "bulk ratio",
+                 "single-row inserts/s and bulk rows/s, rtable-core / ClickHouse");
     }
     Round rr, cr;
     if (round % 2 == 0) {
@@ -274,8 +275,9 @@ int main(int argc, char** argv) {
       rr = measureRound(rtable, (*zk)->port(), round, single, bulk, bulk_rows, r, false);
     }
     if (r.failed || c.failed) return fmt::print(stderr, "an insert failed in round {}\n", round + 1), 1;
-    fmt::print("{:<8} {:>21.2f}x {:>21.2f}x\n", round + 1, rr.single_per_second / cr.single_per_second,
-               rr.bulk_rows_per_second / cr.bulk_rows_per_second);
+    fmt::print("{:<8} {:>21.2f}x {:>21.2f}x   {:.1f} / {:.1f}, {:.0f} / {:.0f}\n", round + 1,
+               rr.single_per_second / cr.single_per_second, rr.bulk_rows_per_second / cr.bulk_rows_per_second,
+               rr.single_per_second, cr.single_per_second, rr.bulk_rows_per_second, cr.bulk_rows_per_second);
   }
 
   fmt::print("\n{:<46} {:>14} {:>18} {:>10}\n", fmt::format("totals over {} rounds", rounds), "rtable-core",
