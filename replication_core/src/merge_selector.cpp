@@ -22,11 +22,29 @@ std::optional<MergeRange> selectMergeRange(const std::vector<MergeCandidate>& pa
     MergeRange range;
     uint64_t rows;
   };
+  // ClickHouse's SimpleMergeSelector: a run is worth merging only if it holds `base` times the
+  // rows of its biggest part, so a row is rewritten O(log) times, not once per few small parts
+  // (without it, a partition with one big part rewrote it every five single-row inserts). Many
+  // parts lower the bar, from 5 at 10 parts to 1 at 50 (min_parts_to_lower_base,
+  // max_parts_to_lower_base), so the part count stays bounded.
+  constexpr double kBase = 5.0;
+  constexpr std::size_t kLowerFrom = 10;
+  constexpr std::size_t kLowerTo = 50;
+  // Never above the narrowest run: `low` equal parts are always worth merging.
+  const double base = std::min(static_cast<double>(low),
+                               n <= kLowerFrom ? kBase
+                               : n >= kLowerTo ? 1.0
+                                               : kBase - (kBase - 1.0) * static_cast<double>(n - kLowerFrom) /
+                                                             static_cast<double>(kLowerTo - kLowerFrom));
   std::vector<Scored> candidates;
-  for (std::size_t width = low; width <= high; ++width) {
-    for (std::size_t start = 0; start + width <= n; ++start) {
-      if (blocked[start + width] != blocked[start]) continue;
-      candidates.push_back({{start, width}, rows[start + width] - rows[start]});
+  for (std::size_t start = 0; start + low <= n; ++start) {
+    uint64_t biggest = 0;
+    for (std::size_t width = 1; width <= high && start + width <= n; ++width) {
+      biggest = std::max(biggest, parts[start + width - 1].rows);
+      if (width < low || blocked[start + width] != blocked[start]) continue;
+      const uint64_t total = rows[start + width] - rows[start];
+      if (static_cast<double>(total) < base * static_cast<double>(biggest)) continue;
+      candidates.push_back({{start, width}, total});
     }
   }
   // a before b when a writes fewer rows per removed part: a.rows / (a.w - 1) < b.rows / (b.w - 1),

@@ -24,8 +24,32 @@ TEST(MergeSelector, ABigPartIsLeftAloneWhileSmallOnesCanBeMerged) {
   // A merged part of 1000 rows, then seven single-row parts.
   const auto parts = partsOfRows({1000, 1, 1, 1, 1, 1, 1, 1});
   EXPECT_EQ(selectMergeRange(parts, 6, 100, kAny), (MergeRange{1, 7}));
-  // Only six parts: the big one is taken along (the part count stays bounded).
-  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 1, 1, 1, 1, 1}), 6, 100, kAny), (MergeRange{0, 6}));
+  // Only six parts: the big one is not rewritten to take in five rows (it used to be, every five
+  // single-row inserts).
+  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 1, 1, 1, 1, 1}), 6, 100, kAny), std::nullopt);
+  // Enough small rows beside it, and it is: 1000 + 4000 is five times 1000.
+  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 800, 800, 800, 800, 800}), 6, 100, kAny), (MergeRange{0, 6}));
+  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 800, 800, 800, 800, 799}), 6, 100, kAny), std::nullopt);
+}
+
+TEST(MergeSelector, ManyPartsLowerTheBarSoTheirCountStaysBounded) {
+  // Big parts with four small ones between them: every run of six holds two big parts.
+  auto pattern = [](std::size_t n) {
+    std::vector<uint64_t> rows;
+    for (std::size_t i = 0; i < n; ++i) rows.push_back(i % 5 == 0 ? 1000 : 1);
+    return partsOfRows(rows);
+  };
+  EXPECT_EQ(selectMergeRange(pattern(10), 6, 100, kAny), std::nullopt);  // needs 5x the biggest
+  // At 30 parts 3x: the cheapest run holding three big parts.
+  EXPECT_EQ(selectMergeRange(pattern(30), 6, 100, kAny), (MergeRange{1, 19}));
+  // At 50 and more, 1x: the cheapest run of all, two big parts and the small ones between.
+  EXPECT_EQ(selectMergeRange(pattern(50), 6, 100, kAny), (MergeRange{1, 9}));
+}
+
+TEST(MergeSelector, TheBarIsNeverAboveTheNarrowestRun) {
+  // Runs of three allowed: three equal parts are worth merging, a big one and two small are not.
+  EXPECT_EQ(selectMergeRange(partsOfRows({1, 1, 1}), 3, 3, kAny), (MergeRange{0, 3}));
+  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 1, 1}), 3, 3, kAny), std::nullopt);
 }
 
 TEST(MergeSelector, TooFewPartsOrNoFreeRunGivesNothing) {
@@ -47,12 +71,15 @@ TEST(MergeSelector, AVetoedRunGivesTheNextBest) {
 }
 
 TEST(MergeSelector, FewerRowsPerRemovedPartWins) {
-  // Runs of three write per removed part: {40,40,1} 40.5, {40,1,1} 21, {1,1,10} 6, {1,10,10} 10.5,
-  // {10,10,10} 15.
-  const auto parts = partsOfRows({40, 40, 1, 1, 10, 10, 10});
-  EXPECT_EQ(selectMergeRange(parts, 3, 3, kAny), (MergeRange{2, 3}));
-  // With any width from 2: {1,1} writes 2 for one removed part.
-  EXPECT_EQ(selectMergeRange(parts, 2, 7, kAny), (MergeRange{2, 2}));
+  // Runs of three that hold three times their biggest part, and what each writes per removed
+  // part: {40,40,40} 60, {1,1,1} 1.5, {10,10,10} 15. ({1,1,10} would write 6, but it is not worth
+  // it: the 10 would be rewritten to take in two rows.)
+  const auto parts = partsOfRows({40, 40, 40, 1, 1, 1, 10, 10, 10});
+  EXPECT_EQ(selectMergeRange(parts, 3, 3, kAny), (MergeRange{3, 3}));
+  EXPECT_EQ(selectMergeRange(partsOfRows({40, 40, 1, 1, 10, 10, 10}), 3, 3, kAny), (MergeRange{4, 3}));
+  // With any width from 2 (the bar is then twice the biggest part): {1,1,1} still, it writes
+  // 1.5 per removed part where {1,1} writes 2.
+  EXPECT_EQ(selectMergeRange(parts, 2, 9, kAny), (MergeRange{3, 3}));
 }
 
 }  // namespace

@@ -25,8 +25,10 @@ struct MergeRange {
 // partition has fewer parts) that writes the fewest rows per part it removes: rows / (width - 1).
 // Many small parts are merged at once (100 single-row parts cost one merge, not eleven), and a big
 // part is rewritten only when no run of small ones is left (ClickHouse's SimpleMergeSelector
-// weighs the same trade). Ties go to the wider run, then the earlier one. `allowed` can veto a
-// run (a block inside it is still being inserted); the next best is taken then.
+// weighs the same trade). A run must hold 5 times the rows of its biggest part (1 time once the
+// partition has 50 parts, linearly from 10), as ClickHouse's `base`: a big part is not rewritten
+// to take in a few small ones. Ties go to the wider run, then the earlier one. `allowed` can veto
+// a run (a block inside it is still being inserted); the next best is taken then.
 std::optional<MergeRange> selectMergeRange(const std::vector<MergeCandidate>& parts,
                                            std::size_t min_width, std::size_t max_width,
                                            const std::function<bool(const MergeRange&)>& allowed);
