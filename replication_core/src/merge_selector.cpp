@@ -11,13 +11,6 @@ std::optional<MergeRange> selectMergeRange(const std::vector<MergeCandidate>& pa
   const std::size_t low = std::max<std::size_t>(2, std::min(min_width, n));
   const std::size_t high = std::min(std::max(max_width, low), n);
   if (n < 2 || low > high) return std::nullopt;
-  // Prefix sums: rows, and parts that may not be merged, over parts[0, i).
-  std::vector<uint64_t> rows(n + 1, 0);
-  std::vector<std::size_t> blocked(n + 1, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    rows[i + 1] = rows[i] + parts[i].rows;
-    blocked[i + 1] = blocked[i] + (parts[i].mergeable ? 0 : 1);
-  }
   struct Scored {
     MergeRange range;
     uint64_t rows;
@@ -37,13 +30,17 @@ std::optional<MergeRange> selectMergeRange(const std::vector<MergeCandidate>& pa
                                                : kBase - (kBase - 1.0) * static_cast<double>(n - kLowerFrom) /
                                                              static_cast<double>(kLowerTo - kLowerFrom));
   std::vector<Scored> candidates;
+  // Each run grows from its start one part at a time, so its rows and biggest part are running
+  // values, and a part that may not be merged ends every run through it.
   for (std::size_t start = 0; start + low <= n; ++start) {
+    uint64_t total = 0;
     uint64_t biggest = 0;
     for (std::size_t width = 1; width <= high && start + width <= n; ++width) {
-      biggest = std::max(biggest, parts[start + width - 1].rows);
-      if (width < low || blocked[start + width] != blocked[start]) continue;
-      const uint64_t total = rows[start + width] - rows[start];
-      if (static_cast<double>(total) < base * static_cast<double>(biggest)) continue;
+      const MergeCandidate& part = parts[start + width - 1];
+      if (!part.mergeable) break;
+      total += part.rows;
+      biggest = std::max(biggest, part.rows);
+      if (width < low || static_cast<double>(total) < base * static_cast<double>(biggest)) continue;
       candidates.push_back({{start, width}, total});
     }
   }
