@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <iterator>
+#include <random>
 
 #include "rtable/replication_core/hash128.h"
 
@@ -53,8 +55,18 @@ std::string tokenDedupId(const std::string& partition, const std::string& token,
   return formatDedupId(partition, hash128(fmt::format("{}_{}", token, n)));
 }
 
+BlockNumberAllocator::BlockNumberAllocator(TablePaths paths) : paths_(std::move(paths)) {
+  std::random_device random;
+  next_lock_tag_ = (static_cast<uint64_t>(random()) << 32) | random();
+}
+
 KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const std::string& partition,
                                                         const std::string& dedup_id) {
+  std::string lock_data;
+  {
+    std::lock_guard lock(mu_);
+    lock_data = fmt::format("{} {:016x}", dedup_id, next_lock_tag_++);
+  }
   // Two tries: the partition node may be removed under us (a dropped partition), then made again.
   for (int attempt = 0;; ++attempt) {
     bool known;
@@ -72,7 +84,7 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
     }
     auto allocated = keeper.multi({
         op::CheckNotExists{paths_.dedupHash(dedup_id)},
-        op::Create{paths_.blockLockPrefix(partition), dedup_id, CreateMode::kEphemeralSequential},
+        op::Create{paths_.blockLockPrefix(partition), lock_data, CreateMode::kEphemeralSequential},
     });
     if (allocated) {
       const std::string& path = (*allocated)[1].path_created;
@@ -83,6 +95,11 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
       return BlockNumberLock{partition, *number, path};
     }
     const KeeperError& error = allocated.error();
+    if (error.isConnectionLevel()) {
+      std::lock_guard lock(mu_);
+      lost_.push_back(LostAllocation{keeper.sessionId(), partition, lock_data, std::chrono::steady_clock::now()});
+      return std::unexpected(error);
+    }
     if (error.code == KeeperCode::kNodeExists && error.failed_op_index == 0u) {
       auto existing = keeper.get(paths_.dedupHash(dedup_id));
       if (existing) return Duplicate{existing->data};
@@ -97,6 +114,53 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
     }
     return std::unexpected(error);
   }
+}
+
+void BlockNumberAllocator::releaseLostLocks(Keeper& keeper) {
+  std::vector<LostAllocation> lost;
+  {
+    std::lock_guard lock(mu_);
+    lost.swap(lost_);
+  }
+  std::vector<LostAllocation> again;
+  for (auto& allocation : lost) {
+    // Ephemeral nodes go with their session: a later session has nothing of it to release.
+    if (allocation.session_id != keeper.sessionId()) continue;
+    auto released = releaseLostLock(keeper, allocation);
+    if (!released || !*released) again.push_back(std::move(allocation));
+  }
+  if (again.empty()) return;
+  std::lock_guard lock(mu_);
+  lost_.insert(lost_.end(), std::make_move_iterator(again.begin()), std::make_move_iterator(again.end()));
+}
+
+std::size_t BlockNumberAllocator::lostLocksForTest() const {
+  std::lock_guard lock(mu_);
+  return lost_.size();
+}
+
+KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const LostAllocation& lost) {
+  // A request sent before the connection dropped can still reach the leader a little later.
+  constexpr auto kLostRequestGrace = std::chrono::seconds(30);
+  auto locks = keeper.children(paths_.blockNumbers(lost.partition));
+  if (!locks) {
+    if (locks.error().code == KeeperCode::kNoNode) return true;
+    return std::unexpected(locks.error());
+  }
+  std::vector<std::string> lock_paths;
+  for (const auto& name : locks->names) lock_paths.push_back(paths_.blockNumbers(lost.partition) + "/" + name);
+  auto got = keeper.getMany(lock_paths);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!got[i]) {
+      if (got[i].error().code == KeeperCode::kNoNode) continue;  // committed or released meanwhile
+      return std::unexpected(got[i].error());
+    }
+    if (got[i]->data != lost.lock_data || got[i]->stat.ephemeral_owner != lost.session_id) continue;
+    auto removed = keeper.remove(lock_paths[i]);
+    if (!removed && removed.error().code != KeeperCode::kNoNode) return std::unexpected(removed.error());
+    return true;
+  }
+  return std::chrono::steady_clock::now() - lost.lost_at > kLostRequestGrace;
 }
 
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,

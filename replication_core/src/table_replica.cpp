@@ -604,6 +604,7 @@ std::size_t TableReplica::runBackgroundRoundForTest() {
   std::shared_ptr<Keeper> keeper = this->keeper();
   if (!keeper) return 0;
   resolveUncertainParts(*keeper);
+  allocator_.releaseLostLocks(*keeper);
   updateLogMetrics(*keeper);
   if (!cloneIfLost(*keeper)) return 0;
   updateQueue(*keeper);
@@ -1417,6 +1418,7 @@ void TableReplica::backgroundLoop() {
       std::shared_ptr<Keeper> keeper = this->keeper();
       if (keeper) {
         resolveUncertainParts(*keeper);
+        allocator_.releaseLostLocks(*keeper);
         updateLogMetrics(*keeper);
         if (cloneIfLost(*keeper)) {
           updateQueue(*keeper);

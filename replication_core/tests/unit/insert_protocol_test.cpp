@@ -119,6 +119,43 @@ TEST_F(InsertProtocol, TheSameIdAgainIsADuplicateOfTheFirstPart) {
   EXPECT_EQ(insert("all", "all_7_8"), "all_1_1_0");
 }
 
+TEST_F(InsertProtocol, ALockWhoseAllocationAnswerWasLostIsReleasedAndNoOtherLock) {
+  // An insert of the same rows holds its lock (a client's retry on another connection).
+  auto held = allocator_.allocate(*keeper_, "all", "all_5_5");
+  ASSERT_TRUE(held);
+  server_->loseNextMultiAnswersForTest(1);
+  auto lost = allocator_.allocate(*keeper_, "all", "all_5_5");
+  ASSERT_FALSE(lost);
+  EXPECT_TRUE(lost.error().isConnectionLevel());
+  // The server made the lost allocation's lock, and the session lives on.
+  ASSERT_EQ(keeper_->children(paths_.blockNumbers("all"))->names.size(), 2u);
+  EXPECT_EQ(allocator_.lostLocksForTest(), 1u);
+
+  allocator_.releaseLostLocks(*keeper_);
+  EXPECT_EQ(allocator_.lostLocksForTest(), 0u);
+  auto left = keeper_->children(paths_.blockNumbers("all"));
+  ASSERT_EQ(left->names.size(), 1u);
+  const auto& lock = std::get<BlockNumberLock>(*held);
+  EXPECT_EQ(paths_.blockNumbers("all") + "/" + left->names[0], lock.path);
+  EXPECT_TRUE(commitPart(*keeper_, paths_, getEntry(lock, "all_5_5"), lock));
+}
+
+TEST_F(InsertProtocol, AnAllocationThatNeverReachedTheServerIsLookedForAgainLater) {
+  insert("all", "all_6_5");               // the partition node exists: the multi goes first
+  server_->failNextRequestsForTest(1);  // not applied
+  ASSERT_FALSE(allocator_.allocate(*keeper_, "all", "all_6_6"));
+  allocator_.releaseLostLocks(*keeper_);
+  // Nothing to release, but a request lost with its connection may still reach the leader late.
+  EXPECT_EQ(allocator_.lostLocksForTest(), 1u);
+  EXPECT_EQ(insert("all", "all_6_7"), "all_1_1_0");
+  allocator_.releaseLostLocks(*keeper_);
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("all"))->names.empty());
+  // A new session: the old one's ephemerals went with it, there is nothing left to look for.
+  keeper_ = server_->connect();
+  allocator_.releaseLostLocks(*keeper_);
+  EXPECT_EQ(allocator_.lostLocksForTest(), 0u);
+}
+
 TEST_F(InsertProtocol, ARaceOnOneIdCommitsOnceAndTheLoserLearnsThePart) {
   auto first = allocator_.allocate(*keeper_, "all", "all_9_9");
   auto second = allocator_.allocate(*keeper_, "all", "all_9_9");  // both pass the check

@@ -292,6 +292,23 @@ TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
   EXPECT_EQ(table_->rowCount(), 2u);
 }
 
+TEST_F(TableReplicaTest, AnAllocationLostWithTheConnectionGivesItsBlockLockUp) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  // The allocation is applied, its answer lost; the session lives on.
+  server_->loseNextMultiAnswersForTest(1);
+  auto failed = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().kind, InsertError::Kind::kUnavailable);
+  ASSERT_EQ(observer_->children(paths_.blockNumbers("202612"))->names.size(), 1u);
+  // Left in place, the lock would keep merges off block 1 for as long as the session lives.
+  table_->runBackgroundRoundForTest();
+  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty());
+  auto retried = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(retried) << retried.error().message;
+  EXPECT_EQ(retried->rows, 1u);
+  EXPECT_EQ(table_->rowCount(), 2u);
+}
+
 TEST_F(TableReplicaTest, TheDedupWindowForgetsOldIds) {
   spec_.deduplication = DedupWindow{2, std::chrono::seconds(3600)};
   open();

@@ -10,13 +10,17 @@
 //
 // A crash between them leaves an ephemeral lock that goes with the session and a tmp part that is
 // removed on start: the block is neither visible nor remembered, so a client's retry inserts it.
+// A connection lost with either answer while the session lives on would leave the lock for the
+// session's life; the insert (commit) or the next background round (allocation) removes it.
 #pragma once
 
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "rtable/replication_core/block.h"
 #include "rtable/replication_core/keeper.h"
@@ -49,15 +53,35 @@ using Allocation = std::variant<BlockNumberLock, Duplicate>;
 // steady insert stream costs one request here. Thread-safe.
 class BlockNumberAllocator {
  public:
-  explicit BlockNumberAllocator(TablePaths paths) : paths_(std::move(paths)) {}
+  explicit BlockNumberAllocator(TablePaths paths);
 
+  // A lock's data is the dedup id and a number unique to this allocator, so that an allocation
+  // whose answer was lost can find its own lock.
   KeeperResult<Allocation> allocate(Keeper& keeper, const std::string& partition,
                                     const std::string& dedup_id);
 
+  // An allocation whose answer was lost with the connection may have created its lock, and the
+  // session may have lived on: the lock would then keep merges off its block for the session's
+  // life. allocate() remembers such allocations; this removes their locks (if they exist) once
+  // ZooKeeper answers again. The replica's background rounds call it.
+  void releaseLostLocks(Keeper& keeper);
+  std::size_t lostLocksForTest() const;
+
  private:
+  struct LostAllocation {
+    int64_t session_id;
+    std::string partition;
+    std::string lock_data;
+    std::chrono::steady_clock::time_point lost_at;
+  };
+  // kOk: released or certainly never created; false: ask again later.
+  KeeperResult<bool> releaseLostLock(Keeper& keeper, const LostAllocation& lost);
+
   TablePaths paths_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::set<std::string> known_partitions_;
+  uint64_t next_lock_tag_;
+  std::vector<LostAllocation> lost_;
 };
 
 struct Committed {
