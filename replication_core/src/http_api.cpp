@@ -1,8 +1,5 @@
 #include "rtable/replication_core/http_api.h"
 
-#include <cpprest/containerstream.h>
-#include <cpprest/http_listener.h>
-#include <cpprest/producerconsumerstream.h>
 #include <cpprest/uri.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -17,43 +14,30 @@
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/row_filter.h"
 #include "rtable/replication_core/row_format.h"
-#include "worker_pool.h"
+#include "rtable/replication_core/http_server.h"
 
 namespace rtable::core {
 namespace {
 
-namespace http = web::http;
 using nlohmann::json;
+
+std::string lowerCase(std::string_view text) {
+  std::string out(text);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 
 constexpr std::size_t kBodyChunk = 256 * 1024;
 constexpr std::size_t kMaxQueuedRequests = 1024;
 
-// cpprestsdk's set_body(std::string) reads a char buffer through an unsigned-char stream (a type
-// pun UBSan reports); a byte buffer of the stream's own type avoids it.
-void setBody(http::http_response& response, const std::string& body, const std::string& content_type) {
-  std::vector<uint8_t> bytes(body.begin(), body.end());
-  const auto size = bytes.size();
-  response.set_body(concurrency::streams::bytestream::open_istream(std::move(bytes)), size, content_type);
-}
-
-void send(const http::http_request& request, http::http_response& response) {
-  request.reply(response).then([](pplx::task<void> sent) {
-    try {
-      sent.get();
-    } catch (...) {  // the client went away: nothing to tell it
-    }
-  });
-}
-
-void replyJson(const http::http_request& request, http::status_code status, const json& body,
+void replyJson(HttpExchange& request, int status, const json& body,
                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
-  http::http_response response(status);
-  for (const auto& [name, value] : headers) response.headers().add(name, value);
-  setBody(response, body.dump() + "\n", "application/json; charset=utf-8");
-  send(request, response);
+  HttpHeaders all = headers;
+  all.emplace_back("Content-Type", "application/json; charset=utf-8");
+  request.respond(status, all, body.dump() + "\n");  // false: the client went away, nothing to tell it
 }
 
-void replyError(const http::http_request& request, http::status_code status, const std::string& code,
+void replyError(HttpExchange& request, int status, const std::string& code,
                 const std::string& message, json extra = json::object(),
                 const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   extra["error"] = code;
@@ -70,180 +54,135 @@ std::string contentType(RowFormat format) {
   return "text/plain";
 }
 
-// --- GET /replication/part: the body's flow control --------------------------------------------
-
-// A part transfer streams through a producer_consumer_buffer that our worker fills from the part's
-// files. The stock buffer grows without bound (a 1 GB part would end up in memory when the network
-// is slower than the disk) and its in_avail() is read without its lock, so the worker counts what
-// cpprestsdk has taken out of the buffer instead, and stays at most kMaxUnsentPartBytes ahead.
-constexpr std::size_t kMaxUnsentPartBytes = 4 << 20;
-// A peer that takes nothing for this long has stopped reading: the worker gives up on it.
-constexpr std::chrono::seconds kPartTransferStall{60};
-
-class PartTransferProgress {
- public:
-  void taken(std::size_t bytes) {
-    {
-      std::lock_guard lock(mu_);
-      taken_ += bytes;
-    }
-    changed_.notify_all();
-  }
-  // The response was sent, or failed (the peer went away, the listener closed).
-  void finished() {
-    {
-      std::lock_guard lock(mu_);
-      finished_ = true;
-    }
-    changed_.notify_all();
-  }
-  // Waits until at most `limit` of the `put` bytes are still in the buffer. False if the response
-  // finished first, or nothing was taken for `stall`.
-  bool waitForRoom(uint64_t put, uint64_t limit, std::chrono::milliseconds stall) {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      if (finished_) return false;
-      if (put - taken_ <= limit) return true;
-      const uint64_t before = taken_;
-      changed_.wait_for(lock, stall, [&] { return finished_ || taken_ != before; });
-      if (!finished_ && taken_ == before) return false;
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable changed_;
-  uint64_t taken_ = 0;
-  bool finished_ = false;
-};
-
-class CountedPartBuffer
-    : public concurrency::streams::details::basic_producer_consumer_buffer<uint8_t> {
- public:
-  explicit CountedPartBuffer(std::shared_ptr<PartTransferProgress> progress)
-      : basic_producer_consumer_buffer(kBodyChunk), progress_(std::move(progress)) {}
-
- protected:
-  // cpprestsdk's server reads a response body with getn only.
-  pplx::task<size_t> _getn(uint8_t* ptr, size_t count) override {
-    auto progress = progress_;
-    return basic_producer_consumer_buffer::_getn(ptr, count).then([progress](size_t n) {
-      progress->taken(n);
-      return n;
-    });
-  }
-
- private:
-  std::shared_ptr<PartTransferProgress> progress_;
-};
+// A peer that takes nothing of a part for this long has stopped reading: the send gives up.
+constexpr std::chrono::seconds kSocketTimeout{60};
 
 }  // namespace
 
 class ReplicaHttpServer::Impl {
  public:
-  Impl(TableReplica& table, const std::string& uri, std::size_t workers)
-      : table_(table), listener_(web::uri(uri)), workers_(workers, kMaxQueuedRequests) {}
+  Impl(TableReplica& table, std::size_t workers) : table_(table), workers_(std::max<std::size_t>(1, workers)) {}
 
-  std::expected<void, std::string> open() {
-    listener_.support([this](http::http_request request) {
-      // Other replicas may still fetch this one's parts while it hands them off (drain).
-      if (draining_ && request.relative_uri().path() != kPartTransferPath) {
-        replyError(request, http::status_codes::ServiceUnavailable, "SHUTTING_DOWN",
-                   "this replica is shutting down; retry on another replica",
-                   json::object(), {{"Retry-After", "1"}});
-        return;
-      }
-      if (!workers_.submit([this, request] { serve(request); })) {
-        replyError(request, http::status_codes::ServiceUnavailable, "OVERLOADED",
-                   "too many requests queued", json::object(), {{"Retry-After", "1"}});
-      }
-    });
-    try {
-      listener_.open().wait();
-    } catch (const std::exception& e) {
-      return std::unexpected(fmt::format("cannot listen on {}: {}", listener_.uri().to_string(), e.what()));
-    }
+  std::expected<void, std::string> open(const std::string& address, uint16_t port) {
+    HttpServerOptions options;
+    options.socket_timeout = kSocketTimeout;
+    auto started = HttpServer::start(address, port, [this](HttpExchange& exchange) { handle(exchange); }, options);
+    if (!started) return std::unexpected(started.error());
+    server_ = std::move(*started);
     return {};
   }
 
   void drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts) {
     draining_ = true;
-    workers_.waitIdle(grace);
+    waitIdle(grace);
     if (while_serving_parts) while_serving_parts();
-    workers_.waitIdle(grace);
-    try {
-      listener_.close().wait();
-    } catch (...) {  // closing a listener that failed: nothing left to do
-    }
+    waitIdle(grace);
+    if (server_) server_->stop();
   }
 
  private:
-  void serve(const http::http_request& request) {
+  // At most `workers_` requests run at once; the rest wait their turn, up to kMaxQueuedRequests.
+  // Part transfers never wait: a quorum insert running here waits for other replicas to fetch.
+  void handle(HttpExchange& request) {
+    const bool part_transfer = request.request().path == kPartTransferPath;
+    // Other replicas may still fetch this one's parts while it hands them off (drain).
+    if (draining_ && !part_transfer) {
+      return replyError(request, 503, "SHUTTING_DOWN", "this replica is shutting down; retry on another replica",
+                        json::object(), {{"Retry-After", "1"}});
+    }
+    {
+      std::unique_lock lock(mu_);
+      if (in_flight_ >= workers_ + kMaxQueuedRequests) {
+        lock.unlock();
+        return replyError(request, 503, "OVERLOADED", "too many requests queued", json::object(),
+                          {{"Retry-After", "1"}});
+      }
+      ++in_flight_;
+      if (!part_transfer) {
+        turn_.wait(lock, [this] { return running_ < workers_; });
+        ++running_;
+      }
+    }
+    serve(request);
+    {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+      if (!part_transfer) --running_;
+    }
+    turn_.notify_one();
+    idle_.notify_all();
+  }
+
+  void waitIdle(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    idle_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
+  }
+
+  void serve(HttpExchange& request) {
     try {
       route(request);
     } catch (const std::exception& e) {
-      // cpprestsdk reports a broken connection or bad request line by exception.
-      replyError(request, http::status_codes::InternalError, "INTERNAL", e.what());
+      replyError(request, 500, "INTERNAL", e.what());
     }
   }
 
-  void route(const http::http_request& request) {
-    const std::string path = request.relative_uri().path();
-    const auto query = web::uri::split_query(web::uri::decode(request.relative_uri().query()));
-    const auto method = request.method();
+  void route(HttpExchange& request) {
+    const std::string path = request.request().path;
+    const auto query = web::uri::split_query(web::uri::decode(request.request().query));
+    const auto method = request.request().method;
     auto param = [&](const std::string& name) -> std::string {
       auto it = query.find(name);
       return it == query.end() ? std::string() : it->second;
     };
     const std::string table = param("table");
     if (!table.empty() && table != table_.spec().table) {
-      replyError(request, http::status_codes::NotFound, "UNKNOWN_TABLE",
+      replyError(request, 404, "UNKNOWN_TABLE",
                  fmt::format("this replica serves table '{}', not '{}'", table_.spec().table, table));
       return;
     }
     if (path == "/insert") {
-      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      if (method != "POST") return methodNotAllowed(request, "POST");
       return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"),
                     param("insert_quorum_timeout"));
     }
     if (path == "/drop_partition") {
-      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      if (method != "POST") return methodNotAllowed(request, "POST");
       return dropPartition(request, param("partition"));
     }
     if (path == "/drop_replica") {
-      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      if (method != "POST") return methodNotAllowed(request, "POST");
       return dropReplica(request, param("name"));
     }
     if (path == "/sync") {
-      if (method != http::methods::POST) return methodNotAllowed(request, "POST");
+      if (method != "POST") return methodNotAllowed(request, "POST");
       return sync(request, param("timeout_seconds"));
     }
-    if (method != http::methods::GET) return methodNotAllowed(request, "GET");
+    if (method != "GET") return methodNotAllowed(request, "GET");
     if (path == "/select") return select(request, param("format"), param("where"), param("partition"), param("limit"), false);
     if (path == "/count") return select(request, "", param("where"), param("partition"), "", true);
     if (path == "/parts") return parts(request);
     if (path == "/replica") return replica(request);
     if (path == kPartTransferPath) return sendPart(request, param("name"));
-    if (path == "/healthz") return replyJson(request, http::status_codes::OK, {{"status", "ok"}});
+    if (path == "/healthz") return replyJson(request, 200, {{"status", "ok"}});
     if (path == "/readyz") {
       const bool ready = !draining_ && table_.writable();
-      return replyJson(request, ready ? http::status_codes::OK : http::status_codes::ServiceUnavailable,
+      return replyJson(request, ready ? 200 : 503,
                        {{"status", ready ? "ready" : "not ready"}});
     }
-    replyError(request, http::status_codes::NotFound, "NOT_FOUND", fmt::format("no endpoint {}", path));
+    replyError(request, 404, "NOT_FOUND", fmt::format("no endpoint {}", path));
   }
 
-  static void methodNotAllowed(const http::http_request& request, const std::string& allowed) {
-    replyError(request, http::status_codes::MethodNotAllowed, "METHOD_NOT_ALLOWED",
-               fmt::format("{} {} is not served; use {}", request.method(),
-                           request.relative_uri().path(), allowed),
+  static void methodNotAllowed(HttpExchange& request, const std::string& allowed) {
+    replyError(request, 405, "METHOD_NOT_ALLOWED",
+               fmt::format("{} {} is not served; use {}", request.request().method,
+                           request.request().path, allowed),
                json::object(), {{"Allow", allowed}});
   }
 
-  void insert(const http::http_request& request, const std::string& format_name,
+  void insert(HttpExchange& request, const std::string& format_name,
               const std::string& token, const std::string& quorum, const std::string& quorum_timeout) {
     auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
-    if (!format) return replyError(request, http::status_codes::BadRequest, "BAD_FORMAT", "format: " + format.error());
+    if (!format) return replyError(request, 400, "BAD_FORMAT", "format: " + format.error());
     InsertOptions options;
     options.deduplication_token = token;
     // The table's defaults (spec `inserts:`); a request's own insert_quorum, even 0, wins.
@@ -262,7 +201,7 @@ class ReplicaHttpServer::Impl {
       options.quorum_auto = false;
       auto value = number(quorum, 1000);
       if (!value) {
-        return replyError(request, http::status_codes::BadRequest, "BAD_QUORUM",
+        return replyError(request, 400, "BAD_QUORUM",
                           fmt::format("insert_quorum '{}': expected a number of replicas (0 or 1: no quorum) or 'auto' (a majority)", quorum));
       }
       options.quorum = *value;
@@ -270,7 +209,7 @@ class ReplicaHttpServer::Impl {
     if (!quorum_timeout.empty()) {
       auto value = number(quorum_timeout, 86'400'000);
       if (!value) {
-        return replyError(request, http::status_codes::BadRequest, "BAD_QUORUM_TIMEOUT",
+        return replyError(request, 400, "BAD_QUORUM_TIMEOUT",
                           fmt::format("insert_quorum_timeout '{}': expected milliseconds (at most a day)", quorum_timeout));
       }
       options.quorum_timeout = std::chrono::milliseconds(*value);
@@ -285,70 +224,78 @@ class ReplicaHttpServer::Impl {
       if (auto added = pending->add(std::move(block)); !added) add_error = added.error();
     };
     // The body streams in; nothing is committed before all of it parsed.
-    auto body = request.body().streambuf();
     std::string chunk(kBodyChunk, '\0');
-    for (;;) {
-      const std::size_t n = body.getn(reinterpret_cast<uint8_t*>(chunk.data()), chunk.size()).get();
-      if (n == 0) break;
-      if (auto fed = parser.feed(std::string_view(chunk.data(), n), sink); !fed) {
+    for (bool end = false; !end && add_error.empty();) {
+      // Whole chunks: the parser splits what it is fed into segments for its threads.
+      std::size_t filled = 0;
+      while (filled < chunk.size()) {
+        auto n = request.readBody(chunk.data() + filled, chunk.size() - filled);
+        if (!n) return replyError(request, 400, "BAD_BODY", n.error() + "; nothing was inserted");
+        if (*n == 0) {
+          end = true;
+          break;
+        }
+        filled += *n;
+      }
+      if (filled == 0) break;
+      if (auto fed = parser.feed(std::string_view(chunk.data(), filled), sink); !fed) {
         return badInput(request, fed.error());
       }
-      if (!add_error.empty()) break;
     }
     if (auto finished = parser.finish(sink); !finished) return badInput(request, finished.error());
     if (!add_error.empty()) {
-      return replyError(request, http::status_codes::InternalError, "INTERNAL", "staging the insert: " + add_error);
+      return replyError(request, 500, "INTERNAL", "staging the insert: " + add_error);
     }
     auto result = table_.commit(*pending);
     if (!result) {
       const InsertError& error = result.error();
       switch (error.kind) {
         case InsertError::Kind::kUnavailable:
-          return replyError(request, http::status_codes::ServiceUnavailable, "UNAVAILABLE", error.message,
+          return replyError(request, 503, "UNAVAILABLE", error.message,
                             json::object(), {{"Retry-After", "1"}});
         case InsertError::Kind::kLogExhausted:
-          return replyError(request, http::status_codes::ServiceUnavailable, "LOG_COUNTER_EXHAUSTED",
+          return replyError(request, 503, "LOG_COUNTER_EXHAUSTED",
                             error.message, json::object(), {{"Retry-After", "60"}});
         case InsertError::Kind::kUnknownOutcome:
-          return replyError(request, http::status_codes::InternalError, "UNKNOWN_STATUS_OF_INSERT",
+          return replyError(request, 500, "UNKNOWN_STATUS_OF_INSERT",
                             error.message + "; retrying the same insert is safe");
         case InsertError::Kind::kTooFewReplicas:
-          return replyError(request, http::status_codes::ServiceUnavailable, "TOO_FEW_LIVE_REPLICAS",
+          return replyError(request, 503, "TOO_FEW_LIVE_REPLICAS",
                             error.message, json::object(), {{"Retry-After", "5"}});
         case InsertError::Kind::kQuorumTimeout:
-          return replyError(request, http::status_codes::InternalError, "QUORUM_TIMEOUT", error.message);
+          return replyError(request, 500, "QUORUM_TIMEOUT", error.message);
         case InsertError::Kind::kBadRequest:
-          return replyError(request, http::status_codes::BadRequest, "BAD_REQUEST", error.message);
+          return replyError(request, 400, "BAD_REQUEST", error.message);
         case InsertError::Kind::kNotFound:
-          return replyError(request, http::status_codes::NotFound, "NOT_FOUND", error.message);
+          return replyError(request, 404, "NOT_FOUND", error.message);
         case InsertError::Kind::kInternal:
-          return replyError(request, http::status_codes::InternalError, "INTERNAL", error.message);
+          return replyError(request, 500, "INTERNAL", error.message);
       }
     }
-    replyJson(request, http::status_codes::OK,
+    replyJson(request, 200,
               {{"rows", result->rows},
                {"blocks", result->blocks},
                {"deduplicated_blocks", result->deduplicated_blocks},
                {"parts", result->parts}});
   }
 
-  static void badInput(const http::http_request& request, const ParseError& error) {
+  static void badInput(HttpExchange& request, const ParseError& error) {
     json extra = {{"row", error.row}};
     if (!error.column.empty()) extra["column"] = error.column;
-    replyError(request, http::status_codes::BadRequest, "BAD_INPUT", error.toString() + "; nothing was inserted", extra);
+    replyError(request, 400, "BAD_INPUT", error.toString() + "; nothing was inserted", extra);
   }
 
-  void select(const http::http_request& request, const std::string& format_name, const std::string& where,
+  void select(HttpExchange& request, const std::string& format_name, const std::string& where,
               const std::string& partition, const std::string& limit_text, bool count_only) {
     auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
-    if (!format) return replyError(request, http::status_codes::BadRequest, "BAD_FORMAT", "format: " + format.error());
+    if (!format) return replyError(request, 400, "BAD_FORMAT", "format: " + format.error());
     auto filter = RowFilter::parse(where, table_.spec().schema);
-    if (!filter) return replyError(request, http::status_codes::BadRequest, "BAD_WHERE", filter.error());
+    if (!filter) return replyError(request, 400, "BAD_WHERE", filter.error());
     std::size_t limit = SIZE_MAX;
     if (!limit_text.empty()) {
       auto [ptr, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
       if (ec != std::errc() || ptr != limit_text.data() + limit_text.size()) {
-        return replyError(request, http::status_codes::BadRequest, "BAD_LIMIT",
+        return replyError(request, 400, "BAD_LIMIT",
                           fmt::format("limit: '{}' is not a whole number", limit_text));
       }
     }
@@ -362,19 +309,17 @@ class ReplicaHttpServer::Impl {
         continue;
       }
       auto block = readPart(part->dir, table_.spec().schema);
-      if (!block) return replyError(request, http::status_codes::InternalError, "BROKEN_PART", block.error());
+      if (!block) return replyError(request, 500, "BROKEN_PART", block.error());
       auto matching = filter->matchingRows(*block);
       if (matching.size() > limit - rows) matching.resize(limit - rows);
       rows += matching.size();
       if (!count_only) writeRows(block->select(matching), *format, out);
     }
-    if (count_only) return replyJson(request, http::status_codes::OK, {{"rows", rows}});
-    http::http_response response(http::status_codes::OK);
-    setBody(response, out, contentType(*format));
-    send(request, response);
+    if (count_only) return replyJson(request, 200, {{"rows", rows}});
+    request.respond(200, {{"Content-Type", contentType(*format)}}, out);
   }
 
-  void parts(const http::http_request& request) {
+  void parts(HttpExchange& request) {
     json list = json::array();
     for (const auto& part : table_.activeParts()) {
       list.push_back({{"name", part->name.format()},
@@ -386,31 +331,33 @@ class ReplicaHttpServer::Impl {
                       {"bytes", part->bytes},
                       {"checksum", part->checksums.total.hex()}});
     }
-    replyJson(request, http::status_codes::OK, list);
+    replyJson(request, 200, list);
   }
 
   // GET /replication/part?name=: the part's files in the transfer format (docs/formats.md), for
   // another replica's fetchPart. This worker reads the files and feeds the response's buffer; the
   // part is held (its directory stays) until the last byte is in the buffer.
-  void sendPart(const http::http_request& request, const std::string& name) {
+  void sendPart(HttpExchange& request, const std::string& name) {
     const std::string& secret = table_.spec().interserver_secret;
     if (secret.empty()) {
-      return replyError(request, http::status_codes::Unauthorized, "UNAUTHORIZED",
+      return replyError(request, 401, "UNAUTHORIZED",
                         "this replica has no interserver secret (spec replication.secretFile), "
                         "so it serves no parts");
     }
     std::string presented;
-    if (!request.headers().match(std::string(kInterserverSecretHeader), presented)) {
-      return replyError(request, http::status_codes::Unauthorized, "UNAUTHORIZED",
+    if (auto header = request.request().header(lowerCase(kInterserverSecretHeader))) {
+      presented = *header;
+    } else {
+      return replyError(request, 401, "UNAUTHORIZED",
                         fmt::format("the {} header is missing", kInterserverSecretHeader));
     }
     if (!interserverSecretMatches(secret, presented)) {
-      return replyError(request, http::status_codes::Unauthorized, "UNAUTHORIZED",
+      return replyError(request, 401, "UNAUTHORIZED",
                         fmt::format("wrong {}", kInterserverSecretHeader));
     }
     auto part_name = PartName::parse(name);
     if (!part_name || part_name->format() != name) {
-      return replyError(request, http::status_codes::BadRequest, "BAD_PART_NAME",
+      return replyError(request, 400, "BAD_PART_NAME",
                         part_name ? fmt::format("'{}' is not a part name as written (that would "
                                                 "be '{}')", name, part_name->format())
                                   : part_name.error());
@@ -420,31 +367,19 @@ class ReplicaHttpServer::Impl {
       if (active->name == *part_name) part = std::move(active);
     }
     if (!part) {
-      return replyError(request, http::status_codes::NotFound, "NOT_FOUND",
+      return replyError(request, 404, "NOT_FOUND",
                         fmt::format("part {} is not active on replica {}", name,
                                     table_.spec().replica));
     }
     auto reader = PartTransferReader::open(part->dir, part->checksums);
     if (!reader) {
-      return replyError(request, http::status_codes::InternalError, "BROKEN_PART", reader.error());
+      return replyError(request, 500, "BROKEN_PART", reader.error());
     }
 
-    auto progress = std::make_shared<PartTransferProgress>();
-    concurrency::streams::streambuf<uint8_t> buffer(std::make_shared<CountedPartBuffer>(progress));
-    http::http_response response(http::status_codes::OK);
-    response.set_body(concurrency::streams::istream(buffer), reader->contentLength(),
-                      "application/octet-stream");
-    request.reply(response).then([progress](pplx::task<void> sent) {
-      try {
-        sent.get();
-      } catch (...) {  // the peer went away: the worker stops feeding
-      }
-      progress->finished();
-    });
-    // A failure here closes the buffer early: the body ends short of its Content-Length, which
-    // the fetching replica reports as a failed transfer and retries elsewhere.
+    if (!request.beginResponse(200, {{"Content-Type", "application/octet-stream"}}, reader->contentLength())) return;
+    // A failure here ends the body short of its Content-Length (and the connection), which the
+    // fetching replica reports as a failed transfer and retries elsewhere.
     std::vector<uint8_t> chunk(kBodyChunk);
-    uint64_t put = 0;
     for (;;) {
       auto n = reader->read(chunk.data(), chunk.size());
       if (!n) {
@@ -452,72 +387,70 @@ class ReplicaHttpServer::Impl {
         break;
       }
       if (*n == 0) break;
-      if (!progress->waitForRoom(put, kMaxUnsentPartBytes - *n, kPartTransferStall)) break;
-      buffer.putn_nocopy(chunk.data(), *n).wait();
-      put += *n;
+      // Blocks while the peer is slower than the disk; fails once it took nothing for kSocketTimeout.
+      if (!request.writeBody(reinterpret_cast<const char*>(chunk.data()), *n)) break;
     }
-    buffer.close(std::ios_base::out).wait();
   }
 
   // DROP PARTITION, replicated; answers once this replica has executed it.
-  void dropPartition(const http::http_request& request, const std::string& partition) {
+  void dropPartition(HttpExchange& request, const std::string& partition) {
     if (partition.empty()) {
-      return replyError(request, http::status_codes::BadRequest, "BAD_PARTITION", "partition: required");
+      return replyError(request, 400, "BAD_PARTITION", "partition: required");
     }
     auto dropped = table_.dropPartition(partition);
     if (!dropped) {
       const InsertError& error = dropped.error();
       if (error.kind == InsertError::Kind::kBadRequest) {
-        return replyError(request, http::status_codes::BadRequest, "BAD_PARTITION", error.message);
+        return replyError(request, 400, "BAD_PARTITION", error.message);
       }
-      return replyError(request, http::status_codes::ServiceUnavailable, "UNAVAILABLE", error.message,
+      return replyError(request, 503, "UNAVAILABLE", error.message,
                         json::object(), {{"Retry-After", "1"}});
     }
     const bool here = table_.syncQueue(std::chrono::seconds(30));
-    replyJson(request, http::status_codes::OK, {{"dropped_range", *dropped}, {"executed_here", here}});
+    replyJson(request, 200, {{"dropped_range", *dropped}, {"executed_here", here}});
   }
 
   // SYSTEM DROP REPLICA: removes a stopped replica's nodes from ZooKeeper.
-  void dropReplica(const http::http_request& request, const std::string& name) {
+  void dropReplica(HttpExchange& request, const std::string& name) {
     if (name.empty() || name.find('/') != std::string::npos) {
-      return replyError(request, http::status_codes::BadRequest, "BAD_REPLICA",
+      return replyError(request, 400, "BAD_REPLICA",
                         name.empty() ? "name: required" : fmt::format("name '{}': not a replica name", name));
     }
     auto dropped = table_.dropReplica(name);
     if (!dropped) {
       const InsertError& error = dropped.error();
       if (error.kind == InsertError::Kind::kBadRequest) {
-        return replyError(request, http::status_codes::Conflict, "REPLICA_NOT_REMOVABLE", error.message);
+        return replyError(request, 409, "REPLICA_NOT_REMOVABLE", error.message);
       }
       if (error.kind == InsertError::Kind::kNotFound) {
-        return replyError(request, http::status_codes::NotFound, "UNKNOWN_REPLICA", error.message);
+        return replyError(request, 404, "UNKNOWN_REPLICA", error.message);
       }
-      return replyError(request, http::status_codes::ServiceUnavailable, "UNAVAILABLE", error.message,
+      return replyError(request, 503, "UNAVAILABLE", error.message,
                         json::object(), {{"Retry-After", "1"}});
     }
-    replyJson(request, http::status_codes::OK, {{"removed_replica", name}});
+    replyJson(request, 200, {{"removed_replica", name}});
   }
 
   // Waits until this replica has executed every log entry that existed when asked.
-  void sync(const http::http_request& request, const std::string& timeout_text) {
+  void sync(HttpExchange& request, const std::string& timeout_text) {
     int64_t seconds = 60;
     if (!timeout_text.empty()) {
       auto [end, ec] = std::from_chars(timeout_text.data(), timeout_text.data() + timeout_text.size(), seconds);
       if (ec != std::errc() || end != timeout_text.data() + timeout_text.size() || seconds < 0 || seconds > 3600) {
-        replyError(request, http::status_codes::BadRequest, "BAD_TIMEOUT",
+        replyError(request, 400, "BAD_TIMEOUT",
                    fmt::format("timeout_seconds '{}': expected a whole number from 0 to 3600", timeout_text));
         return;
       }
     }
     if (!table_.syncQueue(std::chrono::seconds(seconds))) {
-      replyError(request, http::status_codes::GatewayTimeout, "SYNC_TIMEOUT",
+      replyError(request, 504, "SYNC_TIMEOUT",
                  fmt::format("the replication queue did not drain within {} s (see GET /replica)", seconds));
       return;
     }
-    replyJson(request, http::status_codes::OK, {{"status", "synced"}});
+    replyJson(request, 200, {{"status", "synced"}});
   }
 
-  void replica(const http::http_request& request) {
+  void replica(HttpExchange& request) {
     ReplicaState state = table_.state();
     json body = {{"table", state.table},
                  {"replica", state.replica},
@@ -570,13 +503,18 @@ class ReplicaHttpServer::Impl {
       body["log_headroom_ratio"] = state.log->headroomRatio();
       body["log_exhausted"] = state.log->exhausted();
     }
-    replyJson(request, http::status_codes::OK, body);
+    replyJson(request, 200, body);
   }
 
   TableReplica& table_;
-  http::experimental::listener::http_listener listener_;
+  const std::size_t workers_;
+  std::unique_ptr<HttpServer> server_;
   std::atomic<bool> draining_{false};
-  WorkerPool workers_;
+  std::mutex mu_;
+  std::condition_variable turn_;
+  std::condition_variable idle_;
+  std::size_t in_flight_ = 0;  // in handle(), waiting or running
+  std::size_t running_ = 0;    // past the turn, part transfers not counted
 };
 
 ReplicaHttpServer::ReplicaHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -587,8 +525,8 @@ ReplicaHttpServer::~ReplicaHttpServer() {
 
 std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
     TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers) {
-  auto impl = std::make_unique<Impl>(table, fmt::format("http://{}:{}", listen_address, port), workers);
-  if (auto opened = impl->open(); !opened) return std::unexpected(opened.error());
+  auto impl = std::make_unique<Impl>(table, workers);
+  if (auto opened = impl->open(listen_address, port); !opened) return std::unexpected(opened.error());
   return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(impl)));
 }
 

@@ -1,7 +1,12 @@
 // rtable-core as users run it: a real process, a real ZooKeeper 3.8, HTTP on loopback.
 #include <fmt/format.h>
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -193,6 +198,60 @@ TEST_F(CoreProcess, MergesHappenAndKeepTheRows) {
   bool merged = false;
   for (const auto& part : listed) merged = merged || part["level"].get<int>() > 0;
   EXPECT_TRUE(merged) << listed.dump();
+}
+
+// What curl does with a body over 1 MiB (`curl --data-binary @rows.json`): headers with
+// "Expect: 100-continue", then the body only once the server said 100 (or after a second's wait).
+TEST_F(CoreProcess, ALargeInsertThatExpectsContinueGetsItAndAChunkedOneIsRead) {
+  ASSERT_NO_FATAL_FAILURE(startReplica());
+  std::string body;
+  for (uint64_t id = 1; body.size() < (1u << 20) + 1; ++id) body += row(id);
+  const uint64_t rows = static_cast<uint64_t>(std::count(body.begin(), body.end(), '\n'));
+
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(replica_->httpPort()));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  auto sendText = [&](const std::string& text) {
+    for (std::size_t sent = 0; sent < text.size();) {
+      const ssize_t n = send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+      ASSERT_GT(n, 0);
+      sent += static_cast<std::size_t>(n);
+    }
+  };
+  std::string received;
+  auto receiveUntil = [&](const std::string& marker) {
+    char chunk[4096];
+    while (received.find(marker) == std::string::npos) {
+      const ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+      if (n <= 0) return false;
+      received.append(chunk, static_cast<std::size_t>(n));
+    }
+    return true;
+  };
+  sendText(fmt::format("POST /insert?format=JSONEachRow HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n"
+                       "Expect: 100-continue\r\n\r\n", body.size()));
+  ASSERT_TRUE(receiveUntil("\r\n\r\n")) << "no interim answer within 10 s";
+  EXPECT_EQ(received, "HTTP/1.1 100 Continue\r\n\r\n");
+  received.clear();
+  sendText(body);
+  ASSERT_TRUE(receiveUntil("}\n")) << received;
+  EXPECT_TRUE(received.starts_with("HTTP/1.1 200 OK")) << received;
+  EXPECT_NE(received.find(fmt::format("\"rows\":{}", rows)), std::string::npos) << received;
+
+  // The same connection, a chunked body (as clients send a stream of unknown length).
+  received.clear();
+  sendText("POST /insert?format=JSONEachRow HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  for (uint64_t id = 900001; id <= 900003; ++id) sendText(fmt::format("{:x}\r\n{}\r\n", row(id).size(), row(id)));
+  sendText("0\r\n\r\n");
+  ASSERT_TRUE(receiveUntil("}\n")) << received;
+  EXPECT_NE(received.find("\"rows\":3"), std::string::npos) << received;
+  close(fd);
+  EXPECT_EQ(count(), rows + 3);
 }
 
 TEST_F(CoreProcess, MetricsAndGracefulStop) {

@@ -1,4 +1,4 @@
-// The replica's HTTP API on port 8123 (DESIGN.md 2.8), on cpprestsdk's listener.
+// The replica's HTTP API on port 8123 (DESIGN.md 2.8), on HttpServer (http_server.h).
 //
 //   POST /insert?format=&insert_deduplication_token=&insert_quorum=&table=   rows in the body
 //   GET  /select?format=&where=&partition=&limit=    GET /count?where=&partition=
@@ -6,9 +6,9 @@
 //   POST /sync?timeout_seconds=    wait for the replication queue to drain
 //   GET  /replication/part?name=   a part for another replica (interserver secret header)
 //
-// Errors are JSON {"error": CODE, "message": ...} with the fitting status. cpprestsdk's thread
-// pool must never block (a blocked pool stops serving), so each request is handed to a pool of
-// our own workers, which may block on the request body and on ZooKeeper.
+// Errors are JSON {"error": CODE, "message": ...} with the fitting status. At most `workers`
+// requests are served at once (others wait their turn; past 1024 waiting: 503 OVERLOADED); other
+// replicas' part fetches never wait, as a quorum insert being served waits for them.
 //
 // Thread safety: start() and drain() from one thread; requests are served concurrently.
 #pragma once
