@@ -128,7 +128,12 @@ class ReplicaHttpServer::Impl {
 
   void route(HttpExchange& request) {
     const std::string path = request.request().path;
-    const auto query = web::uri::split_query(web::uri::decode(request.request().query));
+    std::map<std::string, std::string> query;
+    try {
+      query = web::uri::split_query(web::uri::decode(request.request().query));
+    } catch (const web::uri_exception& e) {
+      return replyError(request, 400, "BAD_QUERY", fmt::format("query string '{}': {}", request.request().query, e.what()));
+    }
     const auto method = request.request().method;
     auto param = [&](const std::string& name) -> std::string {
       auto it = query.find(name);

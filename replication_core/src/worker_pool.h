@@ -1,5 +1,5 @@
-// A fixed number of threads running submitted tasks in order: the HTTP server's request workers,
-// and a replica's fetch and merge pools. Private to replication_core.
+// A fixed number of threads running submitted tasks in order: a replica's fetch and merge pools.
+// Private to replication_core.
 //
 // Thread safety: all methods may be called from any thread; stop() (and the destructor) must not
 // be called from one of the pool's own tasks.

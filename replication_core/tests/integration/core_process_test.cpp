@@ -165,6 +165,11 @@ TEST_F(CoreProcess, BadInputNamesRowAndColumnAndWritesNothing) {
   EXPECT_TRUE(!std::filesystem::exists(staging) || std::filesystem::is_empty(staging));
   auto wrong_table = replica_->post("/insert?table=other", row(1));
   EXPECT_EQ(wrong_table->status, 404);
+  auto bad_query = replica_->post("/insert?format=%zz", row(1));
+  ASSERT_TRUE(bad_query);
+  EXPECT_EQ(bad_query->status, 400) << bad_query->body;
+  EXPECT_EQ(json::parse(bad_query->body)["error"], "BAD_QUERY");
+  EXPECT_EQ(count(), 0u);
 }
 
 TEST_F(CoreProcess, TheWindowForgetsIdsByCount) {
