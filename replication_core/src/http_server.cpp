@@ -55,6 +55,23 @@ bool sendAll(int fd, const iovec* parts, int count) {
   return true;
 }
 
+// Closing a socket with unread request bytes makes the kernel answer with a reset instead of a
+// FIN, which drops what of our response is still unsent, and some clients drop what they received.
+// So we stop writing, and read and drop what the client still sends, for up to 5 s (nginx's
+// lingering close). stop()'s shutdown ends the wait.
+void lingeringClose(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  timeval timeout{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  char sink[64 * 1024];
+  while (std::chrono::steady_clock::now() < deadline) {
+    const ssize_t n = recv(fd, sink, sizeof(sink), 0);
+    if (n > 0 || (n < 0 && errno == EINTR)) continue;
+    break;
+  }
+}
+
 enum class Framing { kNone, kLength, kChunked };
 
 // One connection's requests, one at a time.
@@ -225,11 +242,14 @@ class Connection final : public HttpExchange {
   bool responded() const { return responded_; }
   // Not when a response ended short of its Content-Length: the peer would misread what follows.
   bool keepAlive() const { return keep_alive_ && body_unsent_ == 0; }
+  // The connection ends with an answer sent and request bytes perhaps still coming.
+  bool unreadInput() const { return answered_early_ || !body_done_; }
 
   // A request that answered 4xx/5xx before reading its body, or whose handler sent nothing.
   bool fail(int status, const std::string& message) {
     keep_alive_ = false;
     if (!responded_) {
+      answered_early_ = true;
       const std::string body = fmt::format(R"({{"error":"BAD_HTTP_REQUEST","message":"{}"}})", message) + "\n";
       respond(status, {{"Content-Type", "application/json; charset=utf-8"}}, body);
     }
@@ -299,6 +319,7 @@ class Connection final : public HttpExchange {
   bool continue_sent_ = false;
   bool responded_ = false;
   bool head_pending_ = false;
+  bool answered_early_ = false;
   uint64_t body_unsent_ = 0;
   std::string head_;
 };
@@ -401,6 +422,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
         if (!connection.responded()) connection.fail(500, "the request got no response");
         if (!connection.keepAlive()) break;
       }
+      if (connection.unreadInput()) lingeringClose(fd);
     }
     std::lock_guard lock(mu_);
     connections_.erase(fd);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 namespace rtable::core {
 namespace {
@@ -59,6 +60,17 @@ class RawClient {
     std::string body = buffer_.substr(0, length);
     buffer_.erase(0, body.size());
     return {head, body};
+  }
+
+  // The socket's own send, for a test that sends after the server answered.
+  ssize_t sendRaw(std::string_view text) { return ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL); }
+  void shutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+  // What recv says once the buffered bytes are read: 0 for a FIN, -1 (errno) for a reset.
+  ssize_t endOfStream(int* error) {
+    char c;
+    const ssize_t n = recv(fd_, &c, 1, 0);
+    *error = errno;
+    return n;
   }
 
   bool closedByPeer() {
@@ -169,6 +181,26 @@ TEST_F(HttpServerTest, AnAnswerBeforeTheBodyWasReadClosesTheConnection) {
   // The unread body would otherwise be read as the next request.
   EXPECT_NE(head.find("Connection: close"), std::string::npos);
   EXPECT_TRUE(client.closedByPeer());
+}
+
+TEST_F(HttpServerTest, AnEarlyAnswerIsFollowedByAnOrderlyCloseNotAReset) {
+  // Bad input found in the first bytes of a large body: the answer comes while the client still
+  // sends. Closing with its bytes unread would reset the connection under the answer.
+  start([](HttpExchange& exchange) {
+    char c;
+    ASSERT_TRUE(exchange.readBody(&c, 1));
+    exchange.respond(400, {}, "row 1 is bad");
+  });
+  RawClient client(server_->port());
+  const std::string part(64 * 1024, 'x');
+  client.send("POST /insert HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + part);
+  auto [head, body] = client.response();
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 400 ")) << head;
+  EXPECT_EQ(body, "row 1 is bad");
+  EXPECT_EQ(client.sendRaw(part), static_cast<ssize_t>(part.size()));  // still taken
+  client.shutdownWrite();
+  int error = 0;
+  EXPECT_EQ(client.endOfStream(&error), 0) << std::strerror(error);
 }
 
 TEST_F(HttpServerTest, AStreamedResponseArrivesWhole) {
