@@ -21,12 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string lowerCase(std::string_view text) {
-  std::string out(text);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 constexpr std::size_t kBodyChunk = 256 * 1024;
 constexpr std::size_t kMaxQueuedRequests = 1024;
 
@@ -350,7 +344,7 @@ class ReplicaHttpServer::Impl {
                         "so it serves no parts");
     }
     std::string presented;
-    if (auto header = request.request().header(lowerCase(kInterserverSecretHeader))) {
+    if (auto header = request.request().header(kInterserverSecretHeader)) {
       presented = *header;
     } else {
       return replyError(request, 401, "UNAUTHORIZED",

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <netdb.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -91,15 +92,13 @@ class Connection final : public HttpExchange {
     body_done_ = false;
     std::size_t end;
     std::size_t searched = 0;
-    while ((end = buffer_.find("\r\n\r\n", searched)) == std::string::npos) {
-      searched = buffer_.size() < 3 ? 0 : buffer_.size() - 3;
-      if (buffer_.size() > options_.max_header_bytes) {
+    // Checked while the head is incomplete (memory) and once it is whole (it may come in one read).
+    while ((end = buffer_.find("\r\n\r\n", searched)) == std::string::npos || end > options_.max_header_bytes) {
+      if (std::min(end, buffer_.size()) > options_.max_header_bytes) {
         return fail(431, fmt::format("the request line and headers exceed {} bytes", options_.max_header_bytes));
       }
+      searched = buffer_.size() < 3 ? 0 : buffer_.size() - 3;
       if (!fill()) return false;
-    }
-    if (end > options_.max_header_bytes) {
-      return fail(431, fmt::format("the request line and headers exceed {} bytes", options_.max_header_bytes));
     }
     std::string_view head(buffer_.data(), end);
     const auto line_end = head.find("\r\n");
@@ -250,7 +249,9 @@ class Connection final : public HttpExchange {
     keep_alive_ = false;
     if (!responded_) {
       answered_early_ = true;
-      const std::string body = fmt::format(R"({{"error":"BAD_HTTP_REQUEST","message":"{}"}})", message) + "\n";
+      // The message may quote what the client sent: JSON-escaped.
+      const std::string body =
+          nlohmann::json{{"error", "BAD_HTTP_REQUEST"}, {"message", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
       respond(status, {{"Content-Type", "application/json; charset=utf-8"}}, body);
     }
     return false;
@@ -326,9 +327,10 @@ class Connection final : public HttpExchange {
 
 }  // namespace
 
-std::optional<std::string> HttpRequest::header(std::string_view lower_name) const {
-  for (const auto& [name, value] : headers) {
-    if (name == lower_name) return value;
+std::optional<std::string> HttpRequest::header(std::string_view name) const {
+  const std::string wanted = lower(name);
+  for (const auto& [stored, value] : headers) {
+    if (stored == wanted) return value;
   }
   return std::nullopt;
 }

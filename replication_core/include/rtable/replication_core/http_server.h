@@ -31,8 +31,8 @@ struct HttpRequest {
   int minor_version = 1;
   HttpHeaders headers;  // names lower-cased
 
-  // The first header of that (lower-case) name.
-  std::optional<std::string> header(std::string_view lower_name) const;
+  // The first header of that name, in any case (header names are case-insensitive).
+  std::optional<std::string> header(std::string_view name) const;
 };
 
 // One request and its response.

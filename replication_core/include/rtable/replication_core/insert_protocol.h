@@ -74,7 +74,7 @@ class BlockNumberAllocator {
     std::string lock_data;
     std::chrono::steady_clock::time_point lost_at;
   };
-  // kOk: released or certainly never created; false: ask again later.
+  // True: released, or certainly never created; false: look again later.
   KeeperResult<bool> releaseLostLock(Keeper& keeper, const LostAllocation& lost);
 
   TablePaths paths_;
