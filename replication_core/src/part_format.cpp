@@ -185,6 +185,14 @@ class DeferredSyncs {
     files_.clear();
     return {};
   }
+  // For files whose fsync is someone else's (the part journal's): close(2)'s errors still count.
+  Status closeAll(const fs::path& dir) {
+    for (auto& [name, fd] : files_) {
+      if (auto closed = fd.close(); !closed) return std::unexpected(fileError(dir, name, closed.error()));
+    }
+    files_.clear();
+    return {};
+  }
 
  private:
   std::vector<std::pair<std::string, Fd>> files_;
@@ -695,9 +703,10 @@ Result<PartChecksums::File> writeTextFile(const fs::path& dir, std::string_view 
   return file;
 }
 
-// Every file of the part into `dir` (which exists and is empty), all fsynced at the end.
+// Every file of the part into `dir` (which exists and is empty), all fsynced at the end unless
+// `sync` is kLater.
 Result<PartChecksums> writePartFiles(const fs::path& dir, const TableSchema& schema,
-                                     const Block& block) {
+                                     const Block& block, PartSync sync = PartSync::kNow) {
   auto context = makeCompressContext();
   if (!context) return std::unexpected(fmt::format("part {}: {}", dir.string(), context.error()));
   DeferredSyncs syncs;
@@ -724,7 +733,8 @@ Result<PartChecksums> writePartFiles(const fs::path& dir, const TableSchema& sch
   if (auto file = writeTextFile(dir, kChecksumsFile, checksums.format(), false, &syncs); !file) {
     return std::unexpected(file.error());
   }
-  if (auto synced = syncs.syncAll(dir); !synced) return std::unexpected(synced.error());
+  Status done = sync == PartSync::kNow ? syncs.syncAll(dir) : syncs.closeAll(dir);
+  if (!done) return std::unexpected(done.error());
   return checksums;
 }
 
@@ -921,7 +931,7 @@ std::expected<PartChecksums, std::string> writePart(const fs::path& table_dir, c
 
 std::expected<PartChecksums, std::string> writeStagedPart(const fs::path& dir,
                                                           const TableSchema& schema,
-                                                          const Block& block) {
+                                                          const Block& block, PartSync sync) {
   if (auto matches = checkBlockMatchesSchema(schema, block); !matches) {
     return std::unexpected(fmt::format("part {}: {}", dir.string(), matches.error()));
   }
@@ -930,14 +940,30 @@ std::expected<PartChecksums, std::string> writeStagedPart(const fs::path& dir,
     return std::unexpected(fmt::format("part {}: cannot create it: {}", dir.string(),
                                        ec ? ec.message() : "it exists"));
   }
-  auto checksums = writePartFiles(dir, schema, block);
-  if (checksums) {
+  auto checksums = writePartFiles(dir, schema, block, sync);
+  if (checksums && sync == PartSync::kNow) {
     if (auto synced = fsyncDirectory(dir); !synced) {
       checksums = std::unexpected(fmt::format("part {}: {}", dir.string(), synced.error()));
     }
   }
   if (!checksums) fs::remove_all(dir, ec);
   return checksums;
+}
+
+std::expected<void, std::string> syncPartFiles(const fs::path& dir, const PartChecksums& checksums) {
+  DeferredSyncs syncs;
+  std::vector<std::string_view> names{kChecksumsFile};
+  for (const auto& file : checksums.files) names.push_back(file.name);
+  for (std::string_view name : names) {
+    auto fd = openFd(dir / name, O_RDONLY);
+    if (!fd) return std::unexpected(fileError(dir, name, fd.error()));
+    syncs.add(std::string(name), std::move(*fd));
+  }
+  if (auto synced = syncs.syncAll(dir); !synced) return synced;
+  if (auto synced = fsyncDirectory(dir); !synced) {
+    return std::unexpected(fmt::format("part {}: {}", dir.string(), synced.error()));
+  }
+  return {};
 }
 
 std::expected<Block, std::string> readPart(const fs::path& part_dir, const TableSchema& schema) {

@@ -29,6 +29,7 @@ namespace {
 
 constexpr const char* kStagingDir = "staging";
 constexpr const char* kDetachedDir = "detached";
+constexpr const char* kJournalDir = "journal";
 
 int64_t unixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -91,12 +92,9 @@ std::expected<void, std::string> TableReplica::start() {
   if (ec) return std::unexpected(fmt::format("cannot create {}: {}", spec_.data_dir.string(), ec.message()));
   // Inserts that were still staging when the process stopped were never acknowledged.
   fs::remove_all(spec_.data_dir / kStagingDir, ec);
-  auto loaded = loadParts(spec_.data_dir, spec_.schema);
-  if (!loaded) return std::unexpected(loaded.error());
-  for (const auto& [name, reason] : loaded->broken) {
-    broken_parts_.push_back(fmt::format("{}: {}", name, reason));
-    metrics_.broken_parts.Increment();
-  }
+  auto journal = PartJournal::open(spec_.data_dir / kJournalDir);
+  if (!journal) return std::unexpected(journal.error());
+  journal_ = std::move(*journal);
 
   auto keeper_or = keeper_factory_();
   if (!keeper_or) return std::unexpected("ZooKeeper: " + keeper_or.error().toString());
@@ -110,6 +108,25 @@ std::expected<void, std::string> TableReplica::start() {
   auto listed = keeper->children(paths_.parts());
   if (!listed) return std::unexpected("listing this replica's parts: " + listed.error().toString());
   const std::set<std::string> in_keeper(listed->names.begin(), listed->names.end());
+
+  // A committed part written without fsync may not have survived the crash: the journal has it.
+  auto restored = journal_->restore(spec_.data_dir, spec_.schema,
+                                    [&](const std::string& name) { return in_keeper.contains(name); });
+  if (!restored) return std::unexpected(restored.error());
+  for (const auto& name : *restored) {
+    spdlog::warn("part {} did not survive the crash intact: written again from the part journal", name);
+  }
+  auto loaded = loadParts(spec_.data_dir, spec_.schema);
+  if (!loaded) return std::unexpected(loaded.error());
+  for (const auto& [name, reason] : loaded->broken) {
+    broken_parts_.push_back(fmt::format("{}: {}", name, reason));
+    metrics_.broken_parts.Increment();
+  }
+  // The parts are durable by themselves from here on; the journal starts empty.
+  if (auto checkpointed = journal_->checkpoint(spec_.data_dir); !checkpointed) {
+    return std::unexpected(checkpointed.error());
+  }
+  last_checkpoint_ = std::chrono::steady_clock::now();
 
   // ZooKeeper is the truth about which parts were committed.
   ActiveDataPartSet committed;
@@ -322,8 +339,18 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
   std::vector<PartWrite> writes(parts.size());
   auto startWrite = [&](std::size_t i) {
     if (i >= parts.size() || !parts[i].unwritten) return;
-    writes[i] = std::async(std::launch::async, [this, &part = parts[i]] {
-      return writeStagedPart(part.dir, spec_.schema, *part.unwritten);
+    writes[i] = std::async(std::launch::async, [this, &part = parts[i]]() -> std::expected<PartChecksums, std::string> {
+      auto written = writeStagedPart(part.dir, spec_.schema, *part.unwritten, PartSync::kLater);
+      if (!written) return written;
+      uint64_t bytes = 0;
+      for (const auto& file : written->files) bytes += file.size;
+      if (bytes <= options_.journal_part_bytes) {
+        part.synced = false;  // the journal makes it durable once it has its name
+        return written;
+      }
+      // Too big for the journal: synced here, while ZooKeeper allocates the block number.
+      if (auto synced = syncPartFiles(part.dir, *written); !synced) return std::unexpected(synced.error());
+      return written;
     });
   };
   for (std::size_t i = 0; i < kParallelWrites; ++i) startWrite(i);
@@ -438,10 +465,16 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   } unpublish{*this, name};
   const fs::path final_dir = spec_.data_dir / name.format();
   fs::rename(pending.dir, final_dir, ec);
-  if (ec || !syncDirectory(spec_.data_dir)) {
+  if (ec) {
     (void)keeper.remove(lock.path);
     return std::unexpected(InsertError{InsertError::Kind::kInternal,
                                        fmt::format("cannot move part to {}: {}", final_dir.string(), ec.message())});
+  }
+  // Durable before the commit: once committed, a retry of this insert is deduplicated.
+  if (auto durable = makeDurable(name.format(), pending); !durable) {
+    fs::remove_all(final_dir, ec);
+    (void)keeper.remove(lock.path);
+    return std::unexpected(InsertError{InsertError::Kind::kInternal, "making the part durable: " + durable.error()});
   }
   LogEntry entry;
   entry.type = LogEntry::Type::kGetPart;
@@ -510,6 +543,26 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
       InsertError::Kind::kUnknownOutcome,
       fmt::format("ZooKeeper did not answer the commit of {}; it may or may not be visible later",
                   name.format())});
+}
+
+std::expected<void, std::string> TableReplica::makeDurable(const std::string& name,
+                                                            const PendingPartFile& pending) {
+  const fs::path dir = spec_.data_dir / name;
+  if (!pending.synced) {
+    // The rename came first: the checkpoint that drops this record syncs the rename with it.
+    auto journaled = journal_->append(name, dir, *pending.checksums);
+    if (journaled) return {};
+    spdlog::warn("part journal: {}; syncing part {} itself", journaled.error(), name);
+    if (auto synced = syncPartFiles(dir, *pending.checksums); !synced) return synced;
+  }
+  return fsyncDirectory(spec_.data_dir);
+}
+
+void TableReplica::checkpointJournalIfDue() {
+  const auto now = std::chrono::steady_clock::now();
+  if (journal_->pendingBytes() == 0 || now - last_checkpoint_ < options_.journal_checkpoint_interval) return;
+  last_checkpoint_ = now;
+  if (auto done = journal_->checkpoint(spec_.data_dir); !done) spdlog::warn("{}", done.error());
 }
 
 void TableReplica::resolveUncertainParts(Keeper& keeper) {
@@ -601,6 +654,7 @@ bool TableReplica::isLeader(Keeper& keeper) {
 }
 
 std::size_t TableReplica::runBackgroundRoundForTest() {
+  checkpointJournalIfDue();
   std::shared_ptr<Keeper> keeper = this->keeper();
   if (!keeper) return 0;
   resolveUncertainParts(*keeper);
@@ -1415,6 +1469,7 @@ void TableReplica::backgroundLoop() {
     if (now - last_full_round >= options_.background_period) {
       // Leader work, metrics, uncertain parts: once a period.
       last_full_round = now;
+      checkpointJournalIfDue();
       std::shared_ptr<Keeper> keeper = this->keeper();
       if (keeper) {
         resolveUncertainParts(*keeper);

@@ -54,12 +54,23 @@ struct PartChecksums {
   friend bool operator==(const PartChecksums&, const PartChecksums&) = default;
 };
 
-// Writes `block`'s files into `dir`, which must not exist yet: every file and `dir` fsynced, `dir`
-// removed on failure. For a part staged before its name is known; it becomes visible (and
-// durable) when the caller renames `dir` into the table directory and fsyncs that.
+enum class PartSync {
+  kNow,    // every file and the directory fsynced before the call returns
+  kLater,  // nothing fsynced: the caller makes the part durable (syncPartFiles, or PartJournal)
+};
+
+// Writes `block`'s files into `dir`, which must not exist yet, `dir` removed on failure. For a
+// part staged before its name is known; it becomes visible (and durable) when the caller renames
+// `dir` into the table directory and fsyncs that.
 std::expected<PartChecksums, std::string> writeStagedPart(const std::filesystem::path& dir,
                                                           const TableSchema& schema,
-                                                          const Block& block);
+                                                          const Block& block,
+                                                          PartSync sync = PartSync::kNow);
+
+// fsyncs every file of a part written with PartSync::kLater (checksums.txt and the files it
+// lists), all at once, then its directory.
+std::expected<void, std::string> syncPartFiles(const std::filesystem::path& dir,
+                                               const PartChecksums& checksums);
 
 // Writes `block` (columns as `schema`, rows already sorted by the caller) as part `name` under
 // `table_dir`: into `tmp_<name>`, every file and the directory fsynced, then renamed to `<name>`

@@ -38,6 +38,7 @@
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/part_format.h"
+#include "rtable/replication_core/part_journal.h"
 #include "rtable/replication_core/replication_log.h"
 #include "rtable/replication_core/replication_queue.h"
 #include "rtable/replication_core/sequential_counter.h"
@@ -132,6 +133,12 @@ struct TableReplicaOptions {
   // A fetch gives up on a source that sends nothing for this long.
   std::chrono::milliseconds fetch_timeout{30000};
   bool background = true;  // replication, merges and dedup window cleanup in threads
+  // Inserted parts up to this size (all files) are made durable by one append to the part journal
+  // instead of an fsync of each file (PartJournal); 0: every part's files are fsynced.
+  uint64_t journal_part_bytes = 1 << 20;
+  // How often the background work makes journaled parts durable by themselves and empties the
+  // journal (it also bounds how much a start-up after a crash reads back).
+  std::chrono::milliseconds journal_checkpoint_interval{5000};
 };
 
 // One block of an insert, not yet committed: sorted rows (held until the commit writes them, for
@@ -143,6 +150,7 @@ struct PendingPartFile {
   uint64_t rows = 0;
   std::optional<Block> unwritten;
   std::optional<PartChecksums> checksums;  // once written
+  bool synced = true;  // false: written without fsync, for the part journal (or a later sync)
 };
 
 class PendingInsert;
@@ -259,6 +267,10 @@ class TableReplica {
   KeeperStatus readLost(Keeper& keeper);
   ReplicationQueue::LocalPartLookup localPartLookup() const;
   void resolveUncertainParts(Keeper& keeper);
+  // Makes a committed part's rename durable: by the part journal (small parts written without
+  // fsync) or by syncing its files and the table directory.
+  std::expected<void, std::string> makeDurable(const std::string& name, const PendingPartFile& pending);
+  void checkpointJournalIfDue();
   bool isLeader(Keeper& keeper);
   // Lock order: queue_mu_ before parts_mu_.
   void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows);
@@ -284,6 +296,8 @@ class TableReplica {
   metrics::ReplicaMetrics metrics_;
   metrics::CounterRateEstimator counter_rate_;
   BlockNumberAllocator allocator_;
+  std::unique_ptr<PartJournal> journal_;  // set by start()
+  std::chrono::steady_clock::time_point last_checkpoint_;  // background thread only
   DedupWindowCleaner dedup_cleaner_;
 
   std::mutex keeper_mu_;

@@ -1,0 +1,106 @@
+// The journal of small inserted parts (docs/formats.md "Part journal").
+//
+// A one-row part of a five-column table is eight files. Syncing them before the commit cost more
+// than anything else on a single-row insert's way (eight fsyncs plus two directory fsyncs; on ext4
+// the files' journal commits do not merge). A small part's files are therefore written without
+// fsync, renamed into the table without a directory fsync, and appended to this journal, which
+// takes one fdatasync (shared by inserts that append at the same time). The part is then as
+// durable as if it had been synced: after a crash that lost it, restore() writes it again.
+//
+// checkpoint() makes everything journaled durable by itself (syncfs of the table's file system),
+// then removes the journal files it covers; the replica runs it every few seconds in the
+// background, so the journal stays small and restore() reads little.
+//
+// Files `journal-<n>.bin` in one directory; appends go to the newest. Each record is
+//   "RTJ1", u32 payload size, XXH3-128 of the payload (u64 high, u64 low), payload
+// with payload = u16 + part name, u32 file count, and per file u16 + file name, u64 size, bytes
+// (little-endian). A record cut short or failing its hash ends the file's records: a crash
+// in the middle of an append leaves such a tail, and that append was never acknowledged.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rtable/replication_core/part_format.h"
+#include "rtable/replication_core/table_schema.h"
+
+namespace rtable::core {
+
+// One part as the journal holds it.
+struct JournaledPart {
+  struct File {
+    std::string name;
+    std::string bytes;
+    friend bool operator==(const File&, const File&) = default;
+  };
+  std::string name;
+  std::vector<File> files;
+
+  std::string encodeRecord() const;
+  friend bool operator==(const JournaledPart&, const JournaledPart&) = default;
+};
+
+// The records of one journal file, in order, up to the first damaged one (reported as `damage`).
+struct DecodedJournal {
+  std::vector<JournaledPart> parts;
+  std::string damage;  // empty when the file ends cleanly after its last record
+};
+DecodedJournal decodeJournal(std::string_view bytes);
+
+class PartJournal {
+ public:
+  // Opens (creates) `dir`. Journal files already there are kept for restore() and removed by the
+  // next checkpoint(); appends go to a new file.
+  static std::expected<std::unique_ptr<PartJournal>, std::string> open(const std::filesystem::path& dir);
+  ~PartJournal();
+  PartJournal(const PartJournal&) = delete;
+  PartJournal& operator=(const PartJournal&) = delete;
+
+  // Appends part `name` (the files `checksums` lists and checksums.txt, read from `part_dir`) and
+  // returns once the record is on disk. After a failed write or sync the journal takes no more
+  // records until the next checkpoint: the caller then syncs the part's files itself.
+  std::expected<void, std::string> append(const std::string& name, const std::filesystem::path& part_dir,
+                                          const PartChecksums& checksums);
+
+  // For every journaled part that `wanted` names (this replica's committed parts) and whose
+  // directory in `table_dir` is missing or fails verifyPart: writes it again from the journal,
+  // fsynced, replacing what is there. Returns the names restored. Run before loadParts.
+  std::expected<std::vector<std::string>, std::string> restore(
+      const std::filesystem::path& table_dir, const TableSchema& schema,
+      const std::function<bool(const std::string&)>& wanted) const;
+
+  // Makes every part journaled so far durable by itself (syncfs of `table_dir`'s file system,
+  // which also covers the renames), then removes the journal files that held them.
+  std::expected<void, std::string> checkpoint(const std::filesystem::path& table_dir);
+
+  // Bytes appended since the last checkpoint (0: nothing to checkpoint).
+  uint64_t pendingBytes() const;
+  std::vector<std::filesystem::path> filesForTest() const;
+
+ private:
+  explicit PartJournal(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  std::expected<void, std::string> startFile();  // mu_ held
+
+  std::filesystem::path dir_;
+  mutable std::mutex mu_;
+  std::condition_variable synced_cv_;
+  int fd_ = -1;
+  uint64_t next_number_ = 1;
+  std::filesystem::path current_;
+  std::vector<std::filesystem::path> older_;  // files before current_, all synced
+  uint64_t appended_ = 0;                     // bytes in current_
+  uint64_t synced_ = 0;                       // of those, known on disk
+  bool syncing_ = false;                      // an fdatasync of current_ is running
+  bool rotating_ = false;                     // checkpoint() is switching files: appends wait
+  std::string failed_;                        // a write or sync failed: appends refused
+  uint64_t pending_bytes_ = 0;
+};
+
+}  // namespace rtable::core
