@@ -240,7 +240,6 @@ std::expected<void, std::string> PartJournal::startFile() {
   if (auto synced = fsyncDirectory(dir_); !synced) return synced;
   fd_ = dup(fd->get());
   if (fd_ < 0) return std::unexpected(fmt::format("{}: dup failed: {}", current_.string(), errnoText(errno)));
-  appended_ = synced_ = 0;
   return {};
 }
 
@@ -264,14 +263,21 @@ std::expected<void, std::string> PartJournal::append(const std::string& name, co
   }
   if (auto written = writeAll(fd_, record); !written) {
     // A torn record would hide every record after it.
-    failed_ = fmt::format("part journal {}: {}", current_.string(), written.error());
+    failed_ = failure_ = fmt::format("part journal {}: {}", current_.string(), written.error());
+    failed_ranges_.emplace_back(synced_, appended_);  // their fsync is never attempted
     return std::unexpected(failed_);
   }
   appended_ += record.size();
   pending_bytes_ += record.size();
   const uint64_t mine = appended_;
   // Group commit: one fdatasync covers every record written before it started.
+  // A checkpoint may have cleared failed_ (and later syncs moved synced_ on) since this record
+  // failed: its offset says.
+  auto failedRecord = [&] {
+    return std::ranges::any_of(failed_ranges_, [&](const auto& r) { return r.first < mine && mine <= r.second; });
+  };
   while (synced_ < mine) {
+    if (failedRecord()) return std::unexpected(failure_);
     if (!failed_.empty()) return std::unexpected(failed_);
     if (syncing_) {
       synced_cv_.wait(lock);
@@ -288,10 +294,15 @@ std::expected<void, std::string> PartJournal::append(const std::string& name, co
     lock.lock();
     syncing_ = false;
     // After a failed fsync the kernel may have dropped the dirty pages: never trust a retry.
-    if (rc != 0) failed_ = fmt::format("part journal {}: fdatasync failed: {}", current_.string(), errnoText(error));
-    else synced_ = std::max(synced_, target);
+    if (rc != 0) {
+      failed_ = failure_ = fmt::format("part journal {}: fdatasync failed: {}", current_.string(), errnoText(error));
+      failed_ranges_.emplace_back(synced_, appended_);
+    } else {
+      synced_ = std::max(synced_, target);
+    }
     synced_cv_.notify_all();
   }
+  if (failedRecord()) return std::unexpected(failure_);
   return {};
 }
 

@@ -95,8 +95,14 @@ class PartJournal {
   uint64_t next_number_ = 1;
   std::filesystem::path current_;
   std::vector<std::filesystem::path> older_;  // files before current_, all synced
-  uint64_t appended_ = 0;                     // bytes in current_
+  // Byte counts over every file of this journal, never reset: an append waiting across a
+  // checkpoint's rotation compares its own offset with synced_ (which the rotation reached).
+  uint64_t appended_ = 0;                     // bytes written
   uint64_t synced_ = 0;                       // of those, known on disk
+  // Records ending in (first, second] were written but never made durable (a failed write or
+  // fdatasync), kept past the checkpoint that clears failed_ for appends that waited on them.
+  std::vector<std::pair<uint64_t, uint64_t>> failed_ranges_;
+  std::string failure_;                       // why, for those appends
   bool syncing_ = false;                      // an fdatasync of current_ is running
   bool rotating_ = false;                     // checkpoint() is switching files: appends wait
   std::string failed_;                        // a write or sync failed: appends refused
