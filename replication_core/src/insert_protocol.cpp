@@ -65,7 +65,7 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
   std::string lock_data;
   {
     std::lock_guard lock(mu_);
-    lock_data = fmt::format("{} {:016x}", dedup_id, next_lock_tag_++);
+    lock_data = nextLockData(dedup_id);
   }
   // Two tries: the partition node may be removed under us (a dropped partition), then made again.
   for (int attempt = 0;; ++attempt) {
@@ -116,6 +116,79 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
   }
 }
 
+std::string BlockNumberAllocator::nextLockData(const std::string& dedup_id) {
+  return fmt::format("{} {:016x}", dedup_id, next_lock_tag_++);
+}
+
+std::optional<BlockNumberLock> BlockNumberAllocator::takeReserved(int64_t session_id,
+                                                                  const std::string& partition) {
+  std::lock_guard lock(mu_);
+  auto it = reserved_.find(partition);
+  // A reserve of an earlier session went with it (releaseIdleReserves forgets it).
+  if (it == reserved_.end() || it->second.session_id != session_id) return std::nullopt;
+  BlockNumberLock taken = std::move(it->second.lock);
+  reserved_.erase(it);
+  return taken;
+}
+
+std::optional<std::string> BlockNumberAllocator::startReserving(const std::string& partition) {
+  // A few partitions take a steady insert stream; the others would only hold locks to release.
+  constexpr std::size_t kMaxReserves = 4;
+  std::lock_guard lock(mu_);
+  if (reserved_.contains(partition) || reserving_.contains(partition)) return std::nullopt;
+  if (reserved_.size() + reserving_.size() >= kMaxReserves) return std::nullopt;
+  reserving_.insert(partition);
+  return nextLockData("reserve");
+}
+
+void BlockNumberAllocator::finishReserving(int64_t session_id, const std::string& partition,
+                                           const std::string& lock_data,
+                                           const std::optional<std::string>& created,
+                                           bool unknown_outcome) {
+  std::lock_guard lock(mu_);
+  reserving_.erase(partition);
+  if (unknown_outcome) {
+    lost_.push_back(LostAllocation{session_id, partition, lock_data, std::chrono::steady_clock::now()});
+    return;
+  }
+  if (!created) return;
+  auto number = sequenceNumber(*created);
+  if (!number) {
+    // Cannot happen with ZooKeeper's names; leave it to the session rather than guess.
+    lost_.push_back(LostAllocation{session_id, partition, lock_data, std::chrono::steady_clock::now()});
+    return;
+  }
+  reserved_[partition] = Reserve{session_id, BlockNumberLock{partition, *number, *created},
+                                 std::chrono::steady_clock::now()};
+}
+
+void BlockNumberAllocator::releaseIdleReserves(Keeper& keeper, std::chrono::steady_clock::duration idle) {
+  std::vector<std::string> release;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = reserved_.begin(); it != reserved_.end();) {
+      if (it->second.session_id != keeper.sessionId()) {
+        it = reserved_.erase(it);  // ephemeral: gone with its session
+      } else if (now - it->second.since >= idle) {
+        release.push_back(it->second.lock.path);
+        it = reserved_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // A failed remove leaves the lock to its session, as a crash would.
+  for (const auto& path : release) (void)keeper.remove(path);
+}
+
+std::vector<std::string> BlockNumberAllocator::reservedForTest() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> paths;
+  for (const auto& [partition, reserve] : reserved_) paths.push_back(reserve.lock.path);
+  return paths;
+}
+
 void BlockNumberAllocator::releaseLostLocks(Keeper& keeper) {
   std::vector<LostAllocation> lost;
   {
@@ -164,8 +237,9 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const L
 }
 
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
-                                                 const LogEntry& entry, const BlockNumberLock& lock) {
-  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp, kQuorumOp };
+                                                 const LogEntry& entry, const BlockNumberLock& lock,
+                                                 const std::optional<std::string>& reserve_lock_data) {
+  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp };
   std::vector<Op> ops = {
       op::Create{paths.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
       op::Create{paths.dedupHash(entry.block_id), entry.new_part_name, CreateMode::kPersistent},
@@ -177,8 +251,15 @@ std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePath
     QuorumEntry quorum{entry.new_part_name, static_cast<std::size_t>(entry.quorum), {paths.replica}};
     ops.push_back(op::Create{paths.quorumParallel(entry.new_part_name), quorum.format(), CreateMode::kPersistent});
   }
+  if (reserve_lock_data) {
+    ops.push_back(op::Create{paths.blockLockPrefix(lock.partition), *reserve_lock_data, CreateMode::kEphemeralSequential});
+  }
   auto committed = keeper.multi(ops);
-  if (committed) return Committed{(*committed)[kLogOp].path_created};
+  if (committed) {
+    Committed done{(*committed)[kLogOp].path_created, std::nullopt};
+    if (reserve_lock_data) done.reserve_path = committed->back().path_created;
+    return done;
+  }
   const KeeperError& error = committed.error();
   if (error.isConnectionLevel()) return std::unexpected(CommitError{CommitFailure::kUnknownOutcome, error, {}});
   const auto op = error.failed_op_index.value_or(SIZE_MAX);

@@ -381,7 +381,8 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
           "a live replica; {} of {} blocks were committed, retrying the same insert is safe",
           i, parts.size())));
     }
-    auto part = commitOne(*keeper, parts[i], writes[i], result, quorum);
+    // Reserving the next block number pays off for a stream of one-part inserts.
+    auto part = commitOne(*keeper, parts[i], writes[i], result, quorum, /*reserve=*/parts.size() == 1);
     if (!part) {
       metrics_.insert_errors.Increment();
       InsertError error = part.error();
@@ -418,9 +419,12 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                                                                 PendingPartFile& pending,
                                                                 PartWrite& writing,
                                                                 InsertResult& result,
-                                                                std::size_t quorum) {
+                                                                std::size_t quorum, bool reserve) {
   std::error_code ec;
-  auto allocation = allocator_.allocate(keeper, pending.partition, pending.dedup_id);
+  std::optional<BlockNumberLock> reserved;
+  if (reserve) reserved = allocator_.takeReserved(keeper.sessionId(), pending.partition);
+  auto allocation = reserved ? KeeperResult<Allocation>(Allocation{*reserved})
+                             : allocator_.allocate(keeper, pending.partition, pending.dedup_id);
   if (writing.valid()) {
     auto written = writing.get();
     pending.unwritten.reset();
@@ -483,7 +487,14 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   entry.block_id = pending.dedup_id;
   entry.new_part_name = name.format();
   entry.quorum = static_cast<int>(quorum);
-  auto committed = commitPart(keeper, paths_, entry, lock);
+  const std::optional<std::string> reserve_data =
+      reserve ? allocator_.startReserving(pending.partition) : std::nullopt;
+  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data);
+  if (reserve_data) {
+    allocator_.finishReserving(keeper.sessionId(), pending.partition, *reserve_data,
+                               committed ? committed->reserve_path : std::nullopt,
+                               !committed && committed.error().failure == CommitFailure::kUnknownOutcome);
+  }
   if (committed) {
     makeVisible(name, *pending.checksums, pending.rows);
     result.rows += pending.rows;
@@ -495,6 +506,8 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
       fs::remove_all(final_dir, ec);
       (void)keeper.remove(lock.path);
       ++result.deduplicated_blocks;
+      // As for a duplicate found by the allocation (a reserved number skips that check).
+      resolveUncertainParts(keeper);
       return error.duplicate ? error.duplicate->existing_part : std::string("(deduplicated)");
     case CommitFailure::kLogExhausted:
       fs::remove_all(final_dir, ec);
@@ -506,6 +519,12 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                       "the table moves to a new generation",
                       paths_.log() + "/log-2147483647")});
     case CommitFailure::kLockLost:
+      if (reserved) {
+        // A drop of the partition removed the reserved lock with the in-flight ones: the block
+        // comes after the drop, so it takes a number of its own.
+        fs::rename(final_dir, pending.dir, ec);
+        if (!ec) return commitOne(keeper, pending, writing, result, quorum, /*reserve=*/false);
+      }
       fs::remove_all(final_dir, ec);
       return std::unexpected(unavailable("the ZooKeeper session ended during the commit; the block was not committed"));
     case CommitFailure::kRejected:
@@ -659,6 +678,7 @@ std::size_t TableReplica::runBackgroundRoundForTest() {
   if (!keeper) return 0;
   resolveUncertainParts(*keeper);
   allocator_.releaseLostLocks(*keeper);
+  allocator_.releaseIdleReserves(*keeper, options_.reserve_idle);
   updateLogMetrics(*keeper);
   if (!cloneIfLost(*keeper)) return 0;
   updateQueue(*keeper);
@@ -1474,6 +1494,7 @@ void TableReplica::backgroundLoop() {
       if (keeper) {
         resolveUncertainParts(*keeper);
         allocator_.releaseLostLocks(*keeper);
+        allocator_.releaseIdleReserves(*keeper, options_.reserve_idle);
         updateLogMetrics(*keeper);
         if (cloneIfLost(*keeper)) {
           updateQueue(*keeper);
@@ -1569,6 +1590,11 @@ std::vector<std::string> TableReplica::handOff(std::chrono::milliseconds timeout
 
 void TableReplica::shutdown() {
   stopBackgroundWork();
+  // A clean stop leaves nothing for the next start to read back. Inserts have finished (the API
+  // stops before the table), and a journal append still running would only wait for this.
+  if (journal_) {
+    if (auto done = journal_->checkpoint(spec_.data_dir); !done) spdlog::warn("{}", done.error());
+  }
   std::lock_guard lock(keeper_mu_);
   keeper_.reset();
 }

@@ -295,5 +295,71 @@ TEST_F(DedupWindowTest, AQuietTableKeepsItsLastIdsAndRunsCostOneListing) {
   EXPECT_EQ(ids().size(), 2u);
 }
 
+
+// A commit that reserves creates the partition's next lock in the same multi; the next insert
+// commits with it, its dedup check being the commit's create of the dedup node.
+TEST_F(InsertProtocol, ACommitReservesTheNextBlockNumberForItsPartition) {
+  auto allocation = allocator_.allocate(*keeper_, "all", "all_1_1");
+  ASSERT_TRUE(allocation);
+  const auto first = std::get<BlockNumberLock>(*allocation);
+  auto data = allocator_.startReserving("all");
+  ASSERT_TRUE(data);
+  EXPECT_FALSE(allocator_.startReserving("all"));  // one reserve per partition
+  auto committed = commitPart(*keeper_, paths_, getEntry(first, "all_1_1"), first, data);
+  ASSERT_TRUE(committed) << committed.error().cause.toString();
+  ASSERT_TRUE(committed->reserve_path);
+  allocator_.finishReserving(keeper_->sessionId(), "all", *data, committed->reserve_path, false);
+  EXPECT_EQ(allocator_.reservedForTest(), std::vector<std::string>{*committed->reserve_path});
+  EXPECT_EQ(keeper_->get(*committed->reserve_path)->data, *data);
+
+  EXPECT_FALSE(allocator_.takeReserved(keeper_->sessionId() + 1, "all"));  // another session's
+  EXPECT_FALSE(allocator_.takeReserved(keeper_->sessionId(), "other"));
+  auto reserved = allocator_.takeReserved(keeper_->sessionId(), "all");
+  ASSERT_TRUE(reserved);
+  EXPECT_EQ(reserved->block_number, first.block_number + 1);
+  EXPECT_TRUE(allocator_.reservedForTest().empty());
+  // The same rows again: the commit's create of the dedup node refuses them.
+  auto duplicate = commitPart(*keeper_, paths_, getEntry(*reserved, "all_1_1"), *reserved);
+  ASSERT_FALSE(duplicate);
+  EXPECT_EQ(duplicate.error().failure, CommitFailure::kDuplicate);
+  ASSERT_TRUE(duplicate.error().duplicate);
+  EXPECT_EQ(duplicate.error().duplicate->existing_part, "all_0_0_0");
+  EXPECT_TRUE(keeper_->exists(reserved->path)->has_value());  // nothing of the multi applied
+  EXPECT_TRUE(commitPart(*keeper_, paths_, getEntry(*reserved, "all_2_2"), *reserved));
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("all"))->names.empty());
+}
+
+TEST_F(InsertProtocol, AnIdleReserveIsReleasedAndAnUncertainOneTreatedAsLost) {
+  auto allocation = allocator_.allocate(*keeper_, "all", "all_1_1");
+  const auto lock = std::get<BlockNumberLock>(*allocation);
+  auto data = allocator_.startReserving("all");
+  auto committed = commitPart(*keeper_, paths_, getEntry(lock, "all_1_1"), lock, data);
+  ASSERT_TRUE(committed);
+  allocator_.finishReserving(keeper_->sessionId(), "all", *data, committed->reserve_path, false);
+  allocator_.releaseIdleReserves(*keeper_, std::chrono::hours(1));
+  EXPECT_EQ(allocator_.reservedForTest().size(), 1u);  // not idle yet
+  allocator_.releaseIdleReserves(*keeper_, std::chrono::seconds(0));
+  EXPECT_TRUE(allocator_.reservedForTest().empty());
+  // Left in place, the lock would keep merges off the blocks inserted after it.
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("all"))->names.empty());
+
+  // A commit without an answer may have created its reserve: it is looked for like a lost
+  // allocation's lock, by its data.
+  auto second = allocator_.allocate(*keeper_, "all", "all_2_2");
+  const auto lock2 = std::get<BlockNumberLock>(*second);
+  data = allocator_.startReserving("all");
+  server_->loseNextMultiAnswersForTest(1);
+  auto unknown = commitPart(*keeper_, paths_, getEntry(lock2, "all_2_2"), lock2, data);
+  ASSERT_FALSE(unknown);
+  ASSERT_EQ(unknown.error().failure, CommitFailure::kUnknownOutcome);
+  allocator_.finishReserving(keeper_->sessionId(), "all", *data, std::nullopt, true);
+  EXPECT_TRUE(allocator_.reservedForTest().empty());
+  EXPECT_EQ(allocator_.lostLocksForTest(), 1u);
+  ASSERT_EQ(keeper_->children(paths_.blockNumbers("all"))->names.size(), 1u);
+  allocator_.releaseLostLocks(*keeper_);
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("all"))->names.empty());
+  EXPECT_EQ(allocator_.lostLocksForTest(), 0u);
+}
+
 }  // namespace
 }  // namespace rtable::core

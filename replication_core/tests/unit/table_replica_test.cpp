@@ -67,15 +67,18 @@ dataDir: {}
     return table_->commit(*pending);
   }
 
-  // Merges of exactly three neighbouring parts, and blocks 0 and 1 inserted here: a test then
-  // says which block 2 is and which runs of three may be merged.
+  // Merges of exactly three neighbouring parts, and blocks 0 and 1 inserted here (2 was reserved
+  // and given up, a gap): a test then says which block 3 is and which runs of three may be merged.
   void openMergingThreeWithTwoBlocks() {
     TableReplicaOptions options;
     options.merge_min_parts = 3;
     options.merge_max_parts = 3;
+    // Reserves released at once: the tests place other inserts' locks themselves.
+    options.reserve_idle = std::chrono::milliseconds(0);
     open(options);
     ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
     ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+    ASSERT_EQ(table_->runBackgroundRoundForTest(), 0u);  // gives block 2's reserve up
   }
   // The next block of partition 202612, allocated (locked, not committed) for `replica`.
   BlockNumberLock holdNextBlock(const TablePaths& replica) {
@@ -205,12 +208,12 @@ TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
 
 TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
   openMergingThreeWithTwoBlocks();
-  // Another insert (another replica's, say) holds block 2 and has not committed.
+  // Another insert (another replica's, say) holds block 3 and has not committed.
   const BlockNumberLock lock = holdNextBlock(paths_);
-  ASSERT_EQ(lock.block_number, 2);
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 3
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 4}})));  // block 4
-  // Every run of three neighbours spans block 2: merging would hide its rows when it commits.
+  ASSERT_EQ(lock.block_number, 3);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 4
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 4}})));  // block 5, reserved by the one before
+  // Every run of three neighbours spans block 3: merging would hide its rows when it commits.
   EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
   EXPECT_EQ(table_->activeParts().size(), 4u);
   // Given up: the gap is final, and merging across it is fine.
@@ -224,29 +227,29 @@ TEST_F(TableReplicaTest, MergesNeverCoverABlockThatAnInsertStillHolds) {
 // merged across such an entry's block and every replica lost its rows (seen in CI).
 TEST_F(TableReplicaTest, APullWhoseAnswerWasLostStillQueuesItsEntries) {
   openMergingThreeWithTwoBlocks();
-  // Replica r2 commits block 2; r1 (this replica, the leader) has to fetch it.
+  // Replica r2 commits block 3; r1 (this replica, the leader) has to fetch it.
   TablePaths r2 = paths_;
   r2.replica = "r2";
   ASSERT_TRUE(createReplicaIfNotExists(*observer_, r2));
   const BlockNumberLock lock = holdNextBlock(r2);
-  ASSERT_EQ(lock.block_number, 2);
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 3
-  // Pulled up to here (own entries only); block 2 is still locked, so nothing is merged.
+  ASSERT_EQ(lock.block_number, 3);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));  // block 4
+  // Pulled up to here (own entries only); block 3 is still locked, so nothing is merged.
   EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
   LogEntry entry;
   entry.type = LogEntry::Type::kGetPart;
   entry.source_replica = "r2";
   entry.block_id = "202612_77_77";
-  entry.new_part_name = "202612_2_2_0";
+  entry.new_part_name = "202612_3_3_0";
   ASSERT_TRUE(commitPart(*observer_, r2, entry, lock));
 
   server_->loseNextMultiAnswersForTest(1);  // the pull's multi: applied, unanswered
-  // Blocks 0, 1 and 3 are here, 2 is not: no run of three neighbours may be merged.
+  // Blocks 0, 1 and 4 are here, 3 is not: no run of three neighbours may be merged.
   EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
   EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
   const auto state = table_->state();
   ASSERT_EQ(state.queue.size(), 1u);
-  EXPECT_EQ(state.queue[0].entry.new_part_name, "202612_2_2_0");
+  EXPECT_EQ(state.queue[0].entry.new_part_name, "202612_3_3_0");
   EXPECT_EQ(table_->checkQueueInvariant(), "");
 }
 
@@ -276,8 +279,15 @@ TEST_F(TableReplicaTest, ZooKeeperTroubleFailsTheInsertAndWritesNothing) {
   EXPECT_EQ(retried->rows, 1u);
 }
 
+// Reserves released at once, so that each insert allocates its block number in a multi of its own.
+void releaseReserves(TableReplica& table) { table.runBackgroundRoundForTest(); }
+
 TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
+  TableReplicaOptions options;
+  options.reserve_idle = std::chrono::milliseconds(0);
+  open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  releaseReserves(*table_);
   // The allocation goes through; the commit is lost with the connection, and the session lives on.
   server_->failNextRequestsForTest(1, 1);
   auto failed = insert(rows({{"2026-12-01", 2}}));
@@ -293,8 +303,27 @@ TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
   EXPECT_EQ(table_->rowCount(), 2u);
 }
 
-TEST_F(TableReplicaTest, AnAllocationLostWithTheConnectionGivesItsBlockLockUp) {
+// The same with the number the last commit reserved: there is no allocation, the commit is lost.
+TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsReservedBlockUp) {
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  ASSERT_EQ(observer_->children(paths_.blockNumbers("202612"))->names.size(), 1u);  // the reserve
+  server_->failNextRequestsForTest(1);
+  auto failed = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().kind, InsertError::Kind::kUnavailable);
+  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty());
+  auto retried = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(retried) << retried.error().message;
+  EXPECT_EQ(retried->rows, 1u);
+  EXPECT_EQ(table_->rowCount(), 2u);
+}
+
+TEST_F(TableReplicaTest, AnAllocationLostWithTheConnectionGivesItsBlockLockUp) {
+  TableReplicaOptions options;
+  options.reserve_idle = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  releaseReserves(*table_);
   // The allocation is applied, its answer lost; the session lives on.
   server_->loseNextMultiAnswersForTest(1);
   auto failed = insert(rows({{"2026-12-01", 2}}));
@@ -326,7 +355,12 @@ TEST_F(TableReplicaTest, ACommittedPartLostWithThePageCacheIsWrittenAgainFromThe
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
   EXPECT_GT(journalBytes(dir_), 0u);
-  table_.reset();  // stopping does not checkpoint: for the journal it is a crash
+  // A crash leaves the journal as it is; a clean stop would checkpoint it.
+  fs::copy(dir_ / "journal", dir_ / "journal-at-crash");
+  table_.reset();
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  fs::remove_all(dir_ / "journal");
+  fs::rename(dir_ / "journal-at-crash", dir_ / "journal");
   ASSERT_TRUE(fs::remove_all(dir_ / "202612_1_1_0") > 0);
   fs::resize_file(dir_ / "202612_0_0_0" / "x.bin", 3);
   open(options);
@@ -351,6 +385,48 @@ TEST_F(TableReplicaTest, TheJournalIsCheckpointedInTheBackgroundAndSkipsBigParts
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
   EXPECT_EQ(journalBytes(dir_), 0u);
   EXPECT_EQ(table_->rowCount(), 2u);
+}
+
+// A one-part insert's commit reserves the partition's next block number; the next insert into
+// it needs one ZooKeeper round trip instead of two.
+TEST_F(TableReplicaTest, AOnePartInsertCommitsWithTheBlockNumberTheLastOneReserved) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  ASSERT_EQ(observer_->children(paths_.blockNumbers("202612"))->names,
+            std::vector<std::string>{"block-0000000001"});
+  const int64_t before = server_->requestCountForTest();
+  auto second = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->parts, std::vector<std::string>{"202612_1_1_0"});
+  EXPECT_EQ(server_->requestCountForTest() - before, 1);  // the commit multi alone
+  // A retry of it is refused by the commit (its block number was reserved, not checked).
+  auto retried = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->deduplicated_blocks, 1u);
+  EXPECT_EQ(retried->parts, std::vector<std::string>{"202612_1_1_0"});
+  EXPECT_EQ(table_->rowCount(), 2u);
+  EXPECT_TRUE(fs::is_empty(dir_ / "staging") || !fs::exists(dir_ / "staging"));
+  // Unused, the reserve is given up so that merges can cover the blocks after it.
+  TableReplicaOptions options;
+  options.reserve_idle = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));
+  EXPECT_EQ(observer_->children(paths_.blockNumbers("202612"))->names.size(), 1u);
+  table_->runBackgroundRoundForTest();
+  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty());
+}
+
+TEST_F(TableReplicaTest, AnInsertAfterADropTakesANumberAboveItThoughOneWasReserved) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // reserves block 1
+  ASSERT_TRUE(table_->dropPartition("202612"));    // removes the reserve with the range
+  auto after = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_EQ(after->rows, 1u);
+  ASSERT_EQ(after->parts.size(), 1u);
+  const auto part = PartName::parse(after->parts[0]);
+  ASSERT_TRUE(part);
+  EXPECT_GT(part->min_block, 1);
+  table_->runBackgroundRoundForTest();  // executes the drop
+  EXPECT_EQ(table_->rowCount(), 1u);
 }
 
 TEST_F(TableReplicaTest, TheDedupWindowForgetsOldIds) {

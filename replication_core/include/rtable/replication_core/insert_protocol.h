@@ -12,9 +12,16 @@
 // removed on start: the block is neither visible nor remembered, so a client's retry inserts it.
 // A connection lost with either answer while the session lives on would leave the lock for the
 // session's life; the insert (commit) or the next background round (allocation) removes it.
+//
+// Reserved block numbers: a commit multi may also create the next lock of its partition, kept by
+// the allocator for the next insert into that partition. That insert skips round trip 1: its
+// dedup check is the commit's create of deduplication_hashes/<id>, which fails if the id exists
+// (the part was then written for nothing, which only a retried insert pays). A reserve unused for
+// a second is removed, so that it does not keep merges off the blocks after it.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -67,6 +74,20 @@ class BlockNumberAllocator {
   void releaseLostLocks(Keeper& keeper);
   std::size_t lostLocksForTest() const;
 
+  // The partition's reserved lock, if one is held in `session_id` (taken: it is the caller's now).
+  std::optional<BlockNumberLock> takeReserved(int64_t session_id, const std::string& partition);
+  // Whether a commit into `partition` should create a reserve: the lock data to create it with,
+  // or nothing (one is held or being made, or enough partitions have one). Pair every non-empty
+  // answer with one finishReserving().
+  std::optional<std::string> startReserving(const std::string& partition);
+  // After that commit: `created` is the reserve's path (the commit was applied), or nothing (not
+  // applied). With `unknown_outcome` the reserve may exist: it is released like a lost allocation.
+  void finishReserving(int64_t session_id, const std::string& partition, const std::string& lock_data,
+                       const std::optional<std::string>& created, bool unknown_outcome);
+  // Removes reserves unused for `idle` or held in a session other than `keeper`'s.
+  void releaseIdleReserves(Keeper& keeper, std::chrono::steady_clock::duration idle);
+  std::vector<std::string> reservedForTest() const;  // the reserves' lock paths
+
  private:
   struct LostAllocation {
     int64_t session_id;
@@ -77,15 +98,25 @@ class BlockNumberAllocator {
   // True: released, or certainly never created; false: look again later.
   KeeperResult<bool> releaseLostLock(Keeper& keeper, const LostAllocation& lost);
 
+  struct Reserve {
+    int64_t session_id;
+    BlockNumberLock lock;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::string nextLockData(const std::string& dedup_id);  // mu_ held
+
   TablePaths paths_;
   mutable std::mutex mu_;
   std::set<std::string> known_partitions_;
   uint64_t next_lock_tag_;
   std::vector<LostAllocation> lost_;
+  std::map<std::string, Reserve> reserved_;  // by partition
+  std::set<std::string> reserving_;          // partitions whose commit is creating a reserve
 };
 
 struct Committed {
   std::string log_entry_path;  // log/log-NNNNNNNNNN
+  std::optional<std::string> reserve_path;  // the lock the commit reserved, if asked to
 };
 
 enum class CommitFailure {
@@ -103,8 +134,10 @@ struct CommitError {
 };
 
 // The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the part).
+// With `reserve_lock_data` it also creates the partition's next block lock with that data.
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
-                                                 const LogEntry& entry, const BlockNumberLock& lock);
+                                                 const LogEntry& entry, const BlockNumberLock& lock,
+                                                 const std::optional<std::string>& reserve_lock_data = std::nullopt);
 
 // After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
 KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, const std::string& part);

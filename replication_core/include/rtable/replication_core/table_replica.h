@@ -139,6 +139,9 @@ struct TableReplicaOptions {
   // How often the background work makes journaled parts durable by themselves and empties the
   // journal (it also bounds how much a start-up after a crash reads back).
   std::chrono::milliseconds journal_checkpoint_interval{5000};
+  // A block number reserved by a commit for the next insert into its partition (insert_protocol.h)
+  // is given up after this long unused: until then merges cannot cover it.
+  std::chrono::milliseconds reserve_idle{1000};
 };
 
 // One block of an insert, not yet committed: sorted rows (held until the commit writes them, for
@@ -223,9 +226,10 @@ class TableReplica {
   std::shared_ptr<Keeper> keeper();
   using PartWrite = std::future<std::expected<PartChecksums, std::string>>;
   // `writing`: the part's write, if it was not written yet; waited for before the rename.
+  // `reserve`: use the partition's reserved block number if there is one, and reserve the next.
   std::expected<std::string, InsertError> commitOne(Keeper& keeper, PendingPartFile& pending,
                                                     PartWrite& writing, InsertResult& result,
-                                                    std::size_t quorum);
+                                                    std::size_t quorum, bool reserve);
   // Pulls new log entries into the queue; false if ZooKeeper could not be asked.
   bool updateQueue(Keeper& keeper);
   // Leader only: chooses merges among parts every replica will have and writes them to the log.
