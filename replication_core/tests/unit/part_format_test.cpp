@@ -12,11 +12,14 @@
 #include <set>
 
 #include "rtable/replication_core/hash128.h"
+#include "rtable/replication_core/testing/files.h"
 
 namespace rtable::core {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::readFile;
+using testing::writeFile;
 
 DataType type(std::string_view text) {
   auto parsed = DataType::parse(text);
@@ -34,16 +37,6 @@ TableSchema schemaOf(std::vector<std::pair<std::string, std::string>> columns) {
 
 PartName part(std::string_view name) {
   return *PartName::parse(name);
-}
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void writeFile(const fs::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::set<std::string> listDir(const fs::path& dir) {

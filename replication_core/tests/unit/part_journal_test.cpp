@@ -7,20 +7,14 @@
 #include <set>
 #include <thread>
 
+#include "rtable/replication_core/testing/files.h"
+
 namespace rtable::core {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void writeFile(const fs::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::readFile;
+using testing::writeFile;
 
 class PartJournalTest : public ::testing::Test {
  protected:
