@@ -4,7 +4,9 @@
 //   - ZooKeeper write transactions per insert (the server's zxid delta over those inserts),
 //   - rows per second of one 1,000,000-row JSONEachRow insert of a 5-column table,
 // in several rounds that alternate which system goes first (new rows each round); prints each
-// round's ratios and the totals.
+// round's ratios and the totals. Then, on the same ZooKeeper, the rate of rtable's own commit multi
+// sent back to back with nothing else (no HTTP, no part): the ceiling of any insert path that
+// makes one ZooKeeper write per insert, beside what 5x ClickHouse's rate would need.
 // Usage: rtable-insert-bench [--single N] [--bulk-rows N] [--rounds N]
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -18,6 +20,8 @@
 #include <cstring>
 #include <string>
 
+#include "rtable/replication_core/insert_protocol.h"
+#include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/local_clickhouse.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
@@ -220,6 +224,40 @@ std::string bulkBody(int index, uint64_t rows) {
   return bulk;
 }
 
+// `count` commits of one-row parts as rtable-core makes them (commitPart, each reserving the next
+// block number) into a scratch table on `connect`, back to back: commits per second.
+std::expected<double, std::string> commitFloor(const std::string& connect, int count) {
+  rtable::core::ZooKeeperConfig config{connect, std::chrono::seconds(10), std::chrono::seconds(5)};
+  auto keeper = rtable::core::ZooKeeperClient::connect(config);
+  if (!keeper) return std::unexpected("ZooKeeper: " + keeper.error().toString());
+  rtable::core::TablePaths paths{"/rtable-bench/commit-floor", 1, "r1"};
+  if (auto made = createTableIfNotExists(**keeper, paths, "bench"); !made) return std::unexpected(made.error().toString());
+  if (auto made = createReplicaIfNotExists(**keeper, paths); !made) return std::unexpected(made.error().toString());
+  rtable::core::BlockNumberAllocator allocator(paths);
+  auto first = allocator.allocate(**keeper, "202612", "first");
+  if (!first) return std::unexpected(first.error().toString());
+  rtable::core::BlockNumberLock lock = std::get<rtable::core::BlockNumberLock>(*first);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) {
+    rtable::core::LogEntry entry;
+    entry.type = rtable::core::LogEntry::Type::kGetPart;
+    entry.source_replica = "r1";
+    entry.block_id = fmt::format("202612_{}_0", i);
+    entry.new_part_name = fmt::format("202612_{}_{}_0", lock.block_number, lock.block_number);
+    const auto reserve = allocator.startReserving("202612");
+    auto committed = commitPart(**keeper, paths, entry, lock, reserve);
+    if (reserve) {
+      allocator.finishReserving((*keeper)->sessionId(), "202612", *reserve,
+                                committed ? committed->reserve_path : std::nullopt, false);
+    }
+    if (!committed) return std::unexpected("commit: " + committed.error().cause.toString());
+    auto next = allocator.takeReserved((*keeper)->sessionId(), "202612");
+    if (!next) return std::unexpected("the commit reserved no block number");
+    lock = *next;
+  }
+  return count / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,5 +328,10 @@ int main(int argc, char** argv) {
   fmt::print("{:<46} {:>14.0f} {:>18.0f} {:>9.2f}x\n",
              fmt::format("bulk rows/s ({} rows, one insert per round)", bulk_rows), r.bulkRowsPerSecond(),
              c.bulkRowsPerSecond(), r.bulkRowsPerSecond() / c.bulkRowsPerSecond());
+
+  auto floor = commitFloor((*zk)->connectString(), single);
+  if (!floor) return fmt::print(stderr, "commit floor: {}\n", floor.error()), 1;
+  fmt::print("\n{:<46} {:>14.1f}\n", fmt::format("bare commit multis/s ({} back to back)", single), *floor);
+  fmt::print("{:<46} {:>14.1f}\n", "5x ClickHouse's single-row rate", 5 * c.singlePerSecond());
   return 0;
 }
