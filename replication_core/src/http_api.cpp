@@ -307,7 +307,7 @@ class ReplicaHttpServer::Impl {
         rows += part->rows;
         continue;
       }
-      auto block = readPart(part->dir, table_.spec().schema);
+      auto block = readDataPart(*part, table_.spec().schema);
       if (!block) return replyError(request, 500, "BROKEN_PART", block.error());
       auto matching = filter->matchingRows(*block);
       if (matching.size() > limit - rows) matching.resize(limit - rows);
@@ -370,7 +370,8 @@ class ReplicaHttpServer::Impl {
                         fmt::format("part {} is not active on replica {}", name,
                                     table_.spec().replica));
     }
-    auto reader = PartTransferReader::open(part->dir, part->checksums);
+    auto reader = part->image ? PartTransferReader::open(part->image, part->checksums)
+                              : PartTransferReader::open(part->dir, part->checksums);
     if (!reader) {
       return replyError(request, 500, "BROKEN_PART", reader.error());
     }

@@ -93,15 +93,17 @@ struct PartTransferReader::State {
     Fd file;
     std::string file_name;
     uint64_t size = 0;
+    std::optional<std::string_view> memory;  // a file of `image`
   };
   fs::path part_dir;
+  std::shared_ptr<const PartImage> image;
   std::vector<Piece> pieces;
   std::size_t current = 0;
   uint64_t offset = 0;  // in pieces[current]
   uint64_t length = 0;
 
   void appendText(std::string_view text) {
-    if (pieces.empty() || pieces.back().file.get() >= 0) pieces.emplace_back();
+    if (pieces.empty() || pieces.back().file.get() >= 0 || pieces.back().memory) pieces.emplace_back();
     pieces.back().text += text;
     pieces.back().size = pieces.back().text.size();
   }
@@ -163,9 +165,34 @@ std::expected<PartTransferReader, std::string> PartTransferReader::open(
                   fmt::format("size {} bytes, checksums.txt says {}", opened->second, file.size));
     }
     state->appendText(fmt::format("{}\t{}\n", file.name, file.size));
-    state->pieces.push_back(State::Piece{{}, std::move(opened->first), file.name, file.size});
+    state->pieces.push_back(State::Piece{{}, std::move(opened->first), file.name, file.size, std::nullopt});
   }
   for (const auto& piece : state->pieces) state->length += piece.size;
+  return PartTransferReader(std::move(state));
+}
+
+std::expected<PartTransferReader, std::string> PartTransferReader::open(
+    std::shared_ptr<const PartImage> image, const PartChecksums& expected) {
+  if (image->checksums != expected) {
+    return std::unexpected(fmt::format("part in memory: total {}, the replica loaded it with total {}",
+                                       image->checksums.total.hex(), expected.total.hex()));
+  }
+  const PartFile* checksums_file = image->find(kChecksumsFile);
+  if (!checksums_file) return std::unexpected(std::string("part in memory: no checksums.txt"));
+  auto state = std::make_unique<State>();
+  state->appendText(fmt::format("{}\n{}\n{}\t{}\n", kMagicLine, expected.files.size() + 1,
+                                kChecksumsFile, checksums_file->bytes.size()));
+  state->appendText(checksums_file->bytes);
+  for (const auto& file : expected.files) {
+    const PartFile* held = image->find(file.name);
+    if (!held || held->bytes.size() != file.size) {
+      return std::unexpected(fmt::format("part in memory: {} does not match checksums.txt", file.name));
+    }
+    state->appendText(fmt::format("{}\t{}\n", file.name, file.size));
+    state->pieces.push_back(State::Piece{{}, Fd(), file.name, file.size, held->bytes});
+  }
+  for (const auto& piece : state->pieces) state->length += piece.size;
+  state->image = std::move(image);
   return PartTransferReader(std::move(state));
 }
 
@@ -187,7 +214,7 @@ std::expected<std::size_t, std::string> PartTransferReader::read(uint8_t* data,
     const std::size_t n =
         static_cast<std::size_t>(std::min<uint64_t>(capacity - done, piece.size - s.offset));
     if (piece.file.get() < 0) {
-      std::memcpy(data + done, piece.text.data() + s.offset, n);
+      std::memcpy(data + done, (piece.memory ? piece.memory->data() : piece.text.data()) + s.offset, n);
       done += n;
       s.offset += n;
       continue;

@@ -118,7 +118,8 @@ Status renameNoReplace(const fs::path& from, const fs::path& to) {
                                      error == ENOTEMPTY ? errnoText(EEXIST) : errnoText(error)));
 }
 
-// A new file, hashed as it is written; finish() fsyncs and closes it.
+// A new file, hashed as it is written; finish() fsyncs and closes it. In memory (a PartImage's
+// file), the bytes collect in memory() instead.
 class FileWriter {
  public:
   static Result<FileWriter> create(const fs::path& path, bool replace = false) {
@@ -126,11 +127,20 @@ class FileWriter {
     if (!fd) return std::unexpected(fd.error());
     return FileWriter(path.filename().string(), std::move(*fd));
   }
+  static FileWriter inMemory(std::string name) {
+    FileWriter writer(std::move(name), Fd());
+    writer.in_memory_ = true;
+    return writer;
+  }
 
   Status write(const void* data, std::size_t size) {
     hasher_.update(data, size);
     size_ += size;
     const char* p = static_cast<const char*>(data);
+    if (in_memory_) {
+      memory_.append(p, size);
+      return {};
+    }
     while (size > 0) {
       const ssize_t n = ::write(fd_.get(), p, size);
       if (n < 0 && errno == EINTR) continue;
@@ -142,6 +152,7 @@ class FileWriter {
   }
 
   Result<PartChecksums::File> finish() {
+    if (in_memory_) return PartChecksums::File{name_, size_, hasher_.digest()};
     if (auto synced = fsyncFd(fd_.get()); !synced) return std::unexpected(synced.error());
     if (auto closed = fd_.close(); !closed) return std::unexpected(closed.error());
     return PartChecksums::File{name_, size_, hasher_.digest()};
@@ -150,11 +161,15 @@ class FileWriter {
   // Like finish(), but the fsync is left to `syncs`, which takes the open file.
   Result<PartChecksums::File> finishDeferringSync(class DeferredSyncs& syncs);
 
+  std::string& memory() { return memory_; }
+
  private:
   FileWriter(std::string name, Fd fd) : name_(std::move(name)), fd_(std::move(fd)) {}
 
   std::string name_;
   Fd fd_;
+  bool in_memory_ = false;
+  std::string memory_;
   Hasher128 hasher_;
   uint64_t size_ = 0;
 };
@@ -199,11 +214,12 @@ class DeferredSyncs {
 };
 
 Result<PartChecksums::File> FileWriter::finishDeferringSync(DeferredSyncs& syncs) {
+  if (in_memory_) return finish();
   syncs.add(name_, std::move(fd_));
   return PartChecksums::File{name_, size_, hasher_.digest()};
 }
 
-// Reads a file front to back, hashing every byte it hands out.
+// Reads a file (or a PartImage's file) front to back, hashing every byte it hands out.
 class FileReader {
  public:
   static Result<FileReader> open(const fs::path& path) {
@@ -211,12 +227,22 @@ class FileReader {
     if (!fd) return std::unexpected(fd.error());
     return FileReader(std::move(*fd));
   }
+  static FileReader inMemory(std::string_view bytes) {
+    FileReader reader{Fd()};
+    reader.memory_ = bytes;
+    return reader;
+  }
 
   // Up to `size` bytes; fewer only at the end of the file.
   Result<std::size_t> read(void* data, std::size_t size) {
     char* p = static_cast<char*>(data);
     std::size_t done = 0;
-    while (done < size) {
+    if (memory_) {
+      done = std::min(size, memory_->size());
+      if (done > 0) std::memcpy(p, memory_->data(), done);
+      memory_->remove_prefix(done);
+    }
+    while (!memory_ && done < size) {
       const ssize_t n = ::read(fd_.get(), p + done, size - done);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return std::unexpected(fmt::format("read failed: {}", errnoText(errno)));
@@ -245,8 +271,24 @@ class FileReader {
   explicit FileReader(Fd fd) : fd_(std::move(fd)) {}
 
   Fd fd_;
+  std::optional<std::string_view> memory_;  // the rest of an in-memory file
   Hasher128 hasher_;
   uint64_t bytes_read_ = 0;
+};
+
+// Where a part's files are read from: its directory, or an image in memory (`dir` then names the
+// part in errors).
+struct PartSource {
+  explicit PartSource(const fs::path& dir, const PartImage* image = nullptr) : dir(dir), image(image) {}
+  const fs::path& dir;
+  const PartImage* image;
+
+  Result<FileReader> open(std::string_view name) const {
+    if (!image) return FileReader::open(dir / name);
+    const PartFile* file = image->find(name);
+    if (!file) return std::unexpected(std::string("not in the part"));
+    return FileReader::inMemory(file->bytes);
+  }
 };
 
 // Why a file's size or hash differs from its checksums.txt entry; nullopt if it does not.
@@ -263,9 +305,10 @@ std::optional<std::string> checksumMismatch(const PartChecksums::File& expected,
 }
 
 // A small text file in full, checked against `expected` when given. Errors: file and reason.
-Result<std::string> readTextFile(const fs::path& part_dir, std::string_view name,
+Result<std::string> readTextFile(const PartSource& source, std::string_view name,
                                  const PartChecksums::File* expected) {
-  auto reader = FileReader::open(part_dir / name);
+  const fs::path& part_dir = source.dir;
+  auto reader = source.open(name);
   if (!reader) return std::unexpected(fileError(part_dir, name, reader.error()));
   std::string text;
   for (;;) {
@@ -308,6 +351,25 @@ Result<CompressContext> makeCompressContext() {
     if (ZSTD_isError(rc)) return std::unexpected(fmt::format("zstd: {}", ZSTD_getErrorName(rc)));
   }
   return context;
+}
+
+// Contexts are kept per thread: making one for every part cost more than compressing a one-row
+// part. Only single-shot calls use them (ZSTD_compress2, ZSTD_decompressDCtx), so nothing of one
+// part carries over into the next, and the bytes are the same as with a fresh context.
+Result<ZSTD_CCtx*> threadCompressContext() {
+  thread_local CompressContext context;
+  if (!context) {
+    auto made = makeCompressContext();
+    if (!made) return std::unexpected(made.error());
+    context = std::move(*made);
+  }
+  return context.get();
+}
+
+Result<ZSTD_DCtx*> threadDecompressContext() {
+  thread_local DecompressContext context(ZSTD_createDCtx());
+  if (!context) return std::unexpected(std::string("zstd: cannot allocate a decompression context"));
+  return context.get();
 }
 
 void putU32(char* out, uint32_t value) {
@@ -556,9 +618,10 @@ Status readColumn(CompressedReader& in, const DataType& type, uint64_t rows, Col
 
 // Decodes `<column>.bin` (into `out`, or only walking it) and checks it against `expected`. A
 // checksum mismatch is reported before a decoding error: corruption explains the latter.
-Status readColumnFile(const fs::path& part_dir, const PartChecksums::File& expected,
+Status readColumnFile(const PartSource& source, const PartChecksums::File& expected,
                       const DataType& type, uint64_t rows, Column* out, ZSTD_DCtx* context) {
-  auto reader = FileReader::open(part_dir / expected.name);
+  const fs::path& part_dir = source.dir;
+  auto reader = source.open(expected.name);
   if (!reader) return std::unexpected(fileError(part_dir, expected.name, reader.error()));
   CompressedReader in(*reader, context);
   Status decoded = readColumn(in, type, rows, out);
@@ -622,11 +685,12 @@ std::string firstDifference(std::string_view found, std::string_view expected) {
   }
 }
 
-Result<uint64_t> readCount(const fs::path& part_dir, const PartChecksums& checksums) {
+Result<uint64_t> readCount(const PartSource& source, const PartChecksums& checksums) {
+  const fs::path& part_dir = source.dir;
   const auto* entry = checksums.find(kCountFile);
   if (!entry)
     return std::unexpected(fileError(part_dir, kCountFile, "not listed in checksums.txt"));
-  auto text = readTextFile(part_dir, kCountFile, entry);
+  auto text = readTextFile(source, kCountFile, entry);
   if (!text) return std::unexpected(text.error());
   auto rows = parseDecimal<uint64_t>(*text);
   if (!rows) {
@@ -636,12 +700,13 @@ Result<uint64_t> readCount(const fs::path& part_dir, const PartChecksums& checks
   return *rows;
 }
 
-Status checkColumnsFile(const fs::path& part_dir, const PartChecksums& checksums,
+Status checkColumnsFile(const PartSource& source, const PartChecksums& checksums,
                         const TableSchema& schema) {
+  const fs::path& part_dir = source.dir;
   const auto* entry = checksums.find(kColumnsFile);
   if (!entry)
     return std::unexpected(fileError(part_dir, kColumnsFile, "not listed in checksums.txt"));
-  auto text = readTextFile(part_dir, kColumnsFile, entry);
+  auto text = readTextFile(source, kColumnsFile, entry);
   if (!text) return std::unexpected(text.error());
   const std::string expected = columnsFileText(schema);
   if (*text != expected) {
@@ -652,8 +717,9 @@ Status checkColumnsFile(const fs::path& part_dir, const PartChecksums& checksums
   return {};
 }
 
-Result<PartChecksums> readChecksums(const fs::path& part_dir) {
-  auto text = readTextFile(part_dir, kChecksumsFile, nullptr);
+Result<PartChecksums> readChecksums(const PartSource& source) {
+  const fs::path& part_dir = source.dir;
+  auto text = readTextFile(source, kChecksumsFile, nullptr);
   if (!text) return std::unexpected(text.error());
   auto checksums = PartChecksums::parse(*text);
   if (!checksums) return std::unexpected(fileError(part_dir, kChecksumsFile, checksums.error()));
@@ -689,50 +755,68 @@ Status checkBlockMatchesSchema(const TableSchema& schema, const Block& block) {
   return {};
 }
 
-// A small file, fsynced now or, given `syncs`, later with the others.
+// A small file, fsynced.
 Result<PartChecksums::File> writeTextFile(const fs::path& dir, std::string_view name,
-                                          std::string_view text, bool replace = false,
-                                          DeferredSyncs* syncs = nullptr) {
+                                          std::string_view text, bool replace = false) {
   auto out = FileWriter::create(dir / name, replace);
   if (!out) return std::unexpected(fileError(dir, name, out.error()));
   if (auto ok = out->write(text.data(), text.size()); !ok) {
     return std::unexpected(fileError(dir, name, ok.error()));
   }
-  auto file = syncs ? out->finishDeferringSync(*syncs) : out->finish();
+  auto file = out->finish();
   if (!file) return std::unexpected(fileError(dir, name, file.error()));
   return file;
+}
+
+// Encodes every file of the part, each into a writer from `open(name)` (a file or memory) that
+// `done(writer)` finishes, checksums.txt last. `dir` names the part in errors.
+template <class Open, class Done>
+Result<PartChecksums> encodePartFiles(const fs::path& dir, const TableSchema& schema,
+                                      const Block& block, Open open, Done done) {
+  auto context = threadCompressContext();
+  if (!context) return std::unexpected(fmt::format("part {}: {}", dir.string(), context.error()));
+  auto encode = [&](std::string_view name, const auto& write) -> Result<PartChecksums::File> {
+    Result<FileWriter> out = open(name);
+    if (!out) return std::unexpected(fileError(dir, name, out.error()));
+    Status written = write(*out);
+    if (!written) return std::unexpected(fileError(dir, name, written.error()));
+    Result<PartChecksums::File> file = done(*out);
+    if (!file) return std::unexpected(fileError(dir, name, file.error()));
+    return file;
+  };
+  auto text = [](std::string value) {
+    return [value = std::move(value)](FileWriter& out) { return out.write(value.data(), value.size()); };
+  };
+  std::vector<PartChecksums::File> files;
+  for (const Column& column : block.columns) {
+    auto file = encode(columnFileName(column.name), [&](FileWriter& out) {
+      CompressedWriter compressed(out, *context);
+      Status written = writeColumn(compressed, column);
+      return written ? compressed.finish() : written;
+    });
+    if (!file) return std::unexpected(file.error());
+    files.push_back(std::move(*file));
+  }
+  for (auto [name, value] : {std::pair{kColumnsFile, columnsFileText(schema)},
+                             std::pair{kCountFile, fmt::format("{}", block.rows())}}) {
+    auto file = encode(name, text(std::move(value)));
+    if (!file) return std::unexpected(file.error());
+    files.push_back(std::move(*file));
+  }
+  PartChecksums checksums = PartChecksums::fromFiles(std::move(files));
+  if (auto file = encode(kChecksumsFile, text(checksums.format())); !file) return std::unexpected(file.error());
+  return checksums;
 }
 
 // Every file of the part into `dir` (which exists and is empty), all fsynced at the end unless
 // `sync` is kLater.
 Result<PartChecksums> writePartFiles(const fs::path& dir, const TableSchema& schema,
                                      const Block& block, PartSync sync = PartSync::kNow) {
-  auto context = makeCompressContext();
-  if (!context) return std::unexpected(fmt::format("part {}: {}", dir.string(), context.error()));
   DeferredSyncs syncs;
-  std::vector<PartChecksums::File> files;
-  for (const Column& column : block.columns) {
-    const std::string name = columnFileName(column.name);
-    auto out = FileWriter::create(dir / name);
-    if (!out) return std::unexpected(fileError(dir, name, out.error()));
-    CompressedWriter compressed(*out, context->get());
-    Status written = writeColumn(compressed, column);
-    if (written) written = compressed.finish();
-    if (!written) return std::unexpected(fileError(dir, name, written.error()));
-    auto file = out->finishDeferringSync(syncs);
-    if (!file) return std::unexpected(fileError(dir, name, file.error()));
-    files.push_back(std::move(*file));
-  }
-  for (auto [name, text] : {std::pair{kColumnsFile, columnsFileText(schema)},
-                            std::pair{kCountFile, fmt::format("{}", block.rows())}}) {
-    auto file = writeTextFile(dir, name, text, /*replace=*/false, &syncs);
-    if (!file) return std::unexpected(file.error());
-    files.push_back(std::move(*file));
-  }
-  PartChecksums checksums = PartChecksums::fromFiles(std::move(files));
-  if (auto file = writeTextFile(dir, kChecksumsFile, checksums.format(), false, &syncs); !file) {
-    return std::unexpected(file.error());
-  }
+  auto checksums = encodePartFiles(
+      dir, schema, block, [&](std::string_view name) { return FileWriter::create(dir / name); },
+      [&](FileWriter& out) { return out.finishDeferringSync(syncs); });
+  if (!checksums) return checksums;
   Status done = sync == PartSync::kNow ? syncs.syncAll(dir) : syncs.closeAll(dir);
   if (!done) return std::unexpected(done.error());
   return checksums;
@@ -950,6 +1034,60 @@ std::expected<PartChecksums, std::string> writeStagedPart(const fs::path& dir,
   return checksums;
 }
 
+const PartFile* PartImage::find(std::string_view name) const {
+  auto it = std::ranges::find(files, name, &PartFile::name);
+  return it == files.end() ? nullptr : &*it;
+}
+
+uint64_t PartImage::bytes() const {
+  uint64_t total = 0;
+  for (const auto& file : files) total += file.bytes.size();
+  return total;
+}
+
+std::expected<PartImage, std::string> encodePart(const TableSchema& schema, const Block& block) {
+  static const fs::path kInMemory("(part in memory)");
+  if (auto matches = checkBlockMatchesSchema(schema, block); !matches) {
+    return std::unexpected(fmt::format("part {}: {}", kInMemory.string(), matches.error()));
+  }
+  PartImage image;
+  auto checksums = encodePartFiles(
+      kInMemory, schema, block, [](std::string_view name) { return Result<FileWriter>(FileWriter::inMemory(std::string(name))); },
+      [&](FileWriter& out) {
+        auto file = out.finish();
+        if (file) image.files.push_back(PartFile{file->name, std::move(out.memory())});
+        return file;
+      });
+  if (!checksums) return std::unexpected(checksums.error());
+  image.checksums = std::move(*checksums);
+  return image;
+}
+
+std::expected<void, std::string> writePartImage(const fs::path& dir, const PartImage& image,
+                                                PartSync sync) {
+  std::error_code ec;
+  if (!fs::create_directory(dir, ec)) {
+    return std::unexpected(fmt::format("part {}: cannot create it: {}", dir.string(),
+                                       ec ? ec.message() : "it exists"));
+  }
+  auto fail = [&](std::string error) {
+    fs::remove_all(dir, ec);
+    return std::unexpected(std::move(error));
+  };
+  DeferredSyncs syncs;
+  for (const auto& file : image.files) {
+    auto out = FileWriter::create(dir / file.name);
+    if (!out) return fail(fileError(dir, file.name, out.error()));
+    if (auto ok = out->write(file.bytes.data(), file.bytes.size()); !ok) return fail(fileError(dir, file.name, ok.error()));
+    if (auto ok = out->finishDeferringSync(syncs); !ok) return fail(fileError(dir, file.name, ok.error()));
+  }
+  if (Status done = sync == PartSync::kNow ? syncs.syncAll(dir) : syncs.closeAll(dir); !done) return fail(done.error());
+  if (sync == PartSync::kNow) {
+    if (auto synced = fsyncDirectory(dir); !synced) return fail(fmt::format("part {}: {}", dir.string(), synced.error()));
+  }
+  return {};
+}
+
 std::expected<void, std::string> syncPartFiles(const fs::path& dir, const PartChecksums& checksums) {
   DeferredSyncs syncs;
   std::vector<std::string_view> names{kChecksumsFile};
@@ -966,23 +1104,26 @@ std::expected<void, std::string> syncPartFiles(const fs::path& dir, const PartCh
   return {};
 }
 
-std::expected<Block, std::string> readPart(const fs::path& part_dir, const TableSchema& schema) {
-  auto checksums = readChecksums(part_dir);
+namespace {
+
+Result<Block> readPartFrom(const PartSource& source, const TableSchema& schema) {
+  const fs::path& part_dir = source.dir;
+  auto checksums = readChecksums(source);
   if (!checksums) return std::unexpected(checksums.error());
-  if (auto ok = checkColumnsFile(part_dir, *checksums, schema); !ok) {
+  if (auto ok = checkColumnsFile(source, *checksums, schema); !ok) {
     return std::unexpected(ok.error());
   }
-  auto rows = readCount(part_dir, *checksums);
+  auto rows = readCount(source, *checksums);
   if (!rows) return std::unexpected(rows.error());
-  DecompressContext context(ZSTD_createDCtx());
-  if (!context) return std::unexpected("zstd: cannot allocate a decompression context");
+  auto context = threadDecompressContext();
+  if (!context) return std::unexpected(context.error());
   Block block;
   for (const ColumnSpec& spec : schema.columns()) {
     const std::string name = columnFileName(spec.name);
     const auto* entry = checksums->find(name);
     if (!entry) return std::unexpected(fileError(part_dir, name, "not listed in checksums.txt"));
     Column column = Column::empty(spec.name, spec.type);
-    if (auto ok = readColumnFile(part_dir, *entry, spec.type, *rows, &column, context.get()); !ok) {
+    if (auto ok = readColumnFile(source, *entry, spec.type, *rows, &column, *context); !ok) {
       return std::unexpected(ok.error());
     }
     block.columns.push_back(std::move(column));
@@ -990,9 +1131,21 @@ std::expected<Block, std::string> readPart(const fs::path& part_dir, const Table
   return block;
 }
 
+}  // namespace
+
+std::expected<Block, std::string> readPart(const fs::path& part_dir, const TableSchema& schema) {
+  return readPartFrom(PartSource(part_dir), schema);
+}
+
+std::expected<Block, std::string> readPart(const PartImage& image, const TableSchema& schema,
+                                           const fs::path& name_for_errors) {
+  return readPartFrom(PartSource(name_for_errors, &image), schema);
+}
+
 std::expected<PartChecksums, std::string> verifyPart(const fs::path& part_dir,
                                                      const TableSchema& schema) {
-  auto checksums = readChecksums(part_dir);
+  const PartSource source(part_dir);
+  auto checksums = readChecksums(source);
   if (!checksums) return std::unexpected(checksums.error());
 
   std::set<std::string, std::less<>> expected = {std::string(kColumnsFile),
@@ -1045,16 +1198,16 @@ std::expected<PartChecksums, std::string> verifyPart(const fs::path& part_dir,
     }
   }
 
-  if (auto ok = checkColumnsFile(part_dir, *checksums, schema); !ok) {
+  if (auto ok = checkColumnsFile(source, *checksums, schema); !ok) {
     return std::unexpected(ok.error());
   }
-  auto rows = readCount(part_dir, *checksums);
+  auto rows = readCount(source, *checksums);
   if (!rows) return std::unexpected(rows.error());
-  DecompressContext context(ZSTD_createDCtx());
-  if (!context) return std::unexpected("zstd: cannot allocate a decompression context");
+  auto context = threadDecompressContext();
+  if (!context) return std::unexpected(context.error());
   for (const ColumnSpec& spec : schema.columns()) {
     const auto* entry = checksums->find(columnFileName(spec.name));
-    if (auto ok = readColumnFile(part_dir, *entry, spec.type, *rows, nullptr, context.get()); !ok) {
+    if (auto ok = readColumnFile(source, *entry, spec.type, *rows, nullptr, *context); !ok) {
       return std::unexpected(ok.error());
     }
   }

@@ -146,7 +146,9 @@ std::expected<void, std::string> rewritePart(const fs::path& table_dir, const Jo
 
 }  // namespace
 
-std::string JournaledPart::encodeRecord() const {
+std::string JournaledPart::encodeRecord() const { return encodeJournalRecord(name, files); }
+
+std::string encodeJournalRecord(std::string_view name, const std::vector<PartFile>& files) {
   std::string payload;
   put(payload, static_cast<uint16_t>(name.size()));
   payload += name;
@@ -253,8 +255,14 @@ std::expected<void, std::string> PartJournal::append(const std::string& name, co
     if (!bytes) return std::unexpected(bytes.error());
     part.files.push_back({file_name, std::move(*bytes)});
   }
-  const std::string record = part.encodeRecord();
+  return appendRecord(part.encodeRecord());
+}
 
+std::expected<void, std::string> PartJournal::append(const std::string& name, const PartImage& image) {
+  return appendRecord(encodeJournalRecord(name, image.files));
+}
+
+std::expected<void, std::string> PartJournal::appendRecord(const std::string& record) {
   std::unique_lock lock(mu_);
   synced_cv_.wait(lock, [this] { return !rotating_; });
   if (!failed_.empty()) return std::unexpected(failed_);
@@ -336,31 +344,42 @@ std::expected<std::vector<std::string>, std::string> PartJournal::restore(
 }
 
 std::expected<void, std::string> PartJournal::checkpoint(const fs::path& table_dir) {
-  std::vector<fs::path> covered;
-  {
-    std::unique_lock lock(mu_);
-    if (pending_bytes_ == 0 && older_.empty()) return {};
-    rotating_ = true;
-    synced_cv_.wait(lock, [this] { return !syncing_ && (synced_ == appended_ || !failed_.empty()); });
-    covered = std::move(older_);
-    older_.clear();
-    if (fd_ >= 0) {
-      ::close(fd_);
-      fd_ = -1;
-      covered.push_back(current_);
-    }
-    // Appends after this point go to a new file, which this checkpoint does not cover.
-    failed_.clear();
-    pending_bytes_ = 0;
-    (void)startFile();  // on failure the next append tries again
-    rotating_ = false;
-    synced_cv_.notify_all();
+  return finishCheckpoint(rotate(), table_dir);
+}
+
+PartJournal::Rotation PartJournal::rotate() {
+  Rotation rotation;
+  std::unique_lock lock(mu_);
+  if (pending_bytes_ == 0 && older_.empty()) return rotation;
+  rotating_ = true;
+  synced_cv_.wait(lock, [this] { return !syncing_ && (synced_ == appended_ || !failed_.empty()); });
+  rotation.covered = std::move(older_);
+  older_.clear();
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+    rotation.covered.push_back(current_);
   }
-  auto restoreCovered = [&] {
-    std::lock_guard lock(mu_);
-    older_.insert(older_.begin(), covered.begin(), covered.end());
-    pending_bytes_ += 1;  // a checkpoint is still due
-  };
+  // Appends after this point go to a new file, which this checkpoint does not cover.
+  failed_.clear();
+  pending_bytes_ = 0;
+  (void)startFile();  // on failure the next append tries again
+  rotating_ = false;
+  synced_cv_.notify_all();
+  return rotation;
+}
+
+void PartJournal::cancelCheckpoint(Rotation rotation) {
+  if (rotation.covered.empty()) return;
+  std::lock_guard lock(mu_);
+  older_.insert(older_.begin(), rotation.covered.begin(), rotation.covered.end());
+  pending_bytes_ += 1;  // a checkpoint is still due
+}
+
+std::expected<void, std::string> PartJournal::finishCheckpoint(Rotation rotation, const fs::path& table_dir) {
+  const std::vector<fs::path> covered = rotation.covered;
+  if (covered.empty()) return {};
+  auto restoreCovered = [&] { cancelCheckpoint(std::move(rotation)); };
   auto fd = openFd(table_dir, O_RDONLY | O_DIRECTORY);
   if (!fd) {
     restoreCovered();

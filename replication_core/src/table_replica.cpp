@@ -54,13 +54,35 @@ InsertError unavailable(const std::string& message) {
   return InsertError{InsertError::Kind::kUnavailable, message};
 }
 
+// The block's values as they sit in memory: about what its part holds before compression.
+uint64_t valueBytes(const Block& block) {
+  uint64_t total = 0;
+  for (const auto& column : block.columns) {
+    total += column.null_map.size();
+    std::visit([&](const auto& values) {
+      using T = typename std::decay_t<decltype(values)>::value_type;
+      if constexpr (std::is_same_v<T, std::string>) {
+        for (const auto& value : values) total += value.size() + 1;
+      } else {
+        total += values.size() * sizeof(T);
+      }
+    }, column.values);
+  }
+  return total;
+}
+
 }  // namespace
 
 DataPart::~DataPart() {
-  if (remove_when_unused) {
+  // A part held in memory has no directory (a checkpoint that writes one replaces this DataPart).
+  if (remove_when_unused && !image) {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
+}
+
+std::expected<Block, std::string> readDataPart(const DataPart& part, const TableSchema& schema) {
+  return part.image ? readPart(*part.image, schema, part.dir) : readPart(part.dir, schema);
 }
 
 TableReplica::TableReplica(TableSpec spec, KeeperFactory factory, prometheus::Registry& registry,
@@ -260,15 +282,34 @@ DataPartPtr TableReplica::makeDataPart(const PartName& name, PartChecksums check
   return part;
 }
 
-void TableReplica::makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows) {
+void TableReplica::makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows,
+                               std::shared_ptr<const PartImage> image) {
   std::lock_guard queue_lock(queue_mu_);
   std::lock_guard lock(parts_mu_);
-  makeVisibleLocked(name, std::move(checksums), rows);
+  makeVisibleLocked(name, std::move(checksums), rows, std::move(image));
   queue_.addCurrentPart(name);
 }
 
-void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows) {
-  DataPartPtr part = makeDataPart(name, std::move(checksums));
+void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows,
+                                     std::shared_ptr<const PartImage> image) {
+  if (image) {
+    // A checkpoint wrote it out while the commit ran: from now on it is a part with files.
+    if (auto held = held_parts_.find(name); held != held_parts_.end() && held->second.written) {
+      held_parts_.erase(held);
+      image.reset();
+    }
+  }
+  DataPartPtr part;
+  if (image) {
+    part = std::make_shared<DataPart>();
+    part->name = name;
+    part->dir = spec_.data_dir / name.format();
+    for (const auto& file : checksums.files) part->bytes += file.size;
+    part->checksums = std::move(checksums);
+    part->image = std::move(image);
+  } else {
+    part = makeDataPart(name, std::move(checksums));
+  }
   if (rows != 0) part->rows = rows;
   unpublished_.erase(name);
   auto added = active_set_.add(name);
@@ -280,8 +321,7 @@ void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksu
   }
   for (auto it = active_parts_.begin(); it != active_parts_.end();) {
     if (name.contains(it->first) && it->first != name) {
-      it->second->remove_when_unused = true;
-      it = active_parts_.erase(it);
+      it = retirePartLocked(it);
     } else {
       ++it;
     }
@@ -339,6 +379,8 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
   std::vector<PartWrite> writes(parts.size());
   auto startWrite = [&](std::size_t i) {
     if (i >= parts.size() || !parts[i].unwritten) return;
+    // Small: commitOne encodes it in memory, in microseconds.
+    if (valueBytes(*parts[i].unwritten) <= options_.journal_part_bytes) return;
     writes[i] = std::async(std::launch::async, [this, &part = parts[i]]() -> std::expected<PartChecksums, std::string> {
       auto written = writeStagedPart(part.dir, spec_.schema, *part.unwritten, PartSync::kLater);
       if (!written) return written;
@@ -421,6 +463,15 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                                                                 InsertResult& result,
                                                                 std::size_t quorum, bool reserve) {
   std::error_code ec;
+  if (pending.unwritten && !writing.valid()) {
+    // Small: encoded in memory, where it stays until a checkpoint or a merge (makeDurable).
+    auto image = encodePart(spec_.schema, *pending.unwritten);
+    pending.unwritten.reset();
+    if (!image) return std::unexpected(InsertError{InsertError::Kind::kInternal, "encoding the part: " + image.error()});
+    pending.checksums = image->checksums;
+    pending.synced = false;
+    pending.image = std::make_shared<const PartImage>(std::move(*image));
+  }
   std::optional<BlockNumberLock> reserved;
   if (reserve) reserved = allocator_.takeReserved(keeper.sessionId(), pending.partition);
   auto allocation = reserved ? KeeperResult<Allocation>(Allocation{*reserved})
@@ -457,6 +508,8 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
     // Recorded before the commit can remove the lock: a merge always sees one or the other.
     std::lock_guard parts_lock(parts_mu_);
     unpublished_.insert(name);
+    // Held before its journal record exists: a checkpoint that covers the record writes it out.
+    if (pending.image) held_parts_[name] = HeldPart{pending.image, false};
   }
   // Every way out below either makes the part visible or gives the block up.
   struct Unpublish {
@@ -468,15 +521,21 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
     }
   } unpublish{*this, name};
   const fs::path final_dir = spec_.data_dir / name.format();
-  fs::rename(pending.dir, final_dir, ec);
+  // Every way out below that gives the block up removes what a checkpoint may have written of a
+  // held part, and forgets it.
+  auto discard = [&] {
+    if (pending.image) forgetHeldPart(name);
+    fs::remove_all(final_dir, ec);
+  };
+  if (!pending.image) fs::rename(pending.dir, final_dir, ec);
   if (ec) {
     (void)keeper.remove(lock.path);
     return std::unexpected(InsertError{InsertError::Kind::kInternal,
                                        fmt::format("cannot move part to {}: {}", final_dir.string(), ec.message())});
   }
   // Durable before the commit: once committed, a retry of this insert is deduplicated.
-  if (auto durable = makeDurable(name.format(), pending); !durable) {
-    fs::remove_all(final_dir, ec);
+  if (auto durable = makeDurable(name, pending); !durable) {
+    discard();
     (void)keeper.remove(lock.path);
     return std::unexpected(InsertError{InsertError::Kind::kInternal, "making the part durable: " + durable.error()});
   }
@@ -496,21 +555,21 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                                !committed && committed.error().failure == CommitFailure::kUnknownOutcome);
   }
   if (committed) {
-    makeVisible(name, *pending.checksums, pending.rows);
+    makeVisible(name, *pending.checksums, pending.rows, pending.image);
     result.rows += pending.rows;
     return name.format();
   }
   const CommitError& error = committed.error();
   switch (error.failure) {
     case CommitFailure::kDuplicate:
-      fs::remove_all(final_dir, ec);
+      discard();
       (void)keeper.remove(lock.path);
       ++result.deduplicated_blocks;
       // As for a duplicate found by the allocation (a reserved number skips that check).
       resolveUncertainParts(keeper);
       return error.duplicate ? error.duplicate->existing_part : std::string("(deduplicated)");
     case CommitFailure::kLogExhausted:
-      fs::remove_all(final_dir, ec);
+      discard();
       (void)keeper.remove(lock.path);
       return std::unexpected(InsertError{
           InsertError::Kind::kLogExhausted,
@@ -522,13 +581,17 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
       if (reserved) {
         // A drop of the partition removed the reserved lock with the in-flight ones: the block
         // comes after the drop, so it takes a number of its own.
-        fs::rename(final_dir, pending.dir, ec);
+        if (pending.image) {
+          forgetHeldPart(name);
+        } else {
+          fs::rename(final_dir, pending.dir, ec);
+        }
         if (!ec) return commitOne(keeper, pending, writing, result, quorum, /*reserve=*/false);
       }
-      fs::remove_all(final_dir, ec);
+      discard();
       return std::unexpected(unavailable("the ZooKeeper session ended during the commit; the block was not committed"));
     case CommitFailure::kRejected:
-      fs::remove_all(final_dir, ec);
+      discard();
       (void)keeper.remove(lock.path);
       return std::unexpected(InsertError{InsertError::Kind::kInternal, "commit: " + error.cause.toString()});
     case CommitFailure::kUnknownOutcome:
@@ -541,12 +604,12 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
     return partIsCommitted(*current, paths_, name.format());
   });
   if (asked && *asked) {
-    makeVisible(name, *pending.checksums, pending.rows);
+    makeVisible(name, *pending.checksums, pending.rows, pending.image);
     result.rows += pending.rows;
     return name.format();
   }
   if (asked) {
-    fs::remove_all(final_dir, ec);
+    discard();
     // The session may have lived through the lost connection, and its lock with it: that would
     // keep merges off this block until the session ends. Removing it also fences the commit, in
     // case the server still has it.
@@ -556,6 +619,7 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   {
     std::lock_guard lock_parts(parts_mu_);
     PendingPartFile uncertain{pending.partition, pending.dedup_id, final_dir, pending.rows, std::nullopt, pending.checksums};
+    uncertain.image = pending.image;  // still held: a checkpoint writes it to final_dir
     uncertain_parts_[name] = std::move(uncertain);
   }
   return std::unexpected(InsertError{
@@ -564,15 +628,29 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                   name.format())});
 }
 
-std::expected<void, std::string> TableReplica::makeDurable(const std::string& name,
-                                                            const PendingPartFile& pending) {
-  const fs::path dir = spec_.data_dir / name;
-  if (!pending.synced) {
-    // The rename came first: the checkpoint that drops this record syncs the rename with it.
-    auto journaled = journal_->append(name, dir, *pending.checksums);
-    if (journaled) return {};
-    spdlog::warn("part journal: {}; syncing part {} itself", journaled.error(), name);
-    if (auto synced = syncPartFiles(dir, *pending.checksums); !synced) return synced;
+std::expected<void, std::string> TableReplica::makeDurable(const PartName& name, PendingPartFile& pending) {
+  const fs::path dir = spec_.data_dir / name.format();
+  if (pending.synced) return fsyncDirectory(spec_.data_dir);
+  // A part on disk was renamed first: the checkpoint that drops its record syncs the rename too.
+  auto journaled = pending.image ? journal_->append(name.format(), *pending.image)
+                                 : journal_->append(name.format(), dir, *pending.checksums);
+  if (journaled) return {};
+  spdlog::warn("part journal: {}; syncing part {} itself", journaled.error(), name.format());
+  if (pending.image) {
+    // Out of held_parts_ first, so that no checkpoint writes it any more; one may have already.
+    bool written = false;
+    {
+      std::lock_guard lock(parts_mu_);
+      if (auto held = held_parts_.find(name); held != held_parts_.end()) {
+        written = held->second.written;
+        held_parts_.erase(held);
+      }
+    }
+    auto synced = written ? syncPartFiles(dir, *pending.checksums) : writePartImage(dir, *pending.image, PartSync::kNow);
+    if (!synced) return synced;
+    pending.image.reset();  // a part with files from here on
+  } else if (auto synced = syncPartFiles(dir, *pending.checksums); !synced) {
+    return synced;
   }
   return fsyncDirectory(spec_.data_dir);
 }
@@ -581,7 +659,87 @@ void TableReplica::checkpointJournalIfDue() {
   const auto now = std::chrono::steady_clock::now();
   if (journal_->pendingBytes() == 0 || now - last_checkpoint_ < options_.journal_checkpoint_interval) return;
   last_checkpoint_ = now;
-  if (auto done = journal_->checkpoint(spec_.data_dir); !done) spdlog::warn("{}", done.error());
+  if (auto done = checkpointJournal(); !done) spdlog::warn("{}", done.error());
+}
+
+std::expected<void, std::string> TableReplica::checkpointJournal() {
+  // Every record the rotation covers belongs to a part in held_parts_ by then (held before its
+  // append), or to one on disk, or to one that left the table: written out, all are durable after
+  // the syncfs without those records.
+  PartJournal::Rotation rotation = journal_->rotate();
+  if (rotation.covered.empty()) return {};
+  if (auto written = writeHeldParts(); !written) {
+    journal_->cancelCheckpoint(std::move(rotation));
+    return std::unexpected("part journal checkpoint: " + written.error());
+  }
+  return journal_->finishCheckpoint(std::move(rotation), spec_.data_dir);
+}
+
+std::expected<void, std::string> TableReplica::writeHeldParts() {
+  std::vector<std::pair<PartName, std::shared_ptr<const PartImage>>> todo;
+  {
+    std::lock_guard lock(parts_mu_);
+    for (const auto& [name, held] : held_parts_) {
+      if (!held.written) todo.emplace_back(name, held.image);
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(spec_.data_dir / kStagingDir, ec);
+  for (const auto& [name, image] : todo) {
+    // Written aside, then renamed under parts_mu_ only if still held: a part that left meanwhile
+    // (merged, dropped, its commit refused) must not come back as a directory.
+    const fs::path tmp = spec_.data_dir / kStagingDir / ("held-" + name.format());
+    const fs::path final_dir = spec_.data_dir / name.format();
+    fs::remove_all(tmp, ec);
+    if (auto written = writePartImage(tmp, *image, PartSync::kLater); !written) return written;
+    bool keep = false;
+    {
+      std::lock_guard lock(parts_mu_);
+      auto held = held_parts_.find(name);
+      if (held != held_parts_.end() && !held->second.written) {
+        fs::rename(tmp, final_dir, ec);
+        if (ec) return std::unexpected(fmt::format("cannot move {} to {}: {}", tmp.string(), final_dir.string(), ec.message()));
+        keep = true;
+        held->second.written = true;
+        if (auto active = active_parts_.find(name); active != active_parts_.end() && active->second->image) {
+          // Visible already: a DataPart with files replaces the one in memory (readers of that
+          // one keep its image), and the part is no longer held.
+          auto part = std::make_shared<DataPart>();
+          part->name = name;
+          part->dir = final_dir;
+          part->rows = active->second->rows;
+          part->checksums = active->second->checksums;
+          part->bytes = active->second->bytes;
+          active->second = std::move(part);
+          held_parts_.erase(held);
+        }
+      }
+    }
+    if (!keep) fs::remove_all(tmp, ec);
+  }
+  return {};
+}
+
+void TableReplica::forgetHeldPart(const PartName& name) {
+  std::lock_guard lock(parts_mu_);
+  forgetHeldPartLocked(name);
+}
+
+void TableReplica::forgetHeldPartLocked(const PartName& name) {
+  auto held = held_parts_.find(name);
+  if (held == held_parts_.end()) return;
+  if (held->second.written) {
+    std::error_code ec;
+    fs::remove_all(spec_.data_dir / name.format(), ec);
+  }
+  held_parts_.erase(held);
+}
+
+std::map<PartName, DataPartPtr>::iterator TableReplica::retirePartLocked(
+    std::map<PartName, DataPartPtr>::iterator it) {
+  it->second->remove_when_unused = true;
+  held_parts_.erase(it->first);  // a merged or dropped part needs no writing out
+  return active_parts_.erase(it);
 }
 
 void TableReplica::resolveUncertainParts(Keeper& keeper) {
@@ -598,8 +756,9 @@ void TableReplica::resolveUncertainParts(Keeper& keeper) {
       continue;
     }
     if (*committed) {
-      makeVisible(name, *pending.checksums, pending.rows);
+      makeVisible(name, *pending.checksums, pending.rows, pending.image);
     } else {
+      if (pending.image) forgetHeldPart(name);
       std::error_code ec;
       fs::remove_all(pending.dir, ec);
     }
@@ -727,10 +886,21 @@ bool TableReplica::cloneIfLost(Keeper& keeper) {
     }
     std::lock_guard parts_lock(parts_mu_);
     active_set_.remove(name);
-    active_parts_.erase(name);
+    std::shared_ptr<const PartImage> image;
+    if (auto it = active_parts_.find(name); it != active_parts_.end()) {
+      image = it->second->image;
+      active_parts_.erase(it);
+    }
+    held_parts_.erase(name);
     std::error_code ec;
     fs::create_directories(spec_.data_dir / kDetachedDir, ec);
-    fs::rename(spec_.data_dir / name.format(), spec_.data_dir / kDetachedDir / ("clone_" + name.format()), ec);
+    const fs::path detached = spec_.data_dir / kDetachedDir / ("clone_" + name.format());
+    if (image) {
+      // Held in memory: its rows are kept on disk like any other detached part's.
+      if (auto written = writePartImage(detached, *image, PartSync::kNow); !written) spdlog::warn("cloning: {}", written.error());
+    } else {
+      fs::rename(spec_.data_dir / name.format(), detached, ec);
+    }
     spdlog::info("cloning: part {} is not in {}'s table any more: detached as clone_{}",
                  name.format(), **source, name.format());
   }
@@ -1228,7 +1398,7 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
   const auto started = std::chrono::steady_clock::now();
   Block rows = spec_.schema.emptyBlock();
   for (const auto& part : sources) {
-    auto block = readPart(part->dir, spec_.schema);
+    auto block = readDataPart(*part, spec_.schema);
     if (!block) return std::unexpected("reading merge source: " + block.error());
     rows.append(*block);
   }
@@ -1271,10 +1441,7 @@ std::expected<void, std::string> TableReplica::executeDropRange(Keeper& keeper,
   std::lock_guard lock(parts_mu_);
   for (const auto& part : dropped) {
     active_set_.remove(part);
-    if (auto it = active_parts_.find(part); it != active_parts_.end()) {
-      it->second->remove_when_unused = true;
-      active_parts_.erase(it);
-    }
+    if (auto it = active_parts_.find(part); it != active_parts_.end()) retirePartLocked(it);
   }
   metrics_.parts.Set(static_cast<double>(active_parts_.size()));
   return {};
@@ -1593,7 +1760,7 @@ void TableReplica::shutdown() {
   // A clean stop leaves nothing for the next start to read back. Inserts have finished (the API
   // stops before the table), and a journal append still running would only wait for this.
   if (journal_) {
-    if (auto done = journal_->checkpoint(spec_.data_dir); !done) spdlog::warn("{}", done.error());
+    if (auto done = checkpointJournal(); !done) spdlog::warn("{}", done.error());
   }
   std::lock_guard lock(keeper_mu_);
   keeper_.reset();

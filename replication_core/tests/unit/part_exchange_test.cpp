@@ -221,6 +221,8 @@ dataDir: {}
     spec_ = makeSpec(with_secret);
     TableReplicaOptions options;
     options.background = false;
+    options.journal_checkpoint_interval = 0ms;  // a background round writes held parts out
+    if (!hold_parts_in_memory_) options.journal_part_bytes = 0;
     auto server = keeper_;
     auto opened = TableReplica::open(
         spec_, [server]() -> KeeperResult<std::unique_ptr<Keeper>> { return server->connect(); },
@@ -279,6 +281,8 @@ dataDir: {}
     return fmt::format("{}: {}\r\n", kInterserverSecretHeader, secret);
   }
 
+  // Small inserted parts stay in memory until a checkpoint (the default), or go to disk at once.
+  bool hold_parts_in_memory_ = true;
   fs::path root_;
   fs::path dest_;
   std::shared_ptr<testing::FakeKeeperServer> keeper_ = testing::FakeKeeperServer::create();
@@ -312,6 +316,7 @@ TEST_F(PartExchangeTest, AFetchedPartHasTheSameChecksumsAndRows) {
 }
 
 TEST_F(PartExchangeTest, TheBodyIsTheDocumentedWireFormat) {
+  hold_parts_in_memory_ = false;  // the test reads or changes the part's files
   startSource();
   auto part = insertPart(10);
   ASSERT_TRUE(part);
@@ -331,6 +336,32 @@ TEST_F(PartExchangeTest, TheBodyIsTheDocumentedWireFormat) {
       << "body of " << answer->body.size() << " bytes, expected " << expected.size();
   EXPECT_NE(answer->head.find("Content-Type: application/octet-stream"), std::string::npos)
       << answer->head;
+}
+
+TEST_F(PartExchangeTest, APartHeldInMemoryIsSentAsTheBytesItLaterHasOnDisk) {
+  startSource();
+  auto held = insertPart(10);
+  ASSERT_TRUE(held);
+  ASSERT_TRUE(held->image) << "a 10-row part is held in memory until a checkpoint";
+  EXPECT_FALSE(fs::exists(held->dir));
+  const std::string path = "/replication/part?name=" + held->name.format();
+  auto from_memory = rawGet(port_, path, secretHeader());
+  ASSERT_TRUE(from_memory) << from_memory.error();
+  ASSERT_EQ(from_memory->status, 200) << from_memory->body;
+  EXPECT_EQ(from_memory->body.size(), from_memory->content_length);
+  auto fetched = fetch(held->name.format());
+  ASSERT_TRUE(fetched) << fetched.error().toString();
+  EXPECT_EQ(fetched->total, held->checksums.total);
+
+  table_->runBackgroundRoundForTest();  // the checkpoint writes it out
+  auto active = table_->activeParts();
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_FALSE(active[0]->image);
+  ASSERT_TRUE(fs::exists(active[0]->dir / "checksums.txt"));
+  auto from_disk = rawGet(port_, path, secretHeader());
+  ASSERT_TRUE(from_disk) << from_disk.error();
+  EXPECT_TRUE(from_disk->body == from_memory->body)
+      << from_disk->body.size() << " bytes from disk, " << from_memory->body.size() << " from memory";
 }
 
 TEST_F(PartExchangeTest, AWrongOrMissingSecretIsUnauthorizedAndLeavesNothing) {
@@ -408,6 +439,7 @@ TEST_F(PartExchangeTest, AnUnknownPartIsNotFoundAndABadNameIsRefused) {
 }
 
 TEST_F(PartExchangeTest, ACorruptSourceFileIsCaughtAndNamed) {
+  hold_parts_in_memory_ = false;  // the test reads or changes the part's files
   startSource();
   auto part = insertPart(5000);
   ASSERT_TRUE(part);
@@ -424,6 +456,7 @@ TEST_F(PartExchangeTest, ACorruptSourceFileIsCaughtAndNamed) {
 }
 
 TEST_F(PartExchangeTest, ASourceWhoseChecksumsFileChangedSendsNothing) {
+  hold_parts_in_memory_ = false;  // the test reads or changes the part's files
   startSource();
   auto part = insertPart(10);
   ASSERT_TRUE(part);
@@ -573,6 +606,7 @@ TEST_F(PartExchangeTest, AFetcherThatGoesAwayFreesTheSender) {
 }
 
 TEST_F(PartExchangeTest, AnOpenReaderOutlivesItsPartDirectory) {
+  hold_parts_in_memory_ = false;  // the test reads or changes the part's files
   startSource();
   auto part = insertPart(1000);
   ASSERT_TRUE(part);
@@ -597,6 +631,7 @@ TEST_F(PartExchangeTest, AnOpenReaderOutlivesItsPartDirectory) {
 }
 
 TEST_F(PartExchangeTest, AReaderRefusesAPartThatDiffersFromWhatWasLoaded) {
+  hold_parts_in_memory_ = false;  // the test reads or changes the part's files
   startSource();
   auto part = insertPart(10);
   ASSERT_TRUE(part);

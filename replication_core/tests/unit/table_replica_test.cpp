@@ -355,6 +355,9 @@ TEST_F(TableReplicaTest, ACommittedPartLostWithThePageCacheIsWrittenAgainFromThe
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
   EXPECT_GT(journalBytes(dir_), 0u);
+  // Held in memory: a crash now leaves no directory of either part.
+  EXPECT_FALSE(fs::exists(dir_ / "202612_0_0_0"));
+  EXPECT_FALSE(fs::exists(dir_ / "202612_1_1_0"));
   // A crash leaves the journal as it is; a clean stop would checkpoint it.
   fs::copy(dir_ / "journal", dir_ / "journal-at-crash");
   table_.reset();
@@ -385,6 +388,75 @@ TEST_F(TableReplicaTest, TheJournalIsCheckpointedInTheBackgroundAndSkipsBigParts
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
   EXPECT_EQ(journalBytes(dir_), 0u);
   EXPECT_EQ(table_->rowCount(), 2u);
+}
+
+// Part directories in the table's data directory.
+std::vector<std::string> partDirs(const fs::path& data_dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(data_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (PartName::parse(name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_F(TableReplicaTest, ASmallPartIsHeldInMemoryUntilACheckpointWritesItOut) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 7}})));
+  auto held = table_->activeParts();
+  ASSERT_EQ(held.size(), 1u);
+  ASSERT_TRUE(held[0]->image);
+  EXPECT_TRUE(partDirs(dir_).empty());
+  auto read = readDataPart(*held[0], spec_.schema);
+  ASSERT_TRUE(read) << read.error();
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(read->columns[1].values), std::vector<uint64_t>{7});
+
+  table_->runBackgroundRoundForTest();
+  auto written = table_->activeParts();
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_FALSE(written[0]->image);
+  EXPECT_EQ(written[0]->rows, 1u);
+  auto verified = verifyPart(dir_ / "202612_0_0_0", spec_.schema);
+  ASSERT_TRUE(verified) << verified.error();
+  EXPECT_EQ(*verified, held[0]->checksums);  // the bytes it had in memory
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  // A reader that took the part before keeps its image.
+  EXPECT_TRUE(readDataPart(*held[0], spec_.schema));
+}
+
+TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
+  TableReplicaOptions options;
+  options.merge_min_parts = 3;
+  options.merge_max_parts = 3;
+  options.journal_checkpoint_interval = std::chrono::hours(1);
+  open(options);
+  for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  EXPECT_TRUE(partDirs(dir_).empty());
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
+  table_.reset();  // a clean stop checkpoints: only the part still held would be written
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 3u);
+  EXPECT_TRUE(table_->state().unexpected_parts.empty());
+}
+
+// A retry refused by the commit (its number came from a reserve, which skips the dedup check)
+// wrote nothing, and no checkpoint writes it later.
+TEST_F(TableReplicaTest, ABlockTheCommitFoundToBeADuplicateLeavesNoPartBehind) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  auto retried = insert(rows({{"2026-12-01", 1}}));
+  ASSERT_TRUE(retried);
+  EXPECT_EQ(retried->deduplicated_blocks, 1u);
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_0_0"});
+  EXPECT_EQ(table_->rowCount(), 1u);
 }
 
 // A one-part insert's commit reserves the partition's next block number; the next insert into

@@ -40,6 +40,9 @@ class PartTransferReader {
   // same. Errors name the part directory and the file.
   static std::expected<PartTransferReader, std::string> open(const std::filesystem::path& part_dir,
                                                              const PartChecksums& expected);
+  // The body of a part held in memory (its files are shared, not copied).
+  static std::expected<PartTransferReader, std::string> open(std::shared_ptr<const PartImage> image,
+                                                             const PartChecksums& expected);
   PartTransferReader(PartTransferReader&&) noexcept;
   PartTransferReader& operator=(PartTransferReader&&) noexcept;
   ~PartTransferReader();

@@ -54,6 +54,24 @@ struct PartChecksums {
   friend bool operator==(const PartChecksums&, const PartChecksums&) = default;
 };
 
+// One file of a part, held in memory.
+struct PartFile {
+  std::string name;
+  std::string bytes;
+  friend bool operator==(const PartFile&, const PartFile&) = default;
+};
+
+// A whole part held in memory, byte for byte what writePart puts on disk: a small inserted part
+// lives so from its commit until the part journal's next checkpoint writes it out, and a merge
+// that takes it first never writes it at all (TableReplica).
+struct PartImage {
+  std::vector<PartFile> files;  // checksums.txt and every file it lists
+  PartChecksums checksums;      // checksums.txt parsed
+
+  const PartFile* find(std::string_view name) const;
+  uint64_t bytes() const;  // all files, checksums.txt included
+};
+
 enum class PartSync {
   kNow,    // every file and the directory fsynced before the call returns
   kLater,  // nothing fsynced: the caller makes the part durable (syncPartFiles, or PartJournal)
@@ -66,6 +84,14 @@ std::expected<PartChecksums, std::string> writeStagedPart(const std::filesystem:
                                                           const TableSchema& schema,
                                                           const Block& block,
                                                           PartSync sync = PartSync::kNow);
+
+// `block` encoded as a part in memory; the same bytes writeStagedPart would write.
+std::expected<PartImage, std::string> encodePart(const TableSchema& schema, const Block& block);
+
+// Writes `image`'s files into `dir`, which must not exist yet (`dir` removed on failure); with
+// PartSync::kNow every file and `dir` are fsynced.
+std::expected<void, std::string> writePartImage(const std::filesystem::path& dir,
+                                                const PartImage& image, PartSync sync);
 
 // fsyncs every file of a part written with PartSync::kLater (checksums.txt and the files it
 // lists), all at once, then its directory.
@@ -84,6 +110,10 @@ std::expected<PartChecksums, std::string> writePart(const std::filesystem::path&
 // result.
 std::expected<Block, std::string> readPart(const std::filesystem::path& part_dir,
                                            const TableSchema& schema);
+
+// readPart of an image; `name_for_errors` stands for the part directory in messages.
+std::expected<Block, std::string> readPart(const PartImage& image, const TableSchema& schema,
+                                           const std::filesystem::path& name_for_errors);
 
 // Checks the whole part: the files present are exactly those checksums.txt lists, which are
 // exactly this schema's; every size and hash; columns.txt is the schema's; every column holds

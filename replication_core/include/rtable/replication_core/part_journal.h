@@ -2,14 +2,15 @@
 //
 // A one-row part of a five-column table is eight files. Syncing them before the commit cost more
 // than anything else on a single-row insert's way (eight fsyncs plus two directory fsyncs; on ext4
-// the files' journal commits do not merge). A small part's files are therefore written without
-// fsync, renamed into the table without a directory fsync, and appended to this journal, which
-// takes one fdatasync (shared by inserts that append at the same time). The part is then as
-// durable as if it had been synced: after a crash that lost it, restore() writes it again.
+// the files' journal commits do not merge), and even unsynced, creating nine inodes per insert was
+// most of rtable-core's CPU on a journal-less ext4. A small part is therefore held in memory
+// (TableReplica) and appended to this journal, which takes one fdatasync (shared by inserts that
+// append at the same time). The part is then as durable as if its files had been synced: after a
+// crash, restore() writes it out.
 //
-// checkpoint() makes everything journaled durable by itself (syncfs of the table's file system),
-// then removes the journal files it covers; the replica runs it every few seconds in the
-// background, so the journal stays small and restore() reads little.
+// A checkpoint makes everything journaled durable by itself, then removes the journal files it
+// covers; the replica runs one every few seconds in the background (rotate(), write out the parts
+// it holds, finishCheckpoint()), so the journal stays small and restore() reads little.
 //
 // Files `journal-<n>.bin` in one directory; appends go to the newest. Each record is
 //   "RTJ1", u32 payload size, XXH3-128 of the payload (u64 high, u64 low), payload
@@ -35,17 +36,16 @@ namespace rtable::core {
 
 // One part as the journal holds it.
 struct JournaledPart {
-  struct File {
-    std::string name;
-    std::string bytes;
-    friend bool operator==(const File&, const File&) = default;
-  };
+  using File = PartFile;
   std::string name;
   std::vector<File> files;
 
   std::string encodeRecord() const;
   friend bool operator==(const JournaledPart&, const JournaledPart&) = default;
 };
+
+// The record of part `name` with `files` (JournaledPart::encodeRecord without the copy).
+std::string encodeJournalRecord(std::string_view name, const std::vector<PartFile>& files);
 
 // The records of one journal file, in order, up to the first damaged one (reported as `damage`).
 struct DecodedJournal {
@@ -68,6 +68,8 @@ class PartJournal {
   // records until the next checkpoint: the caller then syncs the part's files itself.
   std::expected<void, std::string> append(const std::string& name, const std::filesystem::path& part_dir,
                                           const PartChecksums& checksums);
+  // The same for a part held in memory.
+  std::expected<void, std::string> append(const std::string& name, const PartImage& image);
 
   // For every journaled part that `wanted` names (this replica's committed parts) and whose
   // directory in `table_dir` is missing or fails verifyPart: writes it again from the journal,
@@ -80,6 +82,19 @@ class PartJournal {
   // which also covers the renames), then removes the journal files that held them.
   std::expected<void, std::string> checkpoint(const std::filesystem::path& table_dir);
 
+  // checkpoint() in two steps, for a caller that writes out parts it holds in memory in between:
+  // rotate() sends later appends to a new file and returns the files holding every record so far
+  // (none if there is nothing to checkpoint); finishCheckpoint() makes them durable by themselves
+  // (syncfs) and removes them. On failure a later checkpoint covers them again.
+  struct Rotation {
+    std::vector<std::filesystem::path> covered;
+  };
+  Rotation rotate();
+  std::expected<void, std::string> finishCheckpoint(Rotation rotation,
+                                                    const std::filesystem::path& table_dir);
+  // Gives the rotated files back, for a later checkpoint (the caller could not write its parts).
+  void cancelCheckpoint(Rotation rotation);
+
   // Bytes appended since the last checkpoint (0: nothing to checkpoint).
   uint64_t pendingBytes() const;
   std::vector<std::filesystem::path> filesForTest() const;
@@ -87,6 +102,7 @@ class PartJournal {
  private:
   explicit PartJournal(std::filesystem::path dir) : dir_(std::move(dir)) {}
   std::expected<void, std::string> startFile();  // mu_ held
+  std::expected<void, std::string> appendRecord(const std::string& record);
 
   std::filesystem::path dir_;
   mutable std::mutex mu_;

@@ -7,8 +7,8 @@
 //
 // Insert (DESIGN.md 2.3): the request's rows are parsed whole first, so bad input writes nothing;
 // full parts go to a staging folder of the request. Then, part by part: allocate a block number
-// with the dedup check, rename the part to its final name, commit it in ZooKeeper, make it
-// visible. The insert is acknowledged after the last part. At start, local parts are reconciled
+// with the dedup check, rename the part to its final name (a small part is held in memory
+// instead, and journaled: PartJournal), commit it in ZooKeeper, make it visible. The insert is acknowledged after the last part. At start, local parts are reconciled
 // with replicas/<me>/parts: a part on disk that ZooKeeper does not list was never acknowledged and
 // is moved to detached/unexpected_<name>, so a client's retry of it cannot double its rows.
 //
@@ -85,6 +85,9 @@ struct InsertError {
 struct DataPart {
   PartName name;
   std::filesystem::path dir;
+  // A small inserted part held in memory, with no directory yet: until the part journal's next
+  // checkpoint writes it out (and another DataPart replaces this one), or a merge replaces it.
+  std::shared_ptr<const PartImage> image;
   uint64_t rows = 0;
   PartChecksums checksums;
   uint64_t bytes = 0;
@@ -92,6 +95,9 @@ struct DataPart {
   ~DataPart();
 };
 using DataPartPtr = std::shared_ptr<DataPart>;
+
+// The part's rows, from memory or from its directory.
+std::expected<Block, std::string> readDataPart(const DataPart& part, const TableSchema& schema);
 
 struct ReplicaState {
   std::string table;
@@ -133,8 +139,10 @@ struct TableReplicaOptions {
   // A fetch gives up on a source that sends nothing for this long.
   std::chrono::milliseconds fetch_timeout{30000};
   bool background = true;  // replication, merges and dedup window cleanup in threads
-  // Inserted parts up to this size (all files) are made durable by one append to the part journal
-  // instead of an fsync of each file (PartJournal); 0: every part's files are fsynced.
+  // Inserted parts up to this size (all files; before compression, rows up to it are tried) are
+  // held in memory and made durable by one append to the part journal, instead of files fsynced
+  // one by one (PartJournal); the next checkpoint writes them out, unless a merge took them first.
+  // 0: every part's files are written and fsynced before the commit.
   uint64_t journal_part_bytes = 1 << 20;
   // How often the background work makes journaled parts durable by themselves and empties the
   // journal (it also bounds how much a start-up after a crash reads back).
@@ -153,6 +161,7 @@ struct PendingPartFile {
   uint64_t rows = 0;
   std::optional<Block> unwritten;
   std::optional<PartChecksums> checksums;  // once written
+  std::shared_ptr<const PartImage> image = nullptr;  // encoded in memory, not in `dir` (a small part)
   bool synced = true;  // false: written without fsync, for the part journal (or a later sync)
 };
 
@@ -273,12 +282,25 @@ class TableReplica {
   void resolveUncertainParts(Keeper& keeper);
   // Makes a committed part's rename durable: by the part journal (small parts written without
   // fsync) or by syncing its files and the table directory.
-  std::expected<void, std::string> makeDurable(const std::string& name, const PendingPartFile& pending);
+  std::expected<void, std::string> makeDurable(const PartName& name, PendingPartFile& pending);
   void checkpointJournalIfDue();
+  // A journal checkpoint: rotate, write every held part out (no fsync), syncfs, drop the old files.
+  std::expected<void, std::string> checkpointJournal();
+  std::expected<void, std::string> writeHeldParts();
+  // An inserted part held in memory leaves held_parts_ (its commit failed, or it left the table);
+  // a directory a checkpoint wrote for it is removed. Requires parts_mu_ (the Locked one).
+  void forgetHeldPart(const PartName& name);
+  void forgetHeldPartLocked(const PartName& name);
+  // Takes an active part out of the table (merged or dropped); its files go with its last reader.
+  std::map<PartName, DataPartPtr>::iterator retirePartLocked(std::map<PartName, DataPartPtr>::iterator it);
   bool isLeader(Keeper& keeper);
   // Lock order: queue_mu_ before parts_mu_.
-  void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows);
-  void makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows);
+  // `image`: an inserted part held in memory (it becomes a DataPart with files instead if a
+  // checkpoint wrote it out while its commit ran).
+  void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows,
+                   std::shared_ptr<const PartImage> image = nullptr);
+  void makeVisibleLocked(const PartName& name, PartChecksums checksums, uint64_t rows,
+                         std::shared_ptr<const PartImage> image = nullptr);
   // Block numbers locked in block_numbers/<partition>: inserts in flight on any replica.
   KeeperResult<std::vector<int64_t>> lockedBlockNumbers(Keeper& keeper, const std::string& partition);
   // Whether a merge into `result` would cover a block that is allocated but not visible here: one
@@ -316,6 +338,14 @@ class TableReplica {
   // Parts whose commit multi got no answer: on disk under their final name, made visible or
   // removed once ZooKeeper says whether the multi was applied.
   std::map<PartName, PendingPartFile> uncertain_parts_;
+  // Inserted parts held in memory, from before their journal append until a checkpoint writes
+  // them out (`written`: their directory exists, not yet synced) or they leave: every part whose
+  // record a checkpoint's rotation covers is here, even while its commit still runs.
+  struct HeldPart {
+    std::shared_ptr<const PartImage> image;
+    bool written = false;
+  };
+  std::map<PartName, HeldPart> held_parts_;
   // Blocks this replica allocated and has not made visible (or abandoned) yet. An insert records
   // its block here, under parts_mu_, before its commit removes the block's lock in ZooKeeper.
   std::set<PartName> unpublished_;
