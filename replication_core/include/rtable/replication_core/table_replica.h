@@ -294,7 +294,7 @@ class TableReplica {
   // Takes an active part out of the table (merged or dropped); its files go with its last reader.
   std::map<PartName, DataPartPtr>::iterator retirePartLocked(std::map<PartName, DataPartPtr>::iterator it);
   bool isLeader(Keeper& keeper);
-  // Lock order: queue_mu_ before parts_mu_.
+  // Lock order: pull_mu_, queue_mu_, parts_mu_.
   // `image`: an inserted part held in memory (it becomes a DataPart with files instead if a
   // checkpoint wrote it out while its commit ran).
   void makeVisible(const PartName& name, PartChecksums checksums, uint64_t rows,
@@ -351,6 +351,8 @@ class TableReplica {
   std::set<PartName> unpublished_;
 
   // The queue and its puller; queue_changed_ tells waiters (syncQueue) that entries finished.
+  // Held by a pull of the log (puller_, queue_needs_sync_) and by a clone; before queue_mu_.
+  std::mutex pull_mu_;
   mutable std::mutex queue_mu_;
   ReplicationQueue queue_;
   LogPuller puller_;
