@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
+#include <set>
+#include <thread>
+
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
+#include "rtable/replication_core/testing/files.h"
 
 namespace rtable::core {
 namespace {
@@ -442,6 +447,72 @@ TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
   open(options);
   EXPECT_EQ(table_->rowCount(), 3u);
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
+}
+
+// Inserts and checkpoints at the same time (the sanitizer builds run this too). Afterwards, as a
+// crash would find it: every active part has a directory, or its record is in a journal file.
+// (The moment a checkpoint meets a commit still running is pinned down by the next test.)
+TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJournal) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  options.merge_min_parts = 1000;  // parts stay as inserted
+  open(options);
+  std::atomic<bool> inserting{true};
+  std::thread checkpoints([&] {
+    while (inserting) table_->runBackgroundRoundForTest();
+  });
+  std::vector<std::thread> inserters;
+  for (int t = 0; t < 3; ++t) {
+    inserters.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 40; ++i) EXPECT_TRUE(insert(rows({{"2026-12-01", 1000 * t + i}})));
+    });
+  }
+  for (auto& inserter : inserters) inserter.join();
+  inserting = false;
+  checkpoints.join();
+  std::set<std::string> journaled;
+  for (const auto& entry : fs::directory_iterator(dir_ / "journal")) {
+    for (const auto& part : decodeJournal(testing::readFile(entry.path())).parts) journaled.insert(part.name);
+  }
+  const auto active = table_->activeParts();
+  EXPECT_EQ(active.size(), 120u);
+  std::size_t held = 0;
+  for (const auto& part : active) {
+    if (part->image) {
+      ++held;
+      EXPECT_TRUE(journaled.contains(part->name.format())) << part->name.format() << " is only in memory";
+    } else {
+      EXPECT_TRUE(verifyPart(part->dir, spec_.schema)) << part->name.format();
+    }
+  }
+  EXPECT_LT(held, active.size()) << "no checkpoint wrote anything out";
+  EXPECT_EQ(table_->rowCount(), 120u);
+}
+
+// A commit whose answer was lost leaves its part held and uncertain. The checkpoint that drops
+// the part's journal record must write it out first: ZooKeeper may list it (here it does).
+TEST_F(TableReplicaTest, ACheckpointWritesOutAHeldPartWhoseCommitIsUncertain) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::milliseconds(0);  // every round
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0, reserves block 1
+  server_->loseNextMultiAnswersForTest(1);         // the commit of block 1: applied, unanswered
+  server_->failNextRequestsForTest(8, 1);          // and every question about it after that
+  auto uncertain = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_FALSE(uncertain);
+  EXPECT_EQ(uncertain.error().kind, InsertError::Kind::kUnknownOutcome) << uncertain.error().message;
+  ASSERT_EQ(table_->state().uncertain_parts, std::vector<std::string>{"202612_1_1_0"});
+  EXPECT_FALSE(fs::exists(dir_ / "202612_1_1_0"));
+  // The round checkpoints first, then learns that the commit was applied.
+  table_->runBackgroundRoundForTest();
+  EXPECT_TRUE(table_->state().uncertain_parts.empty());
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  const auto active = table_->activeParts();
+  ASSERT_EQ(active.size(), 2u);
+  EXPECT_EQ(active[1]->name.format(), "202612_1_1_0");
+  EXPECT_FALSE(active[1]->image) << "its journal record is gone: memory must not be its only copy";
+  EXPECT_TRUE(verifyPart(dir_ / "202612_1_1_0", spec_.schema));
+  EXPECT_EQ(table_->rowCount(), 2u);
 }
 
 // A retry refused by the commit (its number came from a reserve, which skips the dedup check)
