@@ -21,6 +21,13 @@ constexpr std::string_view kMagic = "RTJ1";
 constexpr std::size_t kHeaderBytes = 4 + 4 + 16;
 constexpr std::string_view kFilePrefix = "journal-";
 constexpr std::string_view kFileSuffix = ".bin";
+// The next journal file, zero-filled and synced ahead of time by the background (prepareSpare):
+// an append that overwrites zeros needs no inode update in its fdatasync. Measured with 700-byte
+// appends: 0.32 against 0.55 ms per append+fdatasync on a journaled ext4, 0.18 against 0.24 ms on
+// one without a journal. The size holds about 5 s of single-row inserts; past it, appends extend
+// the file as before.
+constexpr std::string_view kSpareName = "journal-spare.tmp";
+constexpr uint64_t kSpareBytes = 4 << 20;
 // Parts a journal restores are small; a record claiming more is damage, not a part.
 constexpr uint32_t kMaxRecordBytes = 256u << 20;
 
@@ -113,6 +120,17 @@ std::expected<void, std::string> writeAll(int fd, std::string_view bytes) {
   return {};
 }
 
+std::expected<void, std::string> pwriteAll(int fd, std::string_view bytes, uint64_t offset) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::unexpected(fmt::format("write failed: {}", errnoText(errno)));
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  return {};
+}
+
 std::expected<void, std::string> writeSyncedFile(const fs::path& path, std::string_view bytes) {
   auto fd = openFd(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (!fd) return std::unexpected(fmt::format("{}: {}", path.string(), fd.error()));
@@ -172,6 +190,8 @@ DecodedJournal decodeJournal(std::string_view bytes) {
   DecodedJournal decoded;
   std::size_t offset = 0;
   while (offset < bytes.size()) {
+    // A file's zero-filled rest (kSpareBytes) is its clean end: a record starts with "RTJ1".
+    if (bytes.find_first_not_of('\0', offset) == std::string_view::npos) break;
     auto damaged = [&](std::string_view what) {
       decoded.damage = fmt::format("record {} at byte {}: {}", decoded.parts.size() + 1, offset, what);
     };
@@ -225,9 +245,39 @@ std::expected<std::unique_ptr<PartJournal>, std::string> PartJournal::open(const
     journal->next_number_ = number + 1;
     journal->pending_bytes_ += fs::file_size(path, ec);
   }
-  std::lock_guard lock(journal->mu_);
-  if (auto started = journal->startFile(); !started) return std::unexpected(started.error());
+  // A spare a crash interrupted may not be all zeros.
+  fs::remove(dir / kSpareName, ec);
+  (void)journal->prepareSpare();  // without one, the first file is appended to as it grows
+  {
+    std::lock_guard lock(journal->mu_);
+    if (auto started = journal->startFile(); !started) return std::unexpected(started.error());
+  }
+  (void)journal->prepareSpare();  // for the first checkpoint's rotation
   return journal;
+}
+
+std::expected<void, std::string> PartJournal::prepareSpare() {
+  {
+    std::lock_guard lock(mu_);
+    if (spare_ready_ || preparing_spare_) return {};
+    preparing_spare_ = true;
+  }
+  const fs::path path = dir_ / kSpareName;
+  auto made = [&]() -> std::expected<void, std::string> {
+    auto fd = openFd(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!fd) return std::unexpected(fmt::format("{}: {}", path.string(), fd.error()));
+    const std::string zeros(1 << 20, '\0');
+    for (uint64_t done = 0; done < kSpareBytes; done += zeros.size()) {
+      if (auto written = writeAll(fd->get(), zeros); !written) return written;
+    }
+    if (auto synced = fsyncFd(fd->get()); !synced) return synced;
+    return fd->close();
+  }();
+  std::lock_guard lock(mu_);
+  preparing_spare_ = false;
+  if (!made) return std::unexpected(fmt::format("part journal: preparing {}: {}", path.string(), made.error()));
+  spare_ready_ = true;
+  return {};
 }
 
 PartJournal::~PartJournal() {
@@ -236,7 +286,11 @@ PartJournal::~PartJournal() {
 
 std::expected<void, std::string> PartJournal::startFile() {
   current_ = dir_ / fmt::format("{}{:010}{}", kFilePrefix, next_number_++, kFileSuffix);
-  auto fd = openFd(current_, O_WRONLY | O_CREAT | O_EXCL | O_APPEND, 0644);
+  file_offset_ = 0;
+  // The spare becomes the file (its name made durable below), or a new empty file is.
+  const bool spare = std::exchange(spare_ready_, false) &&
+                     ::rename((dir_ / kSpareName).c_str(), current_.c_str()) == 0;
+  auto fd = openFd(current_, spare ? O_WRONLY : O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (!fd) return std::unexpected(fmt::format("{}: {}", current_.string(), fd.error()));
   // The file's name must survive a crash with the records in it.
   if (auto synced = fsyncDirectory(dir_); !synced) return synced;
@@ -269,13 +323,14 @@ std::expected<void, std::string> PartJournal::appendRecord(const std::string& re
   if (fd_ < 0) {
     if (auto started = startFile(); !started) return std::unexpected(started.error());
   }
-  if (auto written = writeAll(fd_, record); !written) {
+  if (auto written = pwriteAll(fd_, record, file_offset_); !written) {
     // A torn record would hide every record after it.
     failed_ = failure_ = fmt::format("part journal {}: {}", current_.string(), written.error());
     failed_ranges_.emplace_back(synced_, appended_);  // their fsync is never attempted
     return std::unexpected(failed_);
   }
   appended_ += record.size();
+  file_offset_ += record.size();
   pending_bytes_ += record.size();
   const uint64_t mine = appended_;
   // Group commit: one fdatasync covers every record written before it started.
@@ -392,6 +447,9 @@ std::expected<void, std::string> PartJournal::finishCheckpoint(Rotation rotation
   }
   std::error_code ec;
   for (const auto& path : covered) fs::remove(path, ec);
+  // For the next rotation, ready long before it. Without one (it failed), the next file grows by
+  // appends: slower fdatasyncs, nothing else.
+  (void)prepareSpare();
   return {};
 }
 

@@ -101,6 +101,42 @@ TEST(JournaledPartTest, DecodingStopsAtTheFirstDamagedRecord) {
   EXPECT_NE(decoded.damage.find("malformed"), std::string::npos) << decoded.damage;
 }
 
+TEST(JournaledPartTest, AZeroFilledRestEndsTheRecordsCleanly) {
+  JournaledPart a{"all_1_1_0", {{"x.bin", "abc"}}};
+  const std::string good = a.encodeRecord();
+  DecodedJournal decoded = decodeJournal(good + std::string(1000, '\0'));
+  EXPECT_EQ(decoded.damage, "");
+  EXPECT_EQ(decoded.parts.size(), 1u);
+  EXPECT_EQ(decodeJournal(good + std::string(3, '\0')).damage, "");  // shorter than a header
+  // A record torn inside the zeros is damage, as at the end of a file.
+  std::string torn = good + good.substr(0, good.size() - 2) + std::string(100, '\0');
+  decoded = decodeJournal(torn);
+  EXPECT_EQ(decoded.parts.size(), 1u);
+  EXPECT_NE(decoded.damage.find("record 2"), std::string::npos) << decoded.damage;
+}
+
+// Journal files start as a zero-filled spare (fdatasync then has no inode to write); records in
+// it are restored like any others, and every checkpoint prepares the next spare.
+TEST_F(PartJournalTest, AppendsGoIntoAZeroFilledSpareAndAreRestoredFromIt) {
+  auto journal = open();
+  ASSERT_EQ(journal->filesForTest().size(), 1u);
+  EXPECT_GE(fs::file_size(journal->filesForTest()[0]), 4u << 20);
+  EXPECT_TRUE(fs::exists(journal_dir_ / "journal-spare.tmp")) << "not prepared for the next file";
+  writeAndJournal(*journal, "all_1_1_0", rows({1}));
+  ASSERT_TRUE(journal->checkpoint(table_));
+  const auto files = journal->filesForTest();
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_GE(fs::file_size(files[0]), 4u << 20);  // the spare became the file
+  EXPECT_TRUE(fs::exists(journal_dir_ / "journal-spare.tmp"));
+  writeAndJournal(*journal, "all_2_2_0", rows({2}));
+  writeAndJournal(*journal, "all_3_3_0", rows({3}));
+  journal.reset();  // a crash
+  fs::remove_all(table_ / "all_2_2_0");
+  fs::remove_all(table_ / "all_3_3_0");
+  journal = open();
+  EXPECT_EQ(restore(*journal, {"all_2_2_0", "all_3_3_0"}), (std::vector<std::string>{"all_2_2_0", "all_3_3_0"}));
+}
+
 TEST_F(PartJournalTest, APartLostAfterItsAppendIsWrittenAgainFromTheJournal) {
   auto journal = open();
   const PartChecksums one = writeAndJournal(*journal, "all_1_1_0", rows({1, 2}));

@@ -12,7 +12,8 @@
 // covers; the replica runs one every few seconds in the background (rotate(), write out the parts
 // it holds, finishCheckpoint()), so the journal stays small and restore() reads little.
 //
-// Files `journal-<n>.bin` in one directory; appends go to the newest. Each record is
+// Files `journal-<n>.bin` in one directory; appends go to the newest, which usually starts as a
+// zero-filled spare (its zero rest ends its records cleanly). Each record is
 //   "RTJ1", u32 payload size, XXH3-128 of the payload (u64 high, u64 low), payload
 // with payload = u16 + part name, u32 file count, and per file u16 + file name, u64 size, bytes
 // (little-endian). A record cut short or failing its hash ends the file's records: a crash
@@ -103,6 +104,8 @@ class PartJournal {
   explicit PartJournal(std::filesystem::path dir) : dir_(std::move(dir)) {}
   std::expected<void, std::string> startFile();  // mu_ held
   std::expected<void, std::string> appendRecord(const std::string& record);
+  // Zero-fills and syncs the spare file the next startFile() takes (kSpareBytes, part_journal.cpp).
+  std::expected<void, std::string> prepareSpare();
 
   std::filesystem::path dir_;
   mutable std::mutex mu_;
@@ -110,6 +113,9 @@ class PartJournal {
   int fd_ = -1;
   uint64_t next_number_ = 1;
   std::filesystem::path current_;
+  uint64_t file_offset_ = 0;      // where the next record goes in current_
+  bool spare_ready_ = false;      // journal-spare.tmp is zero-filled and synced
+  bool preparing_spare_ = false;
   std::vector<std::filesystem::path> older_;  // files before current_, all synced
   // Byte counts over every file of this journal, never reset: an append waiting across a
   // checkpoint's rotation compares its own offset with synced_ (which the rotation reached).
