@@ -328,7 +328,9 @@ class ReplicaHttpServer::Impl {
                       {"level", part->name.level},
                       {"rows", part->rows},
                       {"bytes", part->bytes},
-                      {"checksum", part->checksums.total.hex()}});
+                      {"checksum", part->checksums.total.hex()},
+                      // Held in memory and the part journal, not yet written out.
+                      {"in_memory", part->image != nullptr}});
     }
     replyJson(request, 200, list);
   }

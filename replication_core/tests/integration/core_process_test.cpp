@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -138,6 +139,29 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
   EXPECT_EQ(selected->body, R"({"id":2,"d":"2026-12-03","user":"u2","score":1})" "\n");
   auto by_partition = replica_->get("/count?partition=202611");
   EXPECT_EQ(json::parse(by_partition->body)["rows"], 1);
+}
+
+// A one-row part is held in memory and in the part journal; the journal's checkpoint (every 5 s)
+// writes it out. Selects read it either way.
+TEST_F(CoreProcess, ASmallPartIsHeldInMemoryUntilTheCheckpointWritesItOut) {
+  ASSERT_NO_FATAL_FAILURE(startReplica());
+  auto inserted = insert(row(1));
+  ASSERT_EQ(inserted["parts"].size(), 1u);
+  const std::string name = inserted["parts"][0].get<std::string>();
+  auto inMemory = [&]() -> std::optional<bool> {
+    auto parts = replica_->get("/parts");
+    if (!parts || parts->status != 200) return std::nullopt;
+    for (const auto& part : json::parse(parts->body)) {
+      if (part["name"] == name) return part["in_memory"].get<bool>();
+    }
+    return std::nullopt;
+  };
+  EXPECT_EQ(inMemory(), std::optional<bool>(true));
+  EXPECT_FALSE(std::filesystem::exists(replica_->dataDir() / name));
+  EXPECT_EQ(idCounts(), (std::map<uint64_t, int>{{1, 1}}));
+  ASSERT_TRUE(waitFor([&] { return inMemory() == std::optional<bool>(false); }, std::chrono::seconds(20)));
+  EXPECT_TRUE(std::filesystem::exists(replica_->dataDir() / name / "checksums.txt"));
+  EXPECT_EQ(idCounts(), (std::map<uint64_t, int>{{1, 1}}));
 }
 
 TEST_F(CoreProcess, ATokenDecidesInsteadOfTheData) {
