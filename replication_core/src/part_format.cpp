@@ -1063,7 +1063,7 @@ std::expected<PartImage, std::string> encodePart(const TableSchema& schema, cons
   return image;
 }
 
-std::expected<void, std::string> writePartImage(const fs::path& dir, const PartImage& image,
+std::expected<void, std::string> writePartImage(const fs::path& dir, const std::vector<PartFile>& files,
                                                 PartSync sync) {
   std::error_code ec;
   if (!fs::create_directory(dir, ec)) {
@@ -1075,7 +1075,7 @@ std::expected<void, std::string> writePartImage(const fs::path& dir, const PartI
     return std::unexpected(std::move(error));
   };
   DeferredSyncs syncs;
-  for (const auto& file : image.files) {
+  for (const auto& file : files) {
     auto out = FileWriter::create(dir / file.name);
     if (!out) return fail(fileError(dir, file.name, out.error()));
     if (auto ok = out->write(file.bytes.data(), file.bytes.size()); !ok) return fail(fileError(dir, file.name, ok.error()));

@@ -110,16 +110,6 @@ std::expected<std::string, std::string> readWhole(const fs::path& path) {
   }
 }
 
-std::expected<void, std::string> writeAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return std::unexpected(fmt::format("write failed: {}", errnoText(errno)));
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return {};
-}
-
 std::expected<void, std::string> pwriteAll(int fd, std::string_view bytes, uint64_t offset) {
   while (!bytes.empty()) {
     const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
@@ -131,16 +121,6 @@ std::expected<void, std::string> pwriteAll(int fd, std::string_view bytes, uint6
   return {};
 }
 
-std::expected<void, std::string> writeSyncedFile(const fs::path& path, std::string_view bytes) {
-  auto fd = openFd(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (!fd) return std::unexpected(fmt::format("{}: {}", path.string(), fd.error()));
-  auto done = writeAll(fd->get(), bytes);
-  if (done) done = fsyncFd(fd->get());
-  if (done) done = fd->close();
-  if (!done) return std::unexpected(fmt::format("{}: {}", path.string(), done.error()));
-  return {};
-}
-
 // Writes the part into `tmp_journal_<name>`, every file and the directory fsynced, then puts it
 // in place of whatever `<name>` holds and fsyncs `table_dir`.
 std::expected<void, std::string> rewritePart(const fs::path& table_dir, const JournaledPart& part) {
@@ -148,13 +128,7 @@ std::expected<void, std::string> rewritePart(const fs::path& table_dir, const Jo
   const fs::path target = table_dir / part.name;
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec)) {
-    return std::unexpected(fmt::format("cannot create {}: {}", tmp.string(), ec ? ec.message() : "it exists"));
-  }
-  for (const auto& file : part.files) {
-    if (auto written = writeSyncedFile(tmp / file.name, file.bytes); !written) return written;
-  }
-  if (auto synced = fsyncDirectory(tmp); !synced) return synced;
+  if (auto written = writePartImage(tmp, part.files, PartSync::kNow); !written) return written;
   fs::remove_all(target, ec);
   if (ec) return std::unexpected(fmt::format("cannot remove {}: {}", target.string(), ec.message()));
   fs::rename(tmp, target, ec);
@@ -268,7 +242,7 @@ std::expected<void, std::string> PartJournal::prepareSpare() {
     if (!fd) return std::unexpected(fmt::format("{}: {}", path.string(), fd.error()));
     const std::string zeros(1 << 20, '\0');
     for (uint64_t done = 0; done < kSpareBytes; done += zeros.size()) {
-      if (auto written = writeAll(fd->get(), zeros); !written) return written;
+      if (auto written = pwriteAll(fd->get(), zeros, done); !written) return written;
     }
     if (auto synced = fsyncFd(fd->get()); !synced) return synced;
     return fd->close();

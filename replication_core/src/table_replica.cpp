@@ -264,18 +264,22 @@ KeeperStatus TableReplica::readLost(Keeper& keeper) {
   return {};
 }
 
-DataPartPtr TableReplica::makeDataPart(const PartName& name, PartChecksums checksums) {
+DataPartPtr TableReplica::makeDataPart(const PartName& name, PartChecksums checksums, uint64_t rows,
+                                       std::shared_ptr<const PartImage> image) {
   auto part = std::make_shared<DataPart>();
   part->name = name;
   part->dir = spec_.data_dir / name.format();
   for (const auto& file : checksums.files) part->bytes += file.size;
   part->checksums = std::move(checksums);
+  part->image = std::move(image);
+  part->rows = rows;
+  if (rows != 0 || part->image) return part;
   std::error_code ec;
   if (auto count = fs::file_size(part->dir / "count.txt", ec); !ec && count < 32) {
     std::FILE* f = std::fopen((part->dir / "count.txt").c_str(), "r");
     if (f) {
-      unsigned long long rows = 0;
-      if (std::fscanf(f, "%llu", &rows) == 1) part->rows = rows;
+      unsigned long long counted = 0;
+      if (std::fscanf(f, "%llu", &counted) == 1) part->rows = counted;
       std::fclose(f);
     }
   }
@@ -299,18 +303,7 @@ void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksu
       image.reset();
     }
   }
-  DataPartPtr part;
-  if (image) {
-    part = std::make_shared<DataPart>();
-    part->name = name;
-    part->dir = spec_.data_dir / name.format();
-    for (const auto& file : checksums.files) part->bytes += file.size;
-    part->checksums = std::move(checksums);
-    part->image = std::move(image);
-  } else {
-    part = makeDataPart(name, std::move(checksums));
-  }
-  if (rows != 0) part->rows = rows;
+  DataPartPtr part = makeDataPart(name, std::move(checksums), rows, std::move(image));
   unpublished_.erase(name);
   auto added = active_set_.add(name);
   if (!added || *added != ActiveDataPartSet::AddResult::kAdded) {
@@ -646,7 +639,7 @@ std::expected<void, std::string> TableReplica::makeDurable(const PartName& name,
         held_parts_.erase(held);
       }
     }
-    auto synced = written ? syncPartFiles(dir, *pending.checksums) : writePartImage(dir, *pending.image, PartSync::kNow);
+    auto synced = written ? syncPartFiles(dir, *pending.checksums) : writePartImage(dir, pending.image->files, PartSync::kNow);
     if (!synced) return synced;
     pending.image.reset();  // a part with files from here on
   } else if (auto synced = syncPartFiles(dir, *pending.checksums); !synced) {
@@ -691,7 +684,7 @@ std::expected<void, std::string> TableReplica::writeHeldParts() {
     const fs::path tmp = spec_.data_dir / kStagingDir / ("held-" + name.format());
     const fs::path final_dir = spec_.data_dir / name.format();
     fs::remove_all(tmp, ec);
-    if (auto written = writePartImage(tmp, *image, PartSync::kLater); !written) return written;
+    if (auto written = writePartImage(tmp, image->files, PartSync::kLater); !written) return written;
     bool keep = false;
     {
       std::lock_guard lock(parts_mu_);
@@ -704,13 +697,7 @@ std::expected<void, std::string> TableReplica::writeHeldParts() {
         if (auto active = active_parts_.find(name); active != active_parts_.end() && active->second->image) {
           // Visible already: a DataPart with files replaces the one in memory (readers of that
           // one keep its image), and the part is no longer held.
-          auto part = std::make_shared<DataPart>();
-          part->name = name;
-          part->dir = final_dir;
-          part->rows = active->second->rows;
-          part->checksums = active->second->checksums;
-          part->bytes = active->second->bytes;
-          active->second = std::move(part);
+          active->second = makeDataPart(name, active->second->checksums, active->second->rows);
           held_parts_.erase(held);
         }
       }
@@ -722,10 +709,6 @@ std::expected<void, std::string> TableReplica::writeHeldParts() {
 
 void TableReplica::forgetHeldPart(const PartName& name) {
   std::lock_guard lock(parts_mu_);
-  forgetHeldPartLocked(name);
-}
-
-void TableReplica::forgetHeldPartLocked(const PartName& name) {
   auto held = held_parts_.find(name);
   if (held == held_parts_.end()) return;
   if (held->second.written) {
@@ -898,7 +881,7 @@ bool TableReplica::cloneIfLost(Keeper& keeper) {
     const fs::path detached = spec_.data_dir / kDetachedDir / ("clone_" + name.format());
     if (image) {
       // Held in memory: its rows are kept on disk like any other detached part's.
-      if (auto written = writePartImage(detached, *image, PartSync::kNow); !written) spdlog::warn("cloning: {}", written.error());
+      if (auto written = writePartImage(detached, image->files, PartSync::kNow); !written) spdlog::warn("cloning: {}", written.error());
     } else {
       fs::rename(spec_.data_dir / name.format(), detached, ec);
     }

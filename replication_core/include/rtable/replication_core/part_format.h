@@ -88,10 +88,11 @@ std::expected<PartChecksums, std::string> writeStagedPart(const std::filesystem:
 // `block` encoded as a part in memory; the same bytes writeStagedPart would write.
 std::expected<PartImage, std::string> encodePart(const TableSchema& schema, const Block& block);
 
-// Writes `image`'s files into `dir`, which must not exist yet (`dir` removed on failure); with
-// PartSync::kNow every file and `dir` are fsynced.
+// Writes a part's files held in memory (a PartImage's, or a journal record's) into `dir`, which
+// must not exist yet (`dir` removed on failure); with PartSync::kNow every file and `dir` are
+// fsynced.
 std::expected<void, std::string> writePartImage(const std::filesystem::path& dir,
-                                                const PartImage& image, PartSync sync);
+                                                const std::vector<PartFile>& files, PartSync sync);
 
 // fsyncs every file of a part written with PartSync::kLater (checksums.txt and the files it
 // lists), all at once, then its directory.

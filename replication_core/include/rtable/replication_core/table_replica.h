@@ -288,9 +288,8 @@ class TableReplica {
   std::expected<void, std::string> checkpointJournal();
   std::expected<void, std::string> writeHeldParts();
   // An inserted part held in memory leaves held_parts_ (its commit failed, or it left the table);
-  // a directory a checkpoint wrote for it is removed. Requires parts_mu_ (the Locked one).
+  // a directory a checkpoint wrote for it is removed.
   void forgetHeldPart(const PartName& name);
-  void forgetHeldPartLocked(const PartName& name);
   // Takes an active part out of the table (merged or dropped); its files go with its last reader.
   std::map<PartName, DataPartPtr>::iterator retirePartLocked(std::map<PartName, DataPartPtr>::iterator it);
   bool isLeader(Keeper& keeper);
@@ -311,7 +310,9 @@ class TableReplica {
   void updateQueueMetrics();
   void cleanLog(Keeper& keeper);
   void updateLogMetrics(Keeper& keeper);
-  DataPartPtr makeDataPart(const PartName& name, PartChecksums checksums);
+  // `rows` 0: read from count.txt. `image`: a part held in memory (no directory yet).
+  DataPartPtr makeDataPart(const PartName& name, PartChecksums checksums, uint64_t rows,
+                           std::shared_ptr<const PartImage> image = nullptr);
 
   friend class PendingInsert;
 
