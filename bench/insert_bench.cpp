@@ -1,5 +1,6 @@
 // rtable-core and ClickHouse 18.16 (ReplicatedMergeTree, same schema) side by side on one fresh
-// ZooKeeper 3.8, one replica each, in one run:
+// ZooKeeper 3.8 (its JVM run as in production, not with the tests' fast-starting flags), one
+// replica each, in one run:
 //   - sequential single-row inserts per second over HTTP keep-alive,
 //   - ZooKeeper write transactions per insert (the server's zxid delta over those inserts),
 //   - rows per second of one 1,000,000-row JSONEachRow insert of a 5-column table,
@@ -277,7 +278,9 @@ int main(int argc, char** argv) {
     }
   }
   rtable::core::ZooKeeperClient::silenceLibraryLog();
-  auto zk = LocalZooKeeper::start();
+  LocalZooKeeperOptions zk_options;
+  zk_options.production_jvm = true;
+  auto zk = LocalZooKeeper::start(zk_options);
   if (!zk) return fmt::print(stderr, "{}\n", zk.error()), 1;
   LocalReplicaOptions options;
   options.binary = RTABLE_CORE_BINARY;
@@ -295,11 +298,11 @@ int main(int argc, char** argv) {
   KeepAliveClient ch("ClickHouse 18.16", (*clickhouse)->httpPort(),
                      "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow");
 
-  // ZooKeeper's JVM compiles its hot paths during the first thousand or so requests, and the
+  // ZooKeeper's JVM compiles its hot paths during the first thousands of requests, and the
   // system that went first paid for it (round 1 was the slowest for rtable-core, the fastest for
   // ClickHouse, in every run before this). Commit multis on a path of their own warm it up for
   // both alike; neither table sees them.
-  if (auto warm = commitFloor((*zk)->connectString(), 2 * single, "/rtable-bench/warm-up"); !warm) {
+  if (auto warm = commitFloor((*zk)->connectString(), 4 * single, "/rtable-bench/warm-up"); !warm) {
     return fmt::print(stderr, "warming ZooKeeper up: {}\n", warm.error()), 1;
   }
 

@@ -24,7 +24,9 @@ std::string serverClassPath(const std::filesystem::path& conf_dir) {
                      RTABLE_ZOOKEEPER_JAR);
 }
 
-std::vector<std::string> jvmFlags() {
+std::vector<std::string> jvmFlags(bool production) {
+  // ZooKeeper's administrator guide: a fixed heap, so that the server never waits on a resize.
+  if (production) return {"-Xms1g", "-Xmx1g", "-Dzookeeper.jmx.log4j.disable=true"};
   // A small heap and the client compiler: a test server starts faster on two shared cores.
   return {"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
           "-Dzookeeper.jmx.log4j.disable=true"};
@@ -41,7 +43,7 @@ std::expected<std::unique_ptr<LocalZooKeeper>, std::string> LocalZooKeeper::star
     options.work_dir = pattern;
     owns = true;
   }
-  std::unique_ptr<LocalZooKeeper> zk(new LocalZooKeeper(options.work_dir, owns, options.tick_time_ms));
+  std::unique_ptr<LocalZooKeeper> zk(new LocalZooKeeper(options.work_dir, owns, options));
   std::error_code ec;
   std::filesystem::create_directories(zk->dataDir(), ec);
   std::filesystem::create_directories(zk->work_dir_ / "conf", ec);
@@ -87,7 +89,7 @@ TestStatus LocalZooKeeper::writeConfig() {
 
 TestStatus LocalZooKeeper::launch() {
   std::vector<std::string> argv = {javaBinary()};
-  for (auto& flag : jvmFlags()) argv.push_back(flag);
+  for (auto& flag : jvmFlags(production_jvm_)) argv.push_back(flag);
   argv.insert(argv.end(), {"-cp", serverClassPath(work_dir_ / "conf"),
                            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                            (work_dir_ / "conf" / "zoo.cfg").string()});
