@@ -52,6 +52,15 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
                            "Parts that failed verification and were moved to detached/")),
       replica_readonly(gauge(r, l, "rtable_replica_readonly",
                              "1 while the replica cannot write (no ZooKeeper session)")),
+      parts_in_memory(gauge(r, l, "rtable_parts_in_memory",
+                            "Inserted parts held in memory, durable in the part journal, that no "
+                            "checkpoint has written out yet")),
+      part_journal_bytes(gauge(r, l, "rtable_part_journal_bytes",
+                               "Bytes appended to the part journal since its last checkpoint")),
+      part_journal_checkpoint_failures(
+          counter(r, l, "rtable_part_journal_checkpoint_failures_total",
+                  "Part journal checkpoints that failed (the journal and the parts held in "
+                  "memory are kept for the next one)")),
       queue_size(gauge(r, l, "rtable_replication_queue_size", "Entries in the replication queue")),
       queue_oldest_entry_age_seconds(
           gauge(r, l, "rtable_replication_queue_oldest_entry_age_seconds",

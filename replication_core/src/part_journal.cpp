@@ -383,6 +383,7 @@ PartJournal::Rotation PartJournal::rotate() {
   rotating_ = true;
   synced_cv_.wait(lock, [this] { return !syncing_ && (synced_ == appended_ || !failed_.empty()); });
   rotation.covered = std::move(older_);
+  rotation.bytes = pending_bytes_;
   older_.clear();
   if (fd_ >= 0) {
     ::close(fd_);
@@ -402,7 +403,8 @@ void PartJournal::cancelCheckpoint(Rotation rotation) {
   if (rotation.covered.empty()) return;
   std::lock_guard lock(mu_);
   older_.insert(older_.begin(), rotation.covered.begin(), rotation.covered.end());
-  pending_bytes_ += 1;  // a checkpoint is still due
+  // At least 1: a checkpoint is still due, also for files only an earlier process appended to.
+  pending_bytes_ += std::max<uint64_t>(rotation.bytes, 1);
 }
 
 std::expected<void, std::string> PartJournal::finishCheckpoint(Rotation rotation, const fs::path& table_dir) {

@@ -650,9 +650,20 @@ std::expected<void, std::string> TableReplica::makeDurable(const PartName& name,
 
 void TableReplica::checkpointJournalIfDue() {
   const auto now = std::chrono::steady_clock::now();
-  if (journal_->pendingBytes() == 0 || now - last_checkpoint_ < options_.journal_checkpoint_interval) return;
-  last_checkpoint_ = now;
-  if (auto done = checkpointJournal(); !done) spdlog::warn("{}", done.error());
+  if (journal_->pendingBytes() > 0 && now - last_checkpoint_ >= options_.journal_checkpoint_interval) {
+    last_checkpoint_ = now;
+    if (auto done = checkpointJournal(); !done) {
+      spdlog::warn("{}", done.error());
+      metrics_.part_journal_checkpoint_failures.Increment();
+    }
+  }
+  std::size_t held = 0;
+  {
+    std::lock_guard lock(parts_mu_);
+    for (const auto& [name, part] : held_parts_) held += part.written ? 0 : 1;
+  }
+  metrics_.parts_in_memory.Set(static_cast<double>(held));
+  metrics_.part_journal_bytes.Set(static_cast<double>(journal_->pendingBytes()));
 }
 
 std::expected<void, std::string> TableReplica::checkpointJournal() {

@@ -94,6 +94,17 @@ dataDir: {}
                                                                  : BlockNumberLock{};
   }
 
+  // The value of the replica's metric `name` (a gauge or a counter).
+  double metric(const std::string& name) const {
+    for (const auto& family : registry_->Collect()) {
+      if (family.name != name || family.metric.empty()) continue;
+      const auto& sample = family.metric.front();
+      return family.type == prometheus::MetricType::Counter ? sample.counter.value : sample.gauge.value;
+    }
+    ADD_FAILURE() << "no metric " << name;
+    return -1;
+  }
+
   std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
   std::unique_ptr<Keeper> observer_ = server_->connect();
   fs::path dir_;
@@ -432,6 +443,36 @@ TEST_F(TableReplicaTest, ASmallPartIsHeldInMemoryUntilACheckpointWritesItOut) {
   EXPECT_EQ(journalBytes(dir_), 0u);
   // A reader that took the part before keeps its image.
   EXPECT_TRUE(readDataPart(*held[0], spec_.schema));
+}
+
+// A checkpoint that cannot write its parts out keeps them held and the journal whole, and the
+// metrics say so: an alert can tell a journal that only grows.
+TEST_F(TableReplicaTest, AFailedCheckpointKeepsThePartsHeldAndTheMetricsShowIt) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  // Where the checkpoint writes held parts before renaming them in: a file in its way.
+  fs::remove_all(dir_ / "staging");
+  testing::writeFile(dir_ / "staging", "in the way");
+  ASSERT_TRUE(fs::is_regular_file(dir_ / "staging"));
+
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(metric("rtable_part_journal_checkpoint_failures_total"), 1);
+  EXPECT_EQ(metric("rtable_parts_in_memory"), 2);
+  EXPECT_EQ(metric("rtable_part_journal_bytes"), static_cast<double>(journalBytes(dir_)));
+  EXPECT_GT(journalBytes(dir_), 0u);
+  EXPECT_TRUE(partDirs(dir_).empty());
+  EXPECT_EQ(table_->rowCount(), 2u);
+
+  fs::remove(dir_ / "staging");
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(metric("rtable_part_journal_checkpoint_failures_total"), 1);
+  EXPECT_EQ(metric("rtable_parts_in_memory"), 0);
+  EXPECT_EQ(metric("rtable_part_journal_bytes"), 0);
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202611_0_0_0", "202612_0_0_0"}));
 }
 
 TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {

@@ -42,6 +42,12 @@ class ReplicaMetrics {
   prometheus::Counter& merged_rows;
   prometheus::Counter& broken_parts;  // parts found broken on start and moved to detached/
   prometheus::Gauge& replica_readonly;
+  // The part journal (docs/formats.md "Part journal"), as of the last background round: small
+  // inserted parts held in memory until a checkpoint writes them out, the bytes journaled since
+  // the last checkpoint, and checkpoints that failed. While checkpoints fail, the first two grow.
+  prometheus::Gauge& parts_in_memory;
+  prometheus::Gauge& part_journal_bytes;
+  prometheus::Counter& part_journal_checkpoint_failures;
 
   // Replication (DESIGN.md 2.4): the queue, and what it did.
   prometheus::Gauge& queue_size;

@@ -89,6 +89,7 @@ class PartJournal {
   // (syncfs) and removes them. On failure a later checkpoint covers them again.
   struct Rotation {
     std::vector<std::filesystem::path> covered;
+    uint64_t bytes = 0;  // appended to them by this process since the last checkpoint
   };
   Rotation rotate();
   std::expected<void, std::string> finishCheckpoint(Rotation rotation,
@@ -96,7 +97,7 @@ class PartJournal {
   // Gives the rotated files back, for a later checkpoint (the caller could not write its parts).
   void cancelCheckpoint(Rotation rotation);
 
-  // Bytes appended since the last checkpoint (0: nothing to checkpoint).
+  // Bytes appended since the last checkpoint that succeeded (0: nothing to checkpoint).
   uint64_t pendingBytes() const;
   std::vector<std::filesystem::path> filesForTest() const;
 

@@ -283,6 +283,7 @@ class TableReplica {
   // Makes a committed part's rename durable: by the part journal (small parts written without
   // fsync) or by syncing its files and the table directory.
   std::expected<void, std::string> makeDurable(const PartName& name, PendingPartFile& pending);
+  // Checkpoints the journal if one is due, and sets the journal's metrics either way.
   void checkpointJournalIfDue();
   // A journal checkpoint: rotate, write every held part out (no fsync), syncfs, drop the old files.
   std::expected<void, std::string> checkpointJournal();
