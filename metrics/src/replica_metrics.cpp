@@ -55,6 +55,9 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       parts_in_memory(gauge(r, l, "rtable_parts_in_memory",
                             "Inserted parts held in memory, durable in the part journal, that no "
                             "checkpoint has written out yet")),
+      parts_in_memory_bytes(gauge(r, l, "rtable_parts_in_memory_bytes",
+                                  "Bytes of the inserted parts held in memory, as encoded "
+                                  "(about 64 MiB at most)")),
       part_journal_bytes(gauge(r, l, "rtable_part_journal_bytes",
                                "Bytes appended to the part journal since its last checkpoint")),
       part_journal_checkpoint_failures(

@@ -299,7 +299,7 @@ void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksu
   if (image) {
     // A checkpoint wrote it out while the commit ran: from now on it is a part with files.
     if (auto held = held_parts_.find(name); held != held_parts_.end() && held->second.written) {
-      held_parts_.erase(held);
+      releaseHeldLocked(held);
       image.reset();
     }
   }
@@ -373,7 +373,7 @@ std::expected<InsertResult, InsertError> TableReplica::commit(PendingInsert& ins
   auto startWrite = [&](std::size_t i) {
     if (i >= parts.size() || !parts[i].unwritten) return;
     // Small: commitOne encodes it in memory, in microseconds.
-    if (valueBytes(*parts[i].unwritten) <= options_.journal_part_bytes) return;
+    if (valueBytes(*parts[i].unwritten) <= options_.journal_part_bytes && mayHoldMore()) return;
     writes[i] = std::async(std::launch::async, [this, &part = parts[i]]() -> std::expected<PartChecksums, std::string> {
       auto written = writeStagedPart(part.dir, spec_.schema, *part.unwritten, PartSync::kLater);
       if (!written) return written;
@@ -502,7 +502,7 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
     std::lock_guard parts_lock(parts_mu_);
     unpublished_.insert(name);
     // Held before its journal record exists: a checkpoint that covers the record writes it out.
-    if (pending.image) held_parts_[name] = HeldPart{pending.image, false};
+    if (pending.image) holdPartLocked(name, pending.image);
   }
   // Every way out below either makes the part visible or gives the block up.
   struct Unpublish {
@@ -636,7 +636,7 @@ std::expected<void, std::string> TableReplica::makeDurable(const PartName& name,
       std::lock_guard lock(parts_mu_);
       if (auto held = held_parts_.find(name); held != held_parts_.end()) {
         written = held->second.written;
-        held_parts_.erase(held);
+        releaseHeldLocked(held);
       }
     }
     auto synced = written ? syncPartFiles(dir, *pending.checksums) : writePartImage(dir, pending.image->files, PartSync::kNow);
@@ -650,7 +650,8 @@ std::expected<void, std::string> TableReplica::makeDurable(const PartName& name,
 
 void TableReplica::checkpointJournalIfDue() {
   const auto now = std::chrono::steady_clock::now();
-  if (journal_->pendingBytes() > 0 && now - last_checkpoint_ >= options_.journal_checkpoint_interval) {
+  const bool requested = checkpoint_requested_.exchange(false);
+  if (journal_->pendingBytes() > 0 && (requested || now - last_checkpoint_ >= options_.journal_checkpoint_interval)) {
     last_checkpoint_ = now;
     if (auto done = checkpointJournal(); !done) {
       spdlog::warn("{}", done.error());
@@ -658,11 +659,14 @@ void TableReplica::checkpointJournalIfDue() {
     }
   }
   std::size_t held = 0;
+  uint64_t held_bytes = 0;
   {
     std::lock_guard lock(parts_mu_);
-    for (const auto& [name, part] : held_parts_) held += part.written ? 0 : 1;
+    held = held_parts_.size();
+    held_bytes = held_bytes_;
   }
   metrics_.parts_in_memory.Set(static_cast<double>(held));
+  metrics_.parts_in_memory_bytes.Set(static_cast<double>(held_bytes));
   metrics_.part_journal_bytes.Set(static_cast<double>(journal_->pendingBytes()));
 }
 
@@ -709,7 +713,7 @@ std::expected<void, std::string> TableReplica::writeHeldParts() {
           // Visible already: a DataPart with files replaces the one in memory (readers of that
           // one keep its image), and the part is no longer held.
           active->second = makeDataPart(name, active->second->checksums, active->second->rows);
-          held_parts_.erase(held);
+          releaseHeldLocked(held);
         }
       }
     }
@@ -726,13 +730,46 @@ void TableReplica::forgetHeldPart(const PartName& name) {
     std::error_code ec;
     fs::remove_all(spec_.data_dir / name.format(), ec);
   }
-  held_parts_.erase(held);
+  releaseHeldLocked(held);
+}
+
+void TableReplica::holdPartLocked(const PartName& name, std::shared_ptr<const PartImage> image) {
+  uint64_t bytes = 0;
+  for (const auto& file : image->files) bytes += file.bytes.size();
+  auto [it, added] = held_parts_.try_emplace(name);
+  if (!added) held_bytes_ -= it->second.bytes;
+  it->second = HeldPart{std::move(image), false, bytes};
+  held_bytes_ += bytes;
+}
+
+void TableReplica::releaseHeldLocked(std::map<PartName, HeldPart>::iterator it) {
+  held_bytes_ -= it->second.bytes;
+  held_parts_.erase(it);
+}
+
+void TableReplica::releaseHeldLocked(const PartName& name) {
+  if (auto it = held_parts_.find(name); it != held_parts_.end()) releaseHeldLocked(it);
+}
+
+bool TableReplica::mayHoldMore() {
+  {
+    std::lock_guard lock(parts_mu_);
+    if (held_bytes_ < options_.held_parts_max_bytes) return true;
+  }
+  if (!checkpoint_requested_.exchange(true)) {
+    {
+      std::lock_guard lock(background_mu_);
+      wake_requested_ = true;
+    }
+    background_wake_.notify_all();
+  }
+  return false;
 }
 
 std::map<PartName, DataPartPtr>::iterator TableReplica::retirePartLocked(
     std::map<PartName, DataPartPtr>::iterator it) {
   it->second->remove_when_unused = true;
-  held_parts_.erase(it->first);  // a merged or dropped part needs no writing out
+  releaseHeldLocked(it->first);  // a merged or dropped part needs no writing out
   return active_parts_.erase(it);
 }
 
@@ -886,7 +923,7 @@ bool TableReplica::cloneIfLost(Keeper& keeper) {
       image = it->second->image;
       active_parts_.erase(it);
     }
-    held_parts_.erase(name);
+    releaseHeldLocked(name);
     std::error_code ec;
     fs::create_directories(spec_.data_dir / kDetachedDir, ec);
     const fs::path detached = spec_.data_dir / kDetachedDir / ("clone_" + name.format());
@@ -1654,10 +1691,11 @@ void TableReplica::backgroundLoop() {
     wake_requested_ = false;
     lock.unlock();
     const auto now = std::chrono::steady_clock::now();
+    // Every round: an insert that finds the held parts full wakes us for an early checkpoint.
+    checkpointJournalIfDue();
     if (now - last_full_round >= options_.background_period) {
       // Leader work, metrics, uncertain parts: once a period.
       last_full_round = now;
-      checkpointJournalIfDue();
       std::shared_ptr<Keeper> keeper = this->keeper();
       if (keeper) {
         resolveUncertainParts(*keeper);

@@ -475,6 +475,35 @@ TEST_F(TableReplicaTest, AFailedCheckpointKeepsThePartsHeldAndTheMetricsShowIt) 
   EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202611_0_0_0", "202612_0_0_0"}));
 }
 
+// Memory stays bounded: past held_parts_max_bytes a small part is written as files (journaled,
+// unsynced, as before parts were held), and the next background round checkpoints early.
+TEST_F(TableReplicaTest, PastTheHeldBytesLimitSmallPartsAreWrittenAndACheckpointStartsEarly) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::hours(1);
+  options.held_parts_max_bytes = 1;
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
+  EXPECT_TRUE(partDirs(dir_).empty());  // held: nothing was held before it
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_0_0"});  // full: written
+  EXPECT_EQ(table_->rowCount(), 2u);
+  const uint64_t journaled = journalBytes(dir_);
+  EXPECT_GT(journaled, 0u);
+
+  table_->runBackgroundRoundForTest();  // an hour early
+  EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202611_0_0_0", "202612_0_0_0"}));
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  EXPECT_EQ(metric("rtable_parts_in_memory"), 0);
+  EXPECT_EQ(metric("rtable_parts_in_memory_bytes"), 0);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));
+  EXPECT_EQ(partDirs(dir_).size(), 2u);  // room again: held
+  table_->runBackgroundRoundForTest();  // not due: the hour has not passed, and there is room
+  EXPECT_EQ(partDirs(dir_).size(), 2u);
+  EXPECT_EQ(metric("rtable_parts_in_memory"), 1);
+  EXPECT_GT(metric("rtable_parts_in_memory_bytes"), 0);
+  EXPECT_EQ(table_->rowCount(), 3u);
+}
+
 TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
   TableReplicaOptions options;
   options.merge_min_parts = 3;

@@ -46,6 +46,7 @@ class ReplicaMetrics {
   // inserted parts held in memory until a checkpoint writes them out, the bytes journaled since
   // the last checkpoint, and checkpoints that failed. While checkpoints fail, the first two grow.
   prometheus::Gauge& parts_in_memory;
+  prometheus::Gauge& parts_in_memory_bytes;
   prometheus::Gauge& part_journal_bytes;
   prometheus::Counter& part_journal_checkpoint_failures;
 

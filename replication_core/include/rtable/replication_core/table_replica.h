@@ -147,6 +147,10 @@ struct TableReplicaOptions {
   // How often the background work makes journaled parts durable by themselves and empties the
   // journal (it also bounds how much a start-up after a crash reads back).
   std::chrono::milliseconds journal_checkpoint_interval{5000};
+  // The bytes of parts held in memory, about (concurrent inserts may each add one more part).
+  // Past it, small parts are written as files (unsynced, journaled) and a checkpoint is started
+  // early: memory stays bounded under any insert load.
+  uint64_t held_parts_max_bytes = 64 << 20;
   // A block number reserved by a commit for the next insert into its partition (insert_protocol.h)
   // is given up after this long unused: until then merges cannot cover it.
   std::chrono::milliseconds reserve_idle{1000};
@@ -346,8 +350,17 @@ class TableReplica {
   struct HeldPart {
     std::shared_ptr<const PartImage> image;
     bool written = false;
+    uint64_t bytes = 0;  // of the image's files
   };
   std::map<PartName, HeldPart> held_parts_;
+  uint64_t held_bytes_ = 0;  // the sum of held_parts_' bytes
+  // held_parts_ changes only through these (parts_mu_ held), which keep held_bytes_.
+  void holdPartLocked(const PartName& name, std::shared_ptr<const PartImage> image);
+  void releaseHeldLocked(std::map<PartName, HeldPart>::iterator it);
+  void releaseHeldLocked(const PartName& name);
+  // Whether a new small part may be held (held_parts_max_bytes); if not, asks for a checkpoint.
+  bool mayHoldMore();
+  std::atomic<bool> checkpoint_requested_{false};
   // Blocks this replica allocated and has not made visible (or abandoned) yet. An insert records
   // its block here, under parts_mu_, before its commit removes the block's lock in ZooKeeper.
   std::set<PartName> unpublished_;
