@@ -1389,19 +1389,27 @@ TableReplica::EntryOutcome TableReplica::executeFetch(Keeper& keeper,
 std::expected<void, std::string> TableReplica::registerPart(Keeper& keeper, const std::vector<Op>& ops,
                                                             const PartName& part,
                                                             const fs::path& dir,
-                                                            const PartChecksums& checksums) {
+                                                            const PartChecksums& checksums,
+                                                            std::shared_ptr<const PartImage> image,
+                                                            uint64_t rows) {
   auto committed = keeper.multi(ops);
   if (committed) return {};
   std::error_code ec;
   if (!committed.error().isConnectionLevel()) {
-    fs::remove_all(dir, ec);
+    if (image) {
+      forgetHeldPart(part);
+    } else {
+      fs::remove_all(dir, ec);
+    }
     return std::unexpected(committed.error().toString());
   }
   // No answer: the multi is atomic, so our parts node will tell whether it was applied. Until
-  // then the files stay; resolveUncertainParts makes the part visible or removes it, and the
-  // entry, retried, then finds the part here (or fetches or merges again).
+  // then the files stay (a held part stays held); resolveUncertainParts makes the part visible or
+  // removes it, and the entry, retried, then finds the part here (or fetches or merges again).
   std::lock_guard lock(parts_mu_);
-  uncertain_parts_[part] = PendingPartFile{part.partition_id, "", dir, 0, std::nullopt, checksums};
+  PendingPartFile uncertain{part.partition_id, "", dir, image ? rows : 0, std::nullopt, checksums};
+  uncertain.image = std::move(image);
+  uncertain_parts_[part] = std::move(uncertain);
   return std::unexpected(fmt::format("{} (the outcome is checked once ZooKeeper answers)",
                                      committed.error().toString()));
 }
@@ -1441,24 +1449,57 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
     rows.append(*block);
   }
   const Block sorted = rows.select(spec_.schema.sortPermutation(rows));
-  auto written = writePart(spec_.data_dir, *result, spec_.schema, sorted);
-  if (!written) return std::unexpected("writing merged part: " + written.error());
+  std::shared_ptr<const PartImage> image = holdMergedPart(*result, sorted);
+  PartChecksums checksums;
+  if (image) {
+    checksums = image->checksums;
+  } else {
+    auto written = writePart(spec_.data_dir, *result, spec_.schema, sorted);
+    if (!written) return std::unexpected("writing merged part: " + written.error());
+    checksums = std::move(*written);
+  }
   std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
   for (const auto& part : sources) ops.push_back(op::Remove{paths_.part(part->name.format()), -1});
   ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
-  if (auto registered = registerPart(keeper, ops, *result, spec_.data_dir / result->format(), *written);
+  if (auto registered = registerPart(keeper, ops, *result, spec_.data_dir / result->format(), checksums,
+                                     image, sorted.rows());
       !registered) {
     return std::unexpected("registering the merged part: " + registered.error());
   }
   uint64_t bytes = 0;
-  for (const auto& file : written->files) bytes += file.size;
-  makeVisible(*result, std::move(*written), sorted.rows());
+  for (const auto& file : checksums.files) bytes += file.size;
+  makeVisible(*result, std::move(checksums), sorted.rows(), std::move(image));
   metrics_.merges.Increment();
   metrics_.merged_rows.Increment(static_cast<double>(sorted.rows()));
   metrics_.merged_bytes.Increment(static_cast<double>(bytes));
   metrics_.merge_duration_seconds.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return {};
+}
+
+std::shared_ptr<const PartImage> TableReplica::holdMergedPart(const PartName& name, const Block& rows) {
+  // A stream of small inserts keeps merging small parts: a synced file per column for each
+  // result contended with the inserts' journal fdatasyncs on the same disk. Journaled, a merge
+  // shares their group commit; the next checkpoint writes the result out (unless a later merge
+  // took it), and after a crash restore() writes it again once ZooKeeper lists it.
+  if (valueBytes(rows) > options_.journal_part_bytes || !mayHoldMore()) return nullptr;
+  auto encoded = encodePart(spec_.schema, rows);
+  if (!encoded) {
+    spdlog::warn("merge {}: {}; writing it as files", name.format(), encoded.error());
+    return nullptr;
+  }
+  auto image = std::make_shared<const PartImage>(std::move(*encoded));
+  {
+    // Held before its record exists: a checkpoint that covers the record writes it out.
+    std::lock_guard lock(parts_mu_);
+    holdPartLocked(name, image);
+  }
+  if (auto journaled = journal_->append(name.format(), *image); !journaled) {
+    spdlog::warn("part journal: {}; writing merged part {} as files", journaled.error(), name.format());
+    forgetHeldPart(name);
+    return nullptr;
+  }
+  return image;
 }
 
 std::expected<void, std::string> TableReplica::executeDropRange(Keeper& keeper,

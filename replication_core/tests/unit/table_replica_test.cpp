@@ -197,13 +197,16 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
   EXPECT_EQ(zk_parts, names);
   EXPECT_EQ(observer_->children(paths_.log())->names.size(), 7u);
   // The merged part holds the rows sorted by x.
-  auto merged = readPart(dir_ / "202612_0_2_1", spec_.schema);
+  auto merged = readDataPart(*parts[1], spec_.schema);
   ASSERT_TRUE(merged) << merged.error();
   EXPECT_EQ(std::get<std::vector<uint64_t>>(merged->columns[1].values), (std::vector<uint64_t>{8, 9, 10}));
   // A restart keeps the merged part and nothing else.
   open(options);
   EXPECT_EQ(table_->rowCount(), 6u);
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
+  auto on_disk = readPart(dir_ / "202612_0_2_1", spec_.schema);
+  ASSERT_TRUE(on_disk) << on_disk.error();
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(on_disk->columns[1].values), (std::vector<uint64_t>{8, 9, 10}));
 }
 
 TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
@@ -513,11 +516,38 @@ TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
   for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
   EXPECT_TRUE(partDirs(dir_).empty());
   EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
-  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
-  table_.reset();  // a clean stop checkpoints: only the part still held would be written
+  // The merge's small result is held and journaled too.
+  EXPECT_TRUE(partDirs(dir_).empty());
+  ASSERT_EQ(table_->activeParts().size(), 1u);
+  EXPECT_TRUE(table_->activeParts()[0]->image);
+  table_.reset();  // a clean stop checkpoints: only the part still held is written
   EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
   open(options);
   EXPECT_EQ(table_->rowCount(), 3u);
+  EXPECT_TRUE(table_->state().unexpected_parts.empty());
+}
+
+// A merge result held in memory is as durable as a synced part: after a crash that took the
+// directory the checkpoint would have written, the journal gives it back. Its sources, which
+// ZooKeeper no longer lists for this replica, are not restored.
+TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash) {
+  TableReplicaOptions options;
+  options.merge_min_parts = 3;
+  options.merge_max_parts = 3;
+  options.journal_checkpoint_interval = std::chrono::hours(1);
+  open(options);
+  for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  EXPECT_TRUE(partDirs(dir_).empty());
+  fs::copy(dir_ / "journal", dir_ / "journal-at-crash");
+  table_.reset();
+  fs::remove_all(dir_ / "202612_0_2_1");
+  fs::remove_all(dir_ / "journal");
+  fs::rename(dir_ / "journal-at-crash", dir_ / "journal");
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 3u);
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
+  EXPECT_TRUE(table_->state().lost_parts.empty());
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
 }
 

@@ -272,11 +272,17 @@ class TableReplica {
   EntryOutcome executeFetch(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
-  // The multi that registers a part made here (fetched or merged, its files at `dir`). Refused:
-  // the files are removed. No answer: the part becomes an uncertain part, resolved later.
+  // The multi that registers a part made here (fetched or merged: its files at `dir`, or a held
+  // `image` of `rows` rows). Refused: the files are removed, a held part forgotten. No answer:
+  // the part becomes an uncertain part, resolved later.
   std::expected<void, std::string> registerPart(Keeper& keeper, const std::vector<Op>& ops,
                                                 const PartName& part, const std::filesystem::path& dir,
-                                                const PartChecksums& checksums);
+                                                const PartChecksums& checksums,
+                                                std::shared_ptr<const PartImage> image = nullptr,
+                                                uint64_t rows = 0);
+  // A small merge result held in memory and journaled, as a small insert is (nothing if it is too
+  // big, the held parts are full, or the journal refuses it: the caller writes it as files).
+  std::shared_ptr<const PartImage> holdMergedPart(const PartName& name, const Block& rows);
   // A lost replica (or a new one of a table with history) becomes a copy of a healthy one.
   // False while there is none to copy.
   bool cloneIfLost(Keeper& keeper);
