@@ -72,6 +72,19 @@ dataDir: {}
     return table_->commit(*pending);
   }
 
+  // Three single-row parts, held (no checkpoint for an hour), merged by one background round.
+  // Returns the options, for reopening.
+  TableReplicaOptions mergeThreeHeldParts() {
+    TableReplicaOptions options;
+    options.merge_min_parts = 3;
+    options.merge_max_parts = 3;
+    options.journal_checkpoint_interval = std::chrono::hours(1);
+    open(options);
+    for (uint64_t x = 1; x <= 3; ++x) EXPECT_TRUE(insert(rows({{"2026-12-01", x}})));
+    EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+    return options;
+  }
+
   // Merges of exactly three neighbouring parts, and blocks 0 and 1 inserted here (2 was reserved
   // and given up, a gap): a test then says which block 3 is and which runs of three may be merged.
   void openMergingThreeWithTwoBlocks() {
@@ -508,14 +521,7 @@ TEST_F(TableReplicaTest, PastTheHeldBytesLimitSmallPartsAreWrittenAndACheckpoint
 }
 
 TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
-  TableReplicaOptions options;
-  options.merge_min_parts = 3;
-  options.merge_max_parts = 3;
-  options.journal_checkpoint_interval = std::chrono::hours(1);
-  open(options);
-  for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
-  EXPECT_TRUE(partDirs(dir_).empty());
-  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  const TableReplicaOptions options = mergeThreeHeldParts();
   // The merge's small result is held and journaled too.
   EXPECT_TRUE(partDirs(dir_).empty());
   ASSERT_EQ(table_->activeParts().size(), 1u);
@@ -531,13 +537,7 @@ TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
 // directory the checkpoint would have written, the journal gives it back. Its sources, which
 // ZooKeeper no longer lists for this replica, are not restored.
 TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash) {
-  TableReplicaOptions options;
-  options.merge_min_parts = 3;
-  options.merge_max_parts = 3;
-  options.journal_checkpoint_interval = std::chrono::hours(1);
-  open(options);
-  for (uint64_t x = 1; x <= 3; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
-  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  const TableReplicaOptions options = mergeThreeHeldParts();
   EXPECT_TRUE(partDirs(dir_).empty());
   fs::copy(dir_ / "journal", dir_ / "journal-at-crash");
   table_.reset();
