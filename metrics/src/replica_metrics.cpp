@@ -53,13 +53,14 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       replica_readonly(gauge(r, l, "rtable_replica_readonly",
                              "1 while the replica cannot write (no ZooKeeper session)")),
       parts_in_memory(gauge(r, l, "rtable_parts_in_memory",
-                            "Inserted parts held in memory, durable in the part journal, that no "
-                            "checkpoint has written out yet")),
+                            "Small inserted parts and merge results held in memory, durable in "
+                            "the part journal, that no checkpoint has written out yet")),
       parts_in_memory_bytes(gauge(r, l, "rtable_parts_in_memory_bytes",
-                                  "Bytes of the inserted parts held in memory, as encoded "
+                                  "Bytes of the parts held in memory, as encoded "
                                   "(about 64 MiB at most)")),
       part_journal_bytes(gauge(r, l, "rtable_part_journal_bytes",
-                               "Bytes appended to the part journal since its last checkpoint")),
+                               "Bytes appended to the part journal since its last checkpoint that "
+                               "succeeded")),
       part_journal_checkpoint_failures(
           counter(r, l, "rtable_part_journal_checkpoint_failures_total",
                   "Part journal checkpoints that failed (the journal and the parts held in "

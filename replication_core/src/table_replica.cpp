@@ -1407,7 +1407,7 @@ std::expected<void, std::string> TableReplica::registerPart(Keeper& keeper, cons
   // then the files stay (a held part stays held); resolveUncertainParts makes the part visible or
   // removes it, and the entry, retried, then finds the part here (or fetches or merges again).
   std::lock_guard lock(parts_mu_);
-  PendingPartFile uncertain{part.partition_id, "", dir, image ? rows : 0, std::nullopt, checksums};
+  PendingPartFile uncertain{part.partition_id, "", dir, rows, std::nullopt, checksums};
   uncertain.image = std::move(image);
   uncertain_parts_[part] = std::move(uncertain);
   return std::unexpected(fmt::format("{} (the outcome is checked once ZooKeeper answers)",

@@ -273,8 +273,8 @@ class TableReplica {
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
   // The multi that registers a part made here (fetched or merged: its files at `dir`, or a held
-  // `image` of `rows` rows). Refused: the files are removed, a held part forgotten. No answer:
-  // the part becomes an uncertain part, resolved later.
+  // `image`; `rows` 0 if unknown). Refused: the files are removed, a held part forgotten. No
+  // answer: the part becomes an uncertain part, resolved later.
   std::expected<void, std::string> registerPart(Keeper& keeper, const std::vector<Op>& ops,
                                                 const PartName& part, const std::filesystem::path& dir,
                                                 const PartChecksums& checksums,
@@ -298,7 +298,7 @@ class TableReplica {
   // A journal checkpoint: rotate, write every held part out (no fsync), syncfs, drop the old files.
   std::expected<void, std::string> checkpointJournal();
   std::expected<void, std::string> writeHeldParts();
-  // An inserted part held in memory leaves held_parts_ (its commit failed, or it left the table);
+  // A part held in memory leaves held_parts_ (its commit failed, or it left the table);
   // a directory a checkpoint wrote for it is removed.
   void forgetHeldPart(const PartName& name);
   // Takes an active part out of the table (merged or dropped); its files go with its last reader.
@@ -350,7 +350,7 @@ class TableReplica {
   // Parts whose commit multi got no answer: on disk under their final name, made visible or
   // removed once ZooKeeper says whether the multi was applied.
   std::map<PartName, PendingPartFile> uncertain_parts_;
-  // Inserted parts held in memory, from before their journal append until a checkpoint writes
+  // Small inserted parts and merge results held in memory, from before their journal append until a checkpoint writes
   // them out (`written`: their directory exists, not yet synced) or they leave: every part whose
   // record a checkpoint's rotation covers is here, even while its commit still runs.
   struct HeldPart {
