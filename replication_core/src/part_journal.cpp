@@ -359,15 +359,23 @@ std::expected<std::vector<std::string>, std::string> PartJournal::restore(
     // A damaged tail is an append cut short by the crash, never acknowledged.
     for (auto& part : decoded.parts) latest[part.name] = std::move(part);
   }
+  std::vector<JournaledPart> parts;
+  for (auto& [name, part] : latest) parts.push_back(std::move(part));
+  return restoreParts(table_dir, schema, parts, wanted, "the part journal");
+}
+
+std::expected<std::vector<std::string>, std::string> restoreParts(
+    const fs::path& table_dir, const TableSchema& schema, const std::vector<JournaledPart>& parts,
+    const std::function<bool(const std::string&)>& wanted, std::string_view source) {
   std::vector<std::string> restored;
-  for (const auto& [name, part] : latest) {
-    if (!wanted(name)) continue;
+  for (const auto& part : parts) {
+    if (!wanted(part.name)) continue;
     std::error_code ec;
-    if (fs::exists(table_dir / name, ec) && verifyPart(table_dir / name, schema)) continue;
+    if (fs::exists(table_dir / part.name, ec) && verifyPart(table_dir / part.name, schema)) continue;
     if (auto rewritten = rewritePart(table_dir, part); !rewritten) {
-      return std::unexpected(fmt::format("restoring part {} from the part journal: {}", name, rewritten.error()));
+      return std::unexpected(fmt::format("restoring part {} from {}: {}", part.name, source, rewritten.error()));
     }
-    restored.push_back(name);
+    restored.push_back(part.name);
   }
   return restored;
 }
@@ -410,16 +418,9 @@ void PartJournal::cancelCheckpoint(Rotation rotation) {
 std::expected<void, std::string> PartJournal::finishCheckpoint(Rotation rotation, const fs::path& table_dir) {
   const std::vector<fs::path> covered = rotation.covered;
   if (covered.empty()) return {};
-  auto restoreCovered = [&] { cancelCheckpoint(std::move(rotation)); };
-  auto fd = openFd(table_dir, O_RDONLY | O_DIRECTORY);
-  if (!fd) {
-    restoreCovered();
-    return std::unexpected(fmt::format("part journal checkpoint: {}: {}", table_dir.string(), fd.error()));
-  }
-  if (::syncfs(fd->get()) != 0) {
-    const int error = errno;
-    restoreCovered();
-    return std::unexpected(fmt::format("part journal checkpoint: syncfs of {} failed: {}", table_dir.string(), errnoText(error)));
+  if (auto synced = syncFileSystem(table_dir); !synced) {
+    cancelCheckpoint(std::move(rotation));
+    return std::unexpected("part journal checkpoint: " + synced.error());
   }
   std::error_code ec;
   for (const auto& path : covered) fs::remove(path, ec);

@@ -66,4 +66,14 @@ inline std::expected<void, std::string> fsyncDirectory(const std::filesystem::pa
   return {};
 }
 
+// Makes everything written to the file system holding `dir` durable (syncfs).
+inline std::expected<void, std::string> syncFileSystem(const std::filesystem::path& dir) {
+  auto fd = openFd(dir, O_RDONLY | O_DIRECTORY);
+  if (!fd) return std::unexpected(fmt::format("{}: {}", dir.string(), fd.error()));
+  if (::syncfs(fd->get()) != 0) {
+    return std::unexpected(fmt::format("syncfs of {} failed: {}", dir.string(), errnoText(errno)));
+  }
+  return {};
+}
+
 }  // namespace rtable::core

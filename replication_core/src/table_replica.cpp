@@ -138,15 +138,26 @@ std::expected<void, std::string> TableReplica::start() {
   for (const auto& name : *restored) {
     spdlog::warn("part {} did not survive the crash intact: written again from the part journal", name);
   }
+  auto images = restoreFromKeeperImages(*keeper, in_keeper);
+  if (!images) return std::unexpected(images.error());
   auto loaded = loadParts(spec_.data_dir, spec_.schema);
   if (!loaded) return std::unexpected(loaded.error());
   for (const auto& [name, reason] : loaded->broken) {
     broken_parts_.push_back(fmt::format("{}: {}", name, reason));
     metrics_.broken_parts.Increment();
   }
-  // The parts are durable by themselves from here on; the journal starts empty.
+  // The parts are durable by themselves from here on; the journal starts empty, and so do the
+  // part images in ZooKeeper.
   if (auto checkpointed = journal_->checkpoint(spec_.data_dir); !checkpointed) {
     return std::unexpected(checkpointed.error());
+  }
+  if (!images->empty()) {
+    if (auto synced = syncFileSystem(spec_.data_dir); !synced) return std::unexpected(synced.error());
+    {
+      std::lock_guard lock(parts_mu_);
+      for (const auto& name : *images) keeper_images_.emplace(name, 0);
+    }
+    removeKeeperImages(*keeper, *images);
   }
   last_checkpoint_ = std::chrono::steady_clock::now();
 
@@ -526,11 +537,14 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
     return std::unexpected(InsertError{InsertError::Kind::kInternal,
                                        fmt::format("cannot move part to {}: {}", final_dir.string(), ec.message())});
   }
-  // Durable before the commit: once committed, a retry of this insert is deduplicated.
-  if (auto durable = makeDurable(name, pending); !durable) {
-    discard();
-    (void)keeper.remove(lock.path);
-    return std::unexpected(InsertError{InsertError::Kind::kInternal, "making the part durable: " + durable.error()});
+  // Durable before the commit, or by it: once committed, a retry of this insert is deduplicated.
+  const std::optional<std::string> image_record = pending.image ? keeperImageFor(name, *pending.image) : std::nullopt;
+  if (!image_record) {
+    if (auto durable = makeDurable(name, pending); !durable) {
+      discard();
+      (void)keeper.remove(lock.path);
+      return std::unexpected(InsertError{InsertError::Kind::kInternal, "making the part durable: " + durable.error()});
+    }
   }
   LogEntry entry;
   entry.type = LogEntry::Type::kGetPart;
@@ -541,7 +555,12 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
   entry.quorum = static_cast<int>(quorum);
   const std::optional<std::string> reserve_data =
       reserve ? allocator_.startReserving(pending.partition) : std::nullopt;
-  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data);
+  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data, image_record);
+  if (image_record && (committed || committed.error().failure == CommitFailure::kUnknownOutcome)) {
+    std::lock_guard parts_lock(parts_mu_);
+    // After its hold (above): the checkpoint that removes the image writes the part out first.
+    if (keeper_images_.emplace(name, image_record->size()).second) keeper_image_bytes_ += image_record->size();
+  }
   if (reserve_data) {
     allocator_.finishReserving(keeper.sessionId(), pending.partition, *reserve_data,
                                committed ? committed->reserve_path : std::nullopt,
@@ -651,23 +670,25 @@ std::expected<void, std::string> TableReplica::makeDurable(const PartName& name,
 void TableReplica::checkpointJournalIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const bool requested = checkpoint_requested_.exchange(false);
-  if (journal_->pendingBytes() > 0 && (requested || now - last_checkpoint_ >= options_.journal_checkpoint_interval)) {
+  bool images;
+  {
+    std::lock_guard lock(parts_mu_);
+    images = !keeper_images_.empty();
+  }
+  if ((journal_->pendingBytes() > 0 || images) &&
+      (requested || now - last_checkpoint_ >= options_.journal_checkpoint_interval)) {
     last_checkpoint_ = now;
     if (auto done = checkpointJournal(); !done) {
       spdlog::warn("{}", done.error());
       metrics_.part_journal_checkpoint_failures.Increment();
     }
   }
-  std::size_t held = 0;
-  uint64_t held_bytes = 0;
-  {
-    std::lock_guard lock(parts_mu_);
-    held = held_parts_.size();
-    held_bytes = held_bytes_;
-  }
-  metrics_.parts_in_memory.Set(static_cast<double>(held));
-  metrics_.parts_in_memory_bytes.Set(static_cast<double>(held_bytes));
   metrics_.part_journal_bytes.Set(static_cast<double>(journal_->pendingBytes()));
+  std::lock_guard lock(parts_mu_);
+  metrics_.parts_in_memory.Set(static_cast<double>(held_parts_.size()));
+  metrics_.parts_in_memory_bytes.Set(static_cast<double>(held_bytes_));
+  metrics_.part_images_in_keeper.Set(static_cast<double>(keeper_images_.size()));
+  metrics_.part_images_in_keeper_bytes.Set(static_cast<double>(keeper_image_bytes_));
 }
 
 std::expected<void, std::string> TableReplica::checkpointJournal() {
@@ -675,12 +696,26 @@ std::expected<void, std::string> TableReplica::checkpointJournal() {
   // append), or to one on disk, or to one that left the table: written out, all are durable after
   // the syncfs without those records.
   PartJournal::Rotation rotation = journal_->rotate();
-  if (rotation.covered.empty()) return {};
+  // The same holds for the parts whose images are in ZooKeeper by now.
+  std::vector<PartName> images;
+  {
+    std::lock_guard lock(parts_mu_);
+    for (const auto& [name, bytes] : keeper_images_) images.push_back(name);
+  }
+  if (rotation.covered.empty() && images.empty()) return {};
   if (auto written = writeHeldParts(); !written) {
     journal_->cancelCheckpoint(std::move(rotation));
     return std::unexpected("part journal checkpoint: " + written.error());
   }
-  return journal_->finishCheckpoint(std::move(rotation), spec_.data_dir);
+  if (!rotation.covered.empty()) {
+    if (auto finished = journal_->finishCheckpoint(std::move(rotation), spec_.data_dir); !finished) return finished;
+  } else if (auto synced = syncFileSystem(spec_.data_dir); !synced) {
+    return std::unexpected("part journal checkpoint: " + synced.error());
+  }
+  if (images.empty()) return {};
+  std::shared_ptr<Keeper> keeper = this->keeper();
+  if (keeper) removeKeeperImages(*keeper, images);  // without a session, the next checkpoint does
+  return {};
 }
 
 std::expected<void, std::string> TableReplica::writeHeldParts() {
@@ -756,14 +791,117 @@ bool TableReplica::mayHoldMore() {
     std::lock_guard lock(parts_mu_);
     if (held_bytes_ < options_.held_parts_max_bytes) return true;
   }
-  if (!checkpoint_requested_.exchange(true)) {
-    {
-      std::lock_guard lock(background_mu_);
-      wake_requested_ = true;
-    }
-    background_wake_.notify_all();
-  }
+  requestCheckpoint();
   return false;
+}
+
+void TableReplica::requestCheckpoint() {
+  if (checkpoint_requested_.exchange(true)) return;
+  {
+    std::lock_guard lock(background_mu_);
+    wake_requested_ = true;
+  }
+  background_wake_.notify_all();
+}
+
+std::optional<std::string> TableReplica::keeperImageFor(const PartName& name, const PartImage& image) {
+  if (options_.keeper_part_image_bytes == 0) return std::nullopt;
+  uint64_t bytes = 0;
+  for (const auto& file : image.files) bytes += file.bytes.size();
+  if (bytes > options_.keeper_part_image_bytes) return std::nullopt;
+  {
+    std::lock_guard lock(parts_mu_);
+    if (keeper_image_bytes_ + bytes > options_.keeper_part_images_max_bytes) {
+      requestCheckpoint();
+      return std::nullopt;
+    }
+  }
+  std::string record = encodeJournalRecord(name.format(), image.files);
+  if (record.size() > options_.keeper_part_image_bytes) return std::nullopt;
+  return record;
+}
+
+void TableReplica::removeKeeperImages(Keeper& keeper, const std::vector<PartName>& names) {
+  // A multi per batch; one of them gone already (an unanswered commit that was not applied, a
+  // removal whose answer was lost) fails the batch, which is then removed node by node.
+  constexpr std::size_t kBatch = 100;
+  for (std::size_t first = 0; first < names.size(); first += kBatch) {
+    const std::size_t last = std::min(names.size(), first + kBatch);
+    std::vector<Op> ops;
+    for (std::size_t i = first; i < last; ++i) ops.push_back(op::Remove{paths_.partImage(names[i].format()), -1});
+    std::vector<PartName> removed;
+    auto batch = keeper.multi(ops);
+    if (batch) {
+      removed.assign(names.begin() + static_cast<std::ptrdiff_t>(first), names.begin() + static_cast<std::ptrdiff_t>(last));
+    } else if (batch.error().isConnectionLevel()) {
+      spdlog::warn("removing part images from ZooKeeper: {}; the next checkpoint tries again", batch.error().toString());
+      return;
+    } else {
+      for (std::size_t i = first; i < last; ++i) {
+        auto one = keeper.remove(paths_.partImage(names[i].format()));
+        if (one || one.error().code == KeeperCode::kNoNode) {
+          removed.push_back(names[i]);
+        } else {
+          spdlog::warn("removing the image of part {} from ZooKeeper: {}", names[i].format(), one.error().toString());
+        }
+      }
+    }
+    std::lock_guard lock(parts_mu_);
+    for (const auto& name : removed) {
+      if (auto it = keeper_images_.find(name); it != keeper_images_.end()) {
+        keeper_image_bytes_ -= it->second;
+        keeper_images_.erase(it);
+      }
+    }
+  }
+}
+
+std::expected<std::vector<PartName>, std::string> TableReplica::restoreFromKeeperImages(
+    Keeper& keeper, const std::set<std::string>& in_keeper) {
+  auto listed = keeper.children(paths_.partImages());
+  if (!listed && listed.error().code == KeeperCode::kNoNode) {
+    // A replica registered before part images existed.
+    auto made = keeper.create(paths_.partImages(), "", CreateMode::kPersistent);
+    if (!made && made.error().code != KeeperCode::kNodeExists) {
+      return std::unexpected("creating " + paths_.partImages() + ": " + made.error().toString());
+    }
+    return std::vector<PartName>{};
+  }
+  if (!listed) return std::unexpected("listing this replica's part images: " + listed.error().toString());
+  std::vector<PartName> images;
+  std::vector<std::string> wanted_paths;
+  for (const auto& name : listed->names) {
+    auto part = PartName::parse(name);
+    if (!part) {
+      spdlog::warn("{} in {} is not a part name; left alone", name, paths_.partImages());
+      continue;
+    }
+    images.push_back(*part);
+    // Only committed parts: an image of a part ZooKeeper does not list went with a merge or a drop.
+    if (in_keeper.contains(name)) wanted_paths.push_back(paths_.partImage(name));
+  }
+  std::vector<JournaledPart> parts;
+  auto read = keeper.getMany(wanted_paths);
+  for (std::size_t i = 0; i < read.size(); ++i) {
+    if (!read[i]) return std::unexpected("reading " + wanted_paths[i] + ": " + read[i].error().toString());
+    DecodedJournal decoded = decodeJournal(read[i]->data);
+    const std::string name = wanted_paths[i].substr(paths_.partImages().size() + 1);
+    if (decoded.parts.size() != 1 || decoded.parts[0].name != name || !decoded.damage.empty()) {
+      // Its part is then lost here, and fetched again like any other lost part.
+      spdlog::error("the image of part {} in ZooKeeper is damaged ({}); not restored from it", name,
+                    decoded.damage.empty() ? "not one record of that part" : decoded.damage);
+      continue;
+    }
+    parts.push_back(std::move(decoded.parts[0]));
+  }
+  auto restored = restoreParts(spec_.data_dir, spec_.schema, parts,
+                               [&](const std::string& name) { return in_keeper.contains(name); },
+                               "its image in ZooKeeper");
+  if (!restored) return std::unexpected(restored.error());
+  for (const auto& name : *restored) {
+    spdlog::warn("part {} was committed but not yet written out: written from its image in ZooKeeper", name);
+  }
+  return images;
 }
 
 std::map<PartName, DataPartPtr>::iterator TableReplica::retirePartLocked(

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/testing/files.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 #include "rtable/replication_core/testing/wait.h"
@@ -141,7 +142,7 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
   EXPECT_EQ(json::parse(by_partition->body)["rows"], 1);
 }
 
-// A one-row part is held in memory and in the part journal; the journal's checkpoint (every 5 s)
+// A one-row part is held in memory, its image in ZooKeeper; the checkpoint (every 5 s)
 // writes it out. Selects read it either way.
 TEST_F(CoreProcess, ASmallPartIsHeldInMemoryUntilTheCheckpointWritesItOut) {
   ASSERT_NO_FATAL_FAILURE(startReplica());
@@ -342,6 +343,12 @@ TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
   auto ids = idCounts();
   EXPECT_EQ(ids.size(), kInserts * 2);
   for (const auto& [id, n] : ids) EXPECT_EQ(n, 1) << "row " << id;
+  // The kills fell between checkpoints: small parts committed since the last one existed only in
+  // memory and as their images in ZooKeeper, and the restarts wrote them out from there.
+  const std::string log = testing::readFile(replica_->logFile());
+  std::size_t from_images = 0;
+  for (std::size_t at = 0; (at = log.find("written from its image in ZooKeeper", at)) != std::string::npos; ++at) ++from_images;
+  EXPECT_GT(from_images, 0u);
 }
 
 }  // namespace

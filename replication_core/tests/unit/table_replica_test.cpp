@@ -108,6 +108,13 @@ dataDir: {}
   }
 
   // The value of the replica's metric `name` (a gauge or a counter).
+  // The parts whose images are in ZooKeeper.
+  std::vector<std::string> imageNames() const {
+    auto listed = observer_->children(paths_.partImages());
+    EXPECT_TRUE(listed) << listed.error().toString();
+    return listed ? listed->names : std::vector<std::string>{};
+  }
+
   double metric(const std::string& name) const {
     for (const auto& family : registry_->Collect()) {
       if (family.name != name || family.metric.empty()) continue;
@@ -385,6 +392,7 @@ uint64_t journalBytes(const fs::path& data_dir) {
 TEST_F(TableReplicaTest, ACommittedPartLostWithThePageCacheIsWrittenAgainFromTheJournal) {
   TableReplicaOptions options;
   options.journal_checkpoint_interval = std::chrono::hours(1);
+  options.keeper_part_image_bytes = 0;  // the journal, not ZooKeeper, keeps small parts
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
@@ -412,6 +420,7 @@ TEST_F(TableReplicaTest, ACommittedPartLostWithThePageCacheIsWrittenAgainFromThe
 TEST_F(TableReplicaTest, TheJournalIsCheckpointedInTheBackgroundAndSkipsBigParts) {
   TableReplicaOptions options;
   options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  options.keeper_part_image_bytes = 0;
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   EXPECT_GT(journalBytes(dir_), 0u);
@@ -433,6 +442,90 @@ std::vector<std::string> partDirs(const fs::path& data_dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// A small part's durability comes with its commit: its journal record goes into ZooKeeper in the
+// commit multi, and no journal append (no second device flush) happens. The checkpoint that
+// writes the part out removes the image.
+TEST_F(TableReplicaTest, ASmallInsertsImageTravelsInItsCommitUntilACheckpointWritesThePartOut) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 7}})));
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  EXPECT_TRUE(partDirs(dir_).empty());
+  auto image = observer_->get(paths_.partImage("202612_0_0_0"));
+  ASSERT_TRUE(image) << image.error().toString();
+  const DecodedJournal decoded = decodeJournal(image->data);
+  ASSERT_EQ(decoded.parts.size(), 1u);
+  EXPECT_TRUE(decoded.damage.empty());
+  EXPECT_EQ(decoded.parts[0].name, "202612_0_0_0");
+  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 0);  // set by the background round
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_0_0"});
+  EXPECT_TRUE(verifyPart(dir_ / "202612_0_0_0", spec_.schema));
+  EXPECT_EQ(imageNames(), std::vector<std::string>{});
+  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 0);
+  EXPECT_EQ(metric("rtable_part_images_in_zookeeper_bytes"), 0);
+  EXPECT_EQ(table_->rowCount(), 1u);
+}
+
+// A crash (kill -9, power loss) before the checkpoint: the committed parts exist only in
+// ZooKeeper's images. Start-up writes them out, fsynced, then removes every image, also one of a
+// part ZooKeeper no longer lists (a merge or a drop took it), which is not restored.
+TEST_F(TableReplicaTest, ACommittedPartWhoseOnlyCopyIsItsImageInZooKeeperIsWrittenOutOnStart) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::hours(1);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  std::map<std::string, std::string> images;
+  for (const auto& name : imageNames()) {
+    images[name] = observer_->get(paths_.partImage(name))->data;
+  }
+  ASSERT_EQ(images.size(), 2u);
+  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 0);
+  table_->runBackgroundRoundForTest();  // no checkpoint due, the metrics only
+  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 2);
+  EXPECT_GT(metric("rtable_part_images_in_zookeeper_bytes"), 0);
+  // A clean stop writes the parts out and removes the images; a crash leaves them as they were.
+  table_.reset();
+  EXPECT_TRUE(imageNames().empty());
+  for (const auto& dir : partDirs(dir_)) fs::remove_all(dir_ / dir);
+  for (const auto& [name, data] : images) {
+    ASSERT_TRUE(observer_->create(paths_.partImage(name), data, CreateMode::kPersistent));
+  }
+  ASSERT_TRUE(observer_->create(paths_.partImage("202612_5_5_0"), images.begin()->second, CreateMode::kPersistent));
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 2u);
+  EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202612_0_0_0", "202612_1_1_0"}));
+  for (const auto& dir : partDirs(dir_)) EXPECT_TRUE(verifyPart(dir_ / dir, spec_.schema)) << dir;
+  EXPECT_TRUE(imageNames().empty());
+  const ReplicaState state = table_->state();
+  EXPECT_TRUE(state.lost_parts.empty());
+  EXPECT_TRUE(state.unexpected_parts.empty());
+}
+
+// ZooKeeper keeps every node in memory: past keeper_part_images_max_bytes small parts go to the
+// journal again, and the next background round checkpoints early, which removes the images.
+TEST_F(TableReplicaTest, PastTheImageBytesLimitSmallPartsGoToTheJournalAndACheckpointStartsEarly) {
+  TableReplicaOptions options;
+  options.journal_checkpoint_interval = std::chrono::hours(1);
+  options.keeper_part_images_max_bytes = 1;
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  EXPECT_GT(journalBytes(dir_), 0u);
+  EXPECT_TRUE(imageNames().empty());
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_0_0"});
+
+  options.keeper_part_images_max_bytes = 1 << 20;
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  EXPECT_EQ(imageNames().size(), 1u);
+  EXPECT_EQ(table_->rowCount(), 2u);
 }
 
 TEST_F(TableReplicaTest, ASmallPartIsHeldInMemoryUntilACheckpointWritesItOut) {
@@ -466,6 +559,7 @@ TEST_F(TableReplicaTest, ASmallPartIsHeldInMemoryUntilACheckpointWritesItOut) {
 TEST_F(TableReplicaTest, AFailedCheckpointKeepsThePartsHeldAndTheMetricsShowIt) {
   TableReplicaOptions options;
   options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  options.keeper_part_image_bytes = 0;
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
@@ -552,9 +646,10 @@ TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash
 }
 
 // Inserts and checkpoints at the same time (the sanitizer builds run this too). Afterwards, as a
-// crash would find it: every active part has a directory, or its record is in a journal file.
+// crash would find it: every active part has a directory, or its record is in a journal file, or
+// its image is in ZooKeeper.
 // (The moment a checkpoint meets a commit still running is pinned down by the next test.)
-TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJournal) {
+TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJournalOrInZooKeeper) {
   TableReplicaOptions options;
   options.journal_checkpoint_interval = std::chrono::milliseconds(0);
   options.merge_min_parts = 1000;  // parts stay as inserted
@@ -582,7 +677,10 @@ TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJour
   for (const auto& part : active) {
     if (part->image) {
       ++held;
-      EXPECT_TRUE(journaled.contains(part->name.format())) << part->name.format() << " is only in memory";
+      const std::string name = part->name.format();
+      auto image = observer_->get(paths_.partImage(name));
+      EXPECT_TRUE(journaled.contains(name) || (image && decodeJournal(image->data).parts.size() == 1))
+          << name << " is only in memory";
     } else {
       EXPECT_TRUE(verifyPart(part->dir, spec_.schema)) << part->name.format();
     }

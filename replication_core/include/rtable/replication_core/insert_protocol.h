@@ -4,8 +4,9 @@
 //      create the ephemeral-sequential block_numbers/<partition>/block-]. The sequence number is
 //      the part's block number; a collision on the check means the block is a duplicate.
 //   2. commitPart: one multi = [create log/log- (a `get` entry), create deduplication_hashes/<id>
-//      = part name, create replicas/<me>/parts/<part>, remove the block lock, and for a quorum
-//      insert create quorum/parallel/<part>]. Only after it succeeds is the part made visible and
+//      = part name, create replicas/<me>/parts/<part>, remove the block lock, for a small part
+//      create replicas/<me>/part_images/<part> (its bytes, docs/formats.md "Part images"), and for
+//      a quorum insert create quorum/parallel/<part>]. Only after it succeeds is the part made visible and
 //      the insert acknowledged (for a quorum insert, once the quorum node is gone).
 //
 // A crash between them leaves an ephemeral lock that goes with the session and a tmp part that is
@@ -134,10 +135,13 @@ struct CommitError {
 };
 
 // The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the part).
-// With `reserve_lock_data` it also creates the partition's next block lock with that data.
+// With `reserve_lock_data` it also creates the partition's next block lock with that data. With
+// `part_image` it also creates replicas/<me>/part_images/<part> holding it (the part's journal
+// record): the part is then as durable as ZooKeeper once the multi succeeds.
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
                                                  const LogEntry& entry, const BlockNumberLock& lock,
-                                                 const std::optional<std::string>& reserve_lock_data = std::nullopt);
+                                                 const std::optional<std::string>& reserve_lock_data = std::nullopt,
+                                                 const std::optional<std::string>& part_image = std::nullopt);
 
 // After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
 KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, const std::string& part);

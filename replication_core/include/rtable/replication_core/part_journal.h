@@ -6,7 +6,8 @@
 // most of rtable-core's CPU on a journal-less ext4. A small part is therefore held in memory
 // (TableReplica) and appended to this journal, which takes one fdatasync (shared by inserts that
 // append at the same time). The part is then as durable as if its files had been synced: after a
-// crash, restore() writes it out.
+// crash, restore() writes it out. (A part whose record is small enough skips the journal: its
+// record goes into ZooKeeper with its commit instead, TableReplica::keeperImageFor.)
 //
 // A checkpoint makes everything journaled durable by itself, then removes the journal files it
 // covers; the replica runs one every few seconds in the background (rotate(), write out the parts
@@ -54,6 +55,14 @@ struct DecodedJournal {
   std::string damage;  // empty when the file ends cleanly after its last record
 };
 DecodedJournal decodeJournal(std::string_view bytes);
+
+// For every part in `parts` that `wanted` names and whose directory in `table_dir` is missing or
+// fails verifyPart: writes it again, fsynced, replacing what is there. Returns the names restored;
+// `source` names where the parts came from in errors.
+std::expected<std::vector<std::string>, std::string> restoreParts(
+    const std::filesystem::path& table_dir, const TableSchema& schema,
+    const std::vector<JournaledPart>& parts, const std::function<bool(const std::string&)>& wanted,
+    std::string_view source);
 
 class PartJournal {
  public:

@@ -43,6 +43,10 @@ struct TablePaths {
   std::string queue() const { return replicaRoot() + "/queue"; }
   std::string parts() const { return replicaRoot() + "/parts"; }
   std::string part(const std::string& name) const { return parts() + "/" + name; }
+  // Small parts this replica committed and has not yet written out: their bytes, until its next
+  // checkpoint (TableReplica, "part images" in docs/formats.md).
+  std::string partImages() const { return replicaRoot() + "/part_images"; }
+  std::string partImage(const std::string& name) const { return partImages() + "/" + name; }
 };
 
 }  // namespace rtable::core
