@@ -66,9 +66,19 @@ KeeperResult<std::vector<QueueEntry>> loadQueue(Keeper& keeper, const TablePaths
   return entries;
 }
 
+void LogPuller::remember(const std::string& entry_path, std::string data) {
+  auto index = logEntryIndex(nodeName(entry_path));
+  if (!index) return;
+  std::lock_guard lock(remembered_mu_);
+  remembered_[*index] = std::move(data);
+  // Without pulls for a long while, the oldest are read back instead.
+  while (remembered_.size() > kMaxRemembered) remembered_.erase(remembered_.begin());
+}
+
 KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const SkipEntry& skip,
                                                        WatchCallback on_new_entries) {
   last_pull_multis_ = 0;
+  last_pull_reads_ = 0;
   auto pointer_node = keeper.get(paths_.logPointer());
   if (!pointer_node) return std::unexpected(pointer_node.error());
   auto listed = keeper.children(paths_.log(), std::move(on_new_entries));
@@ -97,19 +107,37 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
     for (std::size_t i = begin; i < end; ++i) {
       entry_paths.push_back(fmt::format("{}{:010d}", paths_.logEntryPrefix(), indexes[i]));
     }
-    // One pipelined read for the whole batch: a replica catching up on N entries pays about one
-    // round trip per batch, not one per entry.
-    auto nodes = keeper.getMany(entry_paths);
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      auto& node = nodes[i];
+    // Entries this replica wrote are known; the others are read in one pipelined request for
+    // the batch: a replica catching up on N entries pays about one round trip per batch.
+    std::vector<std::optional<std::string>> datas(entry_paths.size());
+    {
+      std::lock_guard lock(remembered_mu_);
+      for (std::size_t i = begin; i < end; ++i) {
+        if (auto known = remembered_.find(indexes[i]); known != remembered_.end()) datas[i - begin] = known->second;
+      }
+    }
+    std::vector<std::string> to_read;
+    for (std::size_t i = 0; i < datas.size(); ++i) {
+      if (!datas[i]) to_read.push_back(entry_paths[i]);
+    }
+    std::vector<KeeperResult<GetResult>> nodes;
+    if (!to_read.empty()) nodes = keeper.getMany(to_read);
+    last_pull_reads_ += to_read.size();
+    for (std::size_t i = 0, read = 0; i < datas.size(); ++i) {
+      if (datas[i]) continue;
+      auto& node = nodes[read++];
       if (!node) return std::unexpected(node.error());  // cleanup never removes what we still need
-      auto entry = LogEntry::parse(node->data);
+      datas[i] = std::move(node->data);
+    }
+    for (std::size_t i = 0; i < datas.size(); ++i) {
+      const std::string& data = *datas[i];
+      auto entry = LogEntry::parse(data);
       if (!entry) {
         return std::unexpected(KeeperError{KeeperCode::kBadArguments, entry_paths[i],
                                            "log entry does not parse: " + entry.error(), {}});
       }
       if (skip && skip(*entry)) continue;
-      ops.push_back(op::Create{paths_.queue() + "/" + std::string(kQueuePrefix), node->data,
+      ops.push_back(op::Create{paths_.queue() + "/" + std::string(kQueuePrefix), data,
                                CreateMode::kPersistentSequential});
       entries.push_back(std::move(*entry));
     }
@@ -124,6 +152,8 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
     }
     begin = end;
     batch_ = std::min(batch_ * 2, kMaxBatch);
+    std::lock_guard lock(remembered_mu_);
+    remembered_.erase(remembered_.begin(), remembered_.upper_bound(indexes[end - 1]));
   }
   return pulled;
 }

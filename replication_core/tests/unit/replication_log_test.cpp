@@ -74,6 +74,30 @@ TEST_F(ReplicationLog, EntriesThatNeedNoWorkOnlyMoveThePointer) {
   EXPECT_EQ(keeper_->get(r1_.logPointer())->data, "4");
 }
 
+// A replica's own inserts: the pull takes the entries the commits remembered instead of reading
+// them back, and copies them (here: not skipped) exactly as if it had read them.
+TEST_F(ReplicationLog, EntriesThisReplicaWroteAreNotReadBack) {
+  LogPuller puller(r1_);
+  ASSERT_TRUE(puller.pull(*keeper_));  // batches grow from 1: start with a warm puller
+  for (int i = 0; i < 4; ++i) {
+    auto created = keeper_->create(r1_.logEntryPrefix(), getEntry(fmt::format("all_{0}_{0}_0", i)),
+                                   CreateMode::kPersistentSequential);
+    ASSERT_TRUE(created);
+    if (i != 2) puller.remember(*created, getEntry(fmt::format("all_{0}_{0}_0", i)));
+  }
+  auto pulled = puller.pull(*keeper_);
+  ASSERT_TRUE(pulled) << pulled.error().toString();
+  EXPECT_EQ(puller.lastPullReads(), 1u);  // all_2_2_0, written by "another replica"
+  EXPECT_EQ(queueTexts(r1_), (std::vector<std::string>{"all_0_0_0", "all_1_1_0", "all_2_2_0", "all_3_3_0"}));
+  ASSERT_EQ(pulled->size(), 4u);
+  EXPECT_EQ((*pulled)[3].entry.new_part_name, "all_3_3_0");
+  EXPECT_EQ(keeper_->get(r1_.logPointer())->data, "4");
+  // Past the pointer they are forgotten: what a later pull reads is only what is new.
+  appendLog(1, 4);
+  ASSERT_TRUE(puller.pull(*keeper_));
+  EXPECT_EQ(puller.lastPullReads(), 1u);
+}
+
 TEST_F(ReplicationLog, ACatchUpTakesFewRoundTrips) {
   appendLog(1, 0);
   LogPuller puller(r1_);

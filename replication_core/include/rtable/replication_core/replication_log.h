@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,11 +51,22 @@ class LogPuller {
 
   // Multis used by the last pull (for tests and metrics).
   std::size_t lastPullMultis() const { return last_pull_multis_; }
+  // Log entries the last pull read from ZooKeeper (the others it had been given by remember()).
+  std::size_t lastPullReads() const { return last_pull_reads_; }
+
+  // An entry this replica has just written (`entry_path` = log/log-N, `data` its content): the
+  // pull that reaches it takes it from here instead of reading it back, which is one read less
+  // per insert. Forgotten once the pointer passes it; at most kMaxRemembered are kept.
+  void remember(const std::string& entry_path, std::string data);
+  static constexpr std::size_t kMaxRemembered = 10000;
 
  private:
   TablePaths paths_;
   std::size_t batch_ = 1;
   std::size_t last_pull_multis_ = 0;
+  std::size_t last_pull_reads_ = 0;
+  std::mutex remembered_mu_;  // remember() runs in insert threads, pull() in the background
+  std::map<int64_t, std::string> remembered_;
 };
 
 struct CloneResult {
