@@ -214,9 +214,10 @@ class ReplicaHttpServer::Impl {
       options.quorum_timeout = std::chrono::milliseconds(*value);
     }
     auto pending = table_.beginInsert(std::move(options));
-    // Large bodies are parsed on every core (a body under a segment stays in this thread).
-    ParallelRowParser parser(table_.spec().schema, *format,
-                             std::max(1u, std::thread::hardware_concurrency()));
+    // Large bodies are parsed on every core (a body under a segment stays in this thread). The
+    // count is read once: each call reads /sys/devices/system/cpu/online (three system calls).
+    static const unsigned kCores = std::max(1u, std::thread::hardware_concurrency());
+    ParallelRowParser parser(table_.spec().schema, *format, kCores);
     std::string add_error;
     auto sink = [&](Block&& block) {
       if (!add_error.empty()) return;

@@ -323,7 +323,12 @@ void TableReplica::makeVisibleLocked(const PartName& name, PartChecksums checksu
                   added ? "covered by an active part" : added.error());
     return;
   }
-  for (auto it = active_parts_.begin(); it != active_parts_.end();) {
+  // The parts it covers start at its partition and min block (the map's order): a single-row
+  // insert looks at one or two parts, not at every active part of the table.
+  const PartName first{name.partition_id, name.min_block, name.min_block, 0, 0};
+  for (auto it = active_parts_.lower_bound(first);
+       it != active_parts_.end() && it->first.partition_id == name.partition_id &&
+       it->first.min_block <= name.max_block;) {
     if (name.contains(it->first) && it->first != name) {
       it = retirePartLocked(it);
     } else {
@@ -567,6 +572,7 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
                                !committed && committed.error().failure == CommitFailure::kUnknownOutcome);
   }
   if (committed) {
+    puller_.remember(committed->log_entry_path, entry.format());
     makeVisible(name, *pending.checksums, pending.rows, pending.image);
     result.rows += pending.rows;
     return name.format();
