@@ -562,9 +562,7 @@ std::expected<std::string, InsertError> TableReplica::commitOne(Keeper& keeper,
       reserve ? allocator_.startReserving(pending.partition) : std::nullopt;
   auto committed = commitPart(keeper, paths_, entry, lock, reserve_data, image_record);
   if (image_record && (committed || committed.error().failure == CommitFailure::kUnknownOutcome)) {
-    std::lock_guard parts_lock(parts_mu_);
-    // After its hold (above): the checkpoint that removes the image writes the part out first.
-    if (keeper_images_.emplace(name, image_record->size()).second) keeper_image_bytes_ += image_record->size();
+    noteKeeperImage(name, image_record->size());
   }
   if (reserve_data) {
     allocator_.finishReserving(keeper.sessionId(), pending.partition, *reserve_data,
@@ -825,6 +823,12 @@ std::optional<std::string> TableReplica::keeperImageFor(const PartName& name, co
   std::string record = encodeJournalRecord(name.format(), image.files);
   if (record.size() > options_.keeper_part_image_bytes) return std::nullopt;
   return record;
+}
+
+void TableReplica::noteKeeperImage(const PartName& name, uint64_t bytes) {
+  // After the part's hold: the checkpoint that removes the image writes the part out first.
+  std::lock_guard lock(parts_mu_);
+  if (keeper_images_.emplace(name, bytes).second) keeper_image_bytes_ += bytes;
 }
 
 void TableReplica::removeKeeperImages(Keeper& keeper, const std::vector<PartName>& names) {
@@ -1593,7 +1597,7 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
     rows.append(*block);
   }
   const Block sorted = rows.select(spec_.schema.sortPermutation(rows));
-  std::shared_ptr<const PartImage> image = holdMergedPart(*result, sorted);
+  auto [image, keeper_record] = holdMergedPart(*result, sorted);
   PartChecksums checksums;
   if (image) {
     checksums = image->checksums;
@@ -1605,11 +1609,18 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
   std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
   for (const auto& part : sources) ops.push_back(op::Remove{paths_.part(part->name.format()), -1});
   ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
-  if (auto registered = registerPart(keeper, ops, *result, spec_.data_dir / result->format(), checksums,
-                                     image, sorted.rows());
-      !registered) {
-    return std::unexpected("registering the merged part: " + registered.error());
+  if (keeper_record) ops.push_back(op::Create{paths_.partImage(result->format()), *keeper_record, CreateMode::kPersistent});
+  auto registered = registerPart(keeper, ops, *result, spec_.data_dir / result->format(), checksums, image, sorted.rows());
+  if (keeper_record) {
+    // Applied, or perhaps (no answer: the part is uncertain): the next checkpoint removes it.
+    bool maybe_applied = registered.has_value();
+    if (!maybe_applied) {
+      std::lock_guard lock(parts_mu_);
+      maybe_applied = uncertain_parts_.contains(*result);
+    }
+    if (maybe_applied) noteKeeperImage(*result, keeper_record->size());
   }
+  if (!registered) return std::unexpected("registering the merged part: " + registered.error());
   uint64_t bytes = 0;
   for (const auto& file : checksums.files) bytes += file.size;
   makeVisible(*result, std::move(checksums), sorted.rows(), std::move(image));
@@ -1621,16 +1632,17 @@ std::expected<void, std::string> TableReplica::executeMerge(Keeper& keeper,
   return {};
 }
 
-std::shared_ptr<const PartImage> TableReplica::holdMergedPart(const PartName& name, const Block& rows) {
+TableReplica::HeldMerge TableReplica::holdMergedPart(const PartName& name, const Block& rows) {
   // A stream of small inserts keeps merging small parts: a synced file per column for each
-  // result contended with the inserts' journal fdatasyncs on the same disk. Journaled, a merge
-  // shares their group commit; the next checkpoint writes the result out (unless a later merge
-  // took it), and after a crash restore() writes it again once ZooKeeper lists it.
-  if (valueBytes(rows) > options_.journal_part_bytes || !mayHoldMore()) return nullptr;
+  // result contended with the inserts' commits for the same disk. Held, a merge result is as
+  // durable as a small insert, by its image in its multi or by the journal; the next checkpoint
+  // writes it out (unless a later merge took it), and after a crash the start-up writes it again
+  // once ZooKeeper lists it.
+  if (valueBytes(rows) > options_.journal_part_bytes || !mayHoldMore()) return {};
   auto encoded = encodePart(spec_.schema, rows);
   if (!encoded) {
     spdlog::warn("merge {}: {}; writing it as files", name.format(), encoded.error());
-    return nullptr;
+    return {};
   }
   auto image = std::make_shared<const PartImage>(std::move(*encoded));
   {
@@ -1638,12 +1650,13 @@ std::shared_ptr<const PartImage> TableReplica::holdMergedPart(const PartName& na
     std::lock_guard lock(parts_mu_);
     holdPartLocked(name, image);
   }
+  if (auto record = keeperImageFor(name, *image)) return {image, std::move(record)};
   if (auto journaled = journal_->append(name.format(), *image); !journaled) {
     spdlog::warn("part journal: {}; writing merged part {} as files", journaled.error(), name.format());
     forgetHeldPart(name);
-    return nullptr;
+    return {};
   }
-  return image;
+  return {image, std::nullopt};
 }
 
 std::expected<void, std::string> TableReplica::executeDropRange(Keeper& keeper,

@@ -74,8 +74,9 @@ dataDir: {}
 
   // Three single-row parts, held (no checkpoint for an hour), merged by one background round.
   // Returns the options, for reopening.
-  TableReplicaOptions mergeThreeHeldParts() {
+  TableReplicaOptions mergeThreeHeldParts(uint64_t keeper_part_image_bytes = TableReplicaOptions{}.keeper_part_image_bytes) {
     TableReplicaOptions options;
+    options.keeper_part_image_bytes = keeper_part_image_bytes;
     options.merge_min_parts = 3;
     options.merge_max_parts = 3;
     options.journal_checkpoint_interval = std::chrono::hours(1);
@@ -631,7 +632,7 @@ TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
 // directory the checkpoint would have written, the journal gives it back. Its sources, which
 // ZooKeeper no longer lists for this replica, are not restored.
 TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash) {
-  const TableReplicaOptions options = mergeThreeHeldParts();
+  const TableReplicaOptions options = mergeThreeHeldParts(/*keeper_part_image_bytes=*/0);
   EXPECT_TRUE(partDirs(dir_).empty());
   fs::copy(dir_ / "journal", dir_ / "journal-at-crash");
   table_.reset();
@@ -643,6 +644,23 @@ TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash
   EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
   EXPECT_TRUE(table_->state().lost_parts.empty());
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
+}
+
+// The same with the merge result's image in ZooKeeper (made by the merge's multi): no journal
+// record, and after a crash the start-up writes the result from the image.
+TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromItsImageAfterACrash) {
+  const TableReplicaOptions options = mergeThreeHeldParts();
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  auto image = observer_->get(paths_.partImage("202612_0_2_1"));
+  ASSERT_TRUE(image) << image.error().toString();
+  table_.reset();  // writes the result out and removes its image; a crash would not
+  fs::remove_all(dir_ / "202612_0_2_1");
+  ASSERT_TRUE(observer_->create(paths_.partImage("202612_0_2_1"), image->data, CreateMode::kPersistent));
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 3u);
+  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
+  EXPECT_TRUE(imageNames().empty());
+  EXPECT_TRUE(table_->state().lost_parts.empty());
 }
 
 // Inserts and checkpoints at the same time (the sanitizer builds run this too). Afterwards, as a

@@ -288,9 +288,14 @@ class TableReplica {
                                                 const PartChecksums& checksums,
                                                 std::shared_ptr<const PartImage> image = nullptr,
                                                 uint64_t rows = 0);
-  // A small merge result held in memory and journaled, as a small insert is (nothing if it is too
-  // big, the held parts are full, or the journal refuses it: the caller writes it as files).
-  std::shared_ptr<const PartImage> holdMergedPart(const PartName& name, const Block& rows);
+  // A small merge result held in memory and made durable as a small insert is: by its image in
+  // the merge's multi (`keeper_record`, for the caller to add) or by the journal. Nothing if it is
+  // too big, the held parts are full, or the journal refuses it: the caller writes it as files.
+  struct HeldMerge {
+    std::shared_ptr<const PartImage> image;
+    std::optional<std::string> keeper_record;
+  };
+  HeldMerge holdMergedPart(const PartName& name, const Block& rows);
   // A lost replica (or a new one of a table with history) becomes a copy of a healthy one.
   // False while there is none to copy.
   bool cloneIfLost(Keeper& keeper);
@@ -309,6 +314,8 @@ class TableReplica {
   // The record to put in ZooKeeper with the commit of held part `name`, if it may go there
   // (keeper_part_image_bytes, keeper_part_images_max_bytes); otherwise the journal takes it.
   std::optional<std::string> keeperImageFor(const PartName& name, const PartImage& image);
+  // Records that a multi created (or may have created) the image of `name`, `bytes` long.
+  void noteKeeperImage(const PartName& name, uint64_t bytes);
   // Removes these parts' images from ZooKeeper (they are durable on disk now) and forgets them;
   // those it could not remove stay for the next checkpoint.
   void removeKeeperImages(Keeper& keeper, const std::vector<PartName>& names);
