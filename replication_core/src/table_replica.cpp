@@ -810,6 +810,7 @@ void TableReplica::requestCheckpoint() {
 
 std::optional<std::string> TableReplica::keeperImageFor(const PartName& name, const PartImage& image) {
   if (options_.keeper_part_image_bytes == 0) return std::nullopt;
+  // The files first: a part of up to journal_part_bytes is not encoded only to be refused.
   uint64_t bytes = 0;
   for (const auto& file : image.files) bytes += file.bytes.size();
   if (bytes > options_.keeper_part_image_bytes) return std::nullopt;
