@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  g++ cmake ninja-build pkg-config openjdk-17-jdk-headless
+  g++ cmake ninja-build pkg-config openjdk-17-jdk-headless ccache
   # C++ libraries (DESIGN.md 1)
   libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev
