@@ -121,8 +121,9 @@ std::expected<PartTransferReader, std::string> PartTransferReader::open(
   };
   auto openSized =
       [&](std::string_view name) -> std::expected<std::pair<Fd, uint64_t>, std::string> {
-    Fd fd(::open((part_dir / name).c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) return fail(name, fmt::format("cannot open: {}", errnoText(errno)));
+    auto opened = openFd(part_dir / name, O_RDONLY);
+    if (!opened) return fail(name, opened.error());
+    Fd fd = std::move(*opened);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return fail(name, fmt::format("fstat: {}", errnoText(errno)));
     if (!S_ISREG(st.st_mode)) return fail(name, "not a regular file");
@@ -593,25 +594,21 @@ class PartFiles {
  public:
   PartFiles(const fs::path& dir, const FetchContext& context) : dir_(dir), context_(context) {}
 
-  FetchResult<int> create(const std::string& name) {
-    Fd fd(::open((dir_ / name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (fd.get() < 0) {
-      return context_.error(Kind::kLocal, fmt::format("{}: cannot create {}: {}", name,
-                                                      (dir_ / name).string(), errnoText(errno)));
+  // The index of the new file, for write().
+  FetchResult<std::size_t> create(const std::string& name) {
+    auto fd = openFd(dir_ / name, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (!fd) {
+      return context_.error(Kind::kLocal, fmt::format("{}: {}: {}", name, (dir_ / name).string(), fd.error()));
     }
-    files_.emplace_back(name, std::move(fd));
-    return files_.back().second.get();
+    files_.emplace_back(name, std::move(*fd));
+    return files_.size() - 1;
   }
 
-  FetchResult<void> write(int fd, const std::string& name, std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        return context_.error(Kind::kLocal, fmt::format("{}: write to {} failed: {}", name,
-                                                        dir_.string(), errnoText(errno)));
-      }
-      bytes.remove_prefix(static_cast<std::size_t>(n));
+  FetchResult<void> write(std::size_t file, std::string_view bytes) {
+    const auto& [name, fd] = files_[file];
+    if (auto written = writeAll(fd, bytes); !written) {
+      return context_.error(Kind::kLocal, fmt::format("{}: write to {} failed: {}", name,
+                                                      dir_.string(), written.error()));
     }
     return {};
   }
@@ -619,7 +616,7 @@ class PartFiles {
   // Every file, then the directory.
   FetchResult<void> syncAll() {
     for (auto& [name, fd] : files_) {
-      auto done = fsyncFd(fd.get());
+      auto done = fsyncFd(fd);
       if (done) done = fd.close();
       if (!done) {
         return context_.error(Kind::kLocal,
@@ -627,13 +624,8 @@ class PartFiles {
       }
     }
     files_.clear();
-    Fd dir(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dir.get() < 0) {
-      return context_.error(Kind::kLocal,
-                            fmt::format("cannot open {}: {}", dir_.string(), errnoText(errno)));
-    }
-    if (auto synced = fsyncFd(dir.get()); !synced) {
-      return context_.error(Kind::kLocal, fmt::format("{}: {}", dir_.string(), synced.error()));
+    if (auto synced = fsyncDirectory(dir_); !synced) {
+      return context_.error(Kind::kLocal, synced.error());
     }
     return {};
   }
@@ -687,7 +679,7 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
   }
   auto checksums_fd = files.create(first->name);
   if (!checksums_fd) return std::unexpected(checksums_fd.error());
-  if (auto ok = files.write(*checksums_fd, first->name, checksums_text); !ok)
+  if (auto ok = files.write(*checksums_fd, checksums_text); !ok)
     return std::unexpected(ok.error());
   if (*count != checksums->files.size() + 1) {
     return context.error(Kind::kCorrupt,
@@ -717,7 +709,7 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
       auto bytes = response.nextBodyBytes(left);
       if (!bytes) return std::unexpected(bytes.error());
       hasher.update(bytes->data(), bytes->size());
-      if (auto ok = files.write(*fd, expected.name, *bytes); !ok)
+      if (auto ok = files.write(*fd, *bytes); !ok)
         return std::unexpected(ok.error());
       left -= bytes->size();
     }
@@ -819,9 +811,9 @@ std::expected<PartChecksums, FetchError> fetchPart(
   }
   // mkdir is the claim on dest_dir: a directory that exists is someone else's and stays as it is.
   std::error_code ec;
-  if (!fs::create_directory(dest_dir, ec)) {
-    return context.error(Kind::kLocal, fmt::format("cannot create {}: {}", dest_dir.string(),
-                                                   ec ? ec.message() : "it exists"));
+  if (auto made = makeDirectory(dest_dir); !made || !*made) {
+    return context.error(Kind::kLocal, made ? fmt::format("cannot create {}: it exists", dest_dir.string())
+                                            : made.error());
   }
   auto fetched = fetchInto(context, secret, dest_dir, schema, timeout);
   if (!fetched) fs::remove_all(dest_dir, ec);

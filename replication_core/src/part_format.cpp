@@ -98,26 +98,6 @@ std::optional<Hash128> parseHashHex(std::string_view text) {
 
 // --- Files -----------------------------------------------------------------------------------
 
-// rename(2) that never replaces `to`: plain rename would replace an empty directory.
-Status renameNoReplace(const fs::path& from, const fs::path& to) {
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return {};
-  int error = errno;
-  if (error == EINVAL || error == ENOSYS) {
-    // A file system without RENAME_NOREPLACE. Check, then rename: a part directory is never
-    // empty, so rename(2) itself refuses an existing part that appears in between (ENOTEMPTY).
-    std::error_code ec;
-    if (fs::exists(to, ec)) {
-      error = EEXIST;
-    } else if (::rename(from.c_str(), to.c_str()) == 0) {
-      return {};
-    } else {
-      error = errno;
-    }
-  }
-  return std::unexpected(fmt::format("cannot rename {} to {}: {}", from.string(), to.string(),
-                                     error == ENOTEMPTY ? errnoText(EEXIST) : errnoText(error)));
-}
-
 // A new file, hashed as it is written; finish() fsyncs and closes it. In memory (a PartImage's
 // file), the bytes collect in memory() instead.
 class FileWriter {
@@ -141,19 +121,12 @@ class FileWriter {
       memory_.append(p, size);
       return {};
     }
-    while (size > 0) {
-      const ssize_t n = ::write(fd_.get(), p, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return std::unexpected(fmt::format("write failed: {}", errnoText(errno)));
-      p += n;
-      size -= static_cast<std::size_t>(n);
-    }
-    return {};
+    return writeAll(fd_, std::string_view(p, size));
   }
 
   Result<PartChecksums::File> finish() {
     if (in_memory_) return PartChecksums::File{name_, size_, hasher_.digest()};
-    if (auto synced = fsyncFd(fd_.get()); !synced) return std::unexpected(synced.error());
+    if (auto synced = fsyncFd(fd_); !synced) return std::unexpected(synced.error());
     if (auto closed = fd_.close(); !closed) return std::unexpected(closed.error());
     return PartChecksums::File{name_, size_, hasher_.digest()};
   }
@@ -183,7 +156,7 @@ class DeferredSyncs {
   void add(std::string name, Fd fd) { files_.emplace_back(std::move(name), std::move(fd)); }
   Status syncAll(const fs::path& dir) {
     auto syncOne = [](Fd& fd) -> Status {
-      Status done = fsyncFd(fd.get());
+      Status done = fsyncFd(fd);
       if (done) done = fd.close();
       return done;
     };
@@ -986,12 +959,13 @@ std::expected<PartChecksums, std::string> writePart(const fs::path& table_dir, c
         fmt::format("part {}: {}", part_dir.string(), ec ? ec.message() : "already exists"));
   }
   // mkdir is the lock among writers of one part name.
-  if (!fs::create_directory(tmp_dir, ec)) {
+  auto made = makeDirectory(tmp_dir);
+  if (!made || !*made) {
     return std::unexpected(fmt::format(
-        "part {}: cannot create {}: {}", part_dir.string(), tmp_dir.string(),
-        ec ? ec.message()
-           : "it exists (a write of this part is running, or a crash left it: loadParts "
-             "removes it)"));
+        "part {}: {}", part_dir.string(),
+        !made ? made.error()
+              : fmt::format("cannot create {}: it exists (a write of this part is running, or a "
+                            "crash left it: loadParts removes it)", tmp_dir.string())));
   }
   auto fail = [&](std::string error) {
     fs::remove_all(tmp_dir, ec);
@@ -1020,9 +994,9 @@ std::expected<PartChecksums, std::string> writeStagedPart(const fs::path& dir,
     return std::unexpected(fmt::format("part {}: {}", dir.string(), matches.error()));
   }
   std::error_code ec;
-  if (!fs::create_directory(dir, ec)) {
+  if (auto made = makeDirectory(dir); !made || !*made) {
     return std::unexpected(fmt::format("part {}: cannot create it: {}", dir.string(),
-                                       ec ? ec.message() : "it exists"));
+                                       made ? "it exists" : made.error()));
   }
   auto checksums = writePartFiles(dir, schema, block, sync);
   if (checksums && sync == PartSync::kNow) {
@@ -1066,9 +1040,9 @@ std::expected<PartImage, std::string> encodePart(const TableSchema& schema, cons
 std::expected<void, std::string> writePartImage(const fs::path& dir, const std::vector<PartFile>& files,
                                                 PartSync sync) {
   std::error_code ec;
-  if (!fs::create_directory(dir, ec)) {
+  if (auto made = makeDirectory(dir); !made || !*made) {
     return std::unexpected(fmt::format("part {}: cannot create it: {}", dir.string(),
-                                       ec ? ec.message() : "it exists"));
+                                       made ? "it exists" : made.error()));
   }
   auto fail = [&](std::string error) {
     fs::remove_all(dir, ec);
