@@ -54,7 +54,7 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
                              "1 while the replica cannot write (no ZooKeeper session)")),
       parts_in_memory(gauge(r, l, "rtable_parts_in_memory",
                             "Small inserted parts and merge results held in memory, durable in "
-                            "the part journal or ZooKeeper, that no checkpoint has written out "
+                            "the part journal, that no checkpoint has written out and synced "
                             "yet")),
       parts_in_memory_bytes(gauge(r, l, "rtable_parts_in_memory_bytes",
                                   "Bytes of the parts held in memory, as encoded "
@@ -62,11 +62,6 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       part_journal_bytes(gauge(r, l, "rtable_part_journal_bytes",
                                "Bytes appended to the part journal since its last checkpoint that "
                                "succeeded")),
-      part_images_in_keeper(gauge(r, l, "rtable_part_images_in_zookeeper",
-                                  "Small inserted parts whose bytes this replica keeps in "
-                                  "ZooKeeper until a checkpoint writes them out")),
-      part_images_in_keeper_bytes(gauge(r, l, "rtable_part_images_in_zookeeper_bytes",
-                                        "Bytes of those part images (about 8 MiB at most)")),
       part_journal_checkpoint_failures(
           counter(r, l, "rtable_part_journal_checkpoint_failures_total",
                   "Part journal checkpoints that failed (the journal and the parts held in "

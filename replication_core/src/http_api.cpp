@@ -14,6 +14,7 @@
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/row_filter.h"
 #include "rtable/replication_core/row_format.h"
+#include "posix_file.h"
 #include "rtable/replication_core/http_server.h"
 
 namespace rtable::core {
@@ -244,6 +245,11 @@ class ReplicaHttpServer::Impl {
     }
     if (auto finished = parser.finish(sink); !finished) return badInput(request, finished.error());
     if (!add_error.empty()) {
+      if (isOutOfSpace(add_error)) {
+        return replyError(request, 507, "INSUFFICIENT_STORAGE",
+                          "staging the insert: " + add_error + "; this replica's data volume is full, "
+                          "nothing was committed", json::object(), {{"Retry-After", "10"}});
+      }
       return replyError(request, 500, "INTERNAL", "staging the insert: " + add_error);
     }
     auto result = table_.commit(*pending);
@@ -268,6 +274,9 @@ class ReplicaHttpServer::Impl {
           return replyError(request, 400, "BAD_REQUEST", error.message);
         case InsertError::Kind::kNotFound:
           return replyError(request, 404, "NOT_FOUND", error.message);
+        case InsertError::Kind::kStorageFull:
+          return replyError(request, 507, "INSUFFICIENT_STORAGE", error.message, json::object(),
+                            {{"Retry-After", "10"}});
         case InsertError::Kind::kInternal:
           return replyError(request, 500, "INTERNAL", error.message);
       }

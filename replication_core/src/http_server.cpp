@@ -350,6 +350,7 @@ std::string_view httpReasonPhrase(int status) {
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
+    case 507: return "Insufficient Storage";
   }
   return "Unknown";
 }

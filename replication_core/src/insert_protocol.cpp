@@ -238,18 +238,14 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const L
 
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
                                                  const LogEntry& entry, const BlockNumberLock& lock,
-                                                 const std::optional<std::string>& reserve_lock_data,
-                                                 const std::optional<std::string>& part_image) {
-  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp, kImageOp };
+                                                 const std::optional<std::string>& reserve_lock_data) {
+  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp };
   std::vector<Op> ops = {
       op::Create{paths.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
       op::Create{paths.dedupHash(entry.block_id), entry.new_part_name, CreateMode::kPersistent},
       op::Create{paths.part(entry.new_part_name), "", CreateMode::kPersistent},
       op::Remove{lock.path, -1},
   };
-  if (part_image) {
-    ops.push_back(op::Create{paths.partImage(entry.new_part_name), *part_image, CreateMode::kPersistent});
-  }
   if (entry.quorum >= 2) {
     // This replica has the part: it is the first of the quorum.
     QuorumEntry quorum{entry.new_part_name, static_cast<std::size_t>(entry.quorum), {paths.replica}};
@@ -259,12 +255,6 @@ std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePath
     ops.push_back(op::Create{paths.blockLockPrefix(lock.partition), *reserve_lock_data, CreateMode::kEphemeralSequential});
   }
   auto committed = keeper.multi(ops);
-  if (!committed && part_image && committed.error().code == KeeperCode::kNoNode &&
-      committed.error().failed_op_index == std::optional<std::size_t>(kImageOp)) {
-    // A replica registered before part images existed (or one whose node was removed by hand).
-    auto parent = keeper.create(paths.partImages(), "", CreateMode::kPersistent);
-    if (parent || parent.error().code == KeeperCode::kNodeExists) committed = keeper.multi(ops);
-  }
   if (committed) {
     Committed done{(*committed)[kLogOp].path_created, std::nullopt};
     if (reserve_lock_data) done.reserve_path = committed->back().path_created;
@@ -291,6 +281,16 @@ KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, cons
   auto stat = keeper.exists(paths.part(part));
   if (!stat) return std::unexpected(stat.error());
   return stat->has_value();
+}
+
+KeeperResult<bool> commitOutcome(Keeper& keeper, const TablePaths& paths, const std::string& part,
+                                 const std::string& lock_path) {
+  if (!lock_path.empty()) {
+    auto fenced = keeper.remove(lock_path);
+    if (fenced) return false;
+    if (fenced.error().code != KeeperCode::kNoNode) return std::unexpected(fenced.error());
+  }
+  return partIsCommitted(keeper, paths, part);
 }
 
 }  // namespace rtable::core

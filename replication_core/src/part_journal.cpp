@@ -110,17 +110,6 @@ std::expected<std::string, std::string> readWhole(const fs::path& path) {
   }
 }
 
-std::expected<void, std::string> pwriteAll(int fd, std::string_view bytes, uint64_t offset) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return std::unexpected(fmt::format("write failed: {}", errnoText(errno)));
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-    offset += static_cast<uint64_t>(n);
-  }
-  return {};
-}
-
 // Writes the part into `tmp_journal_<name>`, every file and the directory fsynced, then puts it
 // in place of whatever `<name>` holds and fsyncs `table_dir`.
 std::expected<void, std::string> rewritePart(const fs::path& table_dir, const JournaledPart& part) {
@@ -131,8 +120,7 @@ std::expected<void, std::string> rewritePart(const fs::path& table_dir, const Jo
   if (auto written = writePartImage(tmp, part.files, PartSync::kNow); !written) return written;
   fs::remove_all(target, ec);
   if (ec) return std::unexpected(fmt::format("cannot remove {}: {}", target.string(), ec.message()));
-  fs::rename(tmp, target, ec);
-  if (ec) return std::unexpected(fmt::format("cannot rename {} to {}: {}", tmp.string(), target.string(), ec.message()));
+  if (auto renamed = renamePath(tmp, target); !renamed) return renamed;
   return fsyncDirectory(table_dir);
 }
 
@@ -242,9 +230,9 @@ std::expected<void, std::string> PartJournal::prepareSpare() {
     if (!fd) return std::unexpected(fmt::format("{}: {}", path.string(), fd.error()));
     const std::string zeros(1 << 20, '\0');
     for (uint64_t done = 0; done < kSpareBytes; done += zeros.size()) {
-      if (auto written = pwriteAll(fd->get(), zeros, done); !written) return written;
+      if (auto written = pwriteAll(fd->get(), fd->path(), zeros, done); !written) return written;
     }
-    if (auto synced = fsyncFd(fd->get()); !synced) return synced;
+    if (auto synced = fsyncFd(*fd); !synced) return synced;
     return fd->close();
   }();
   std::lock_guard lock(mu_);
@@ -262,8 +250,7 @@ std::expected<void, std::string> PartJournal::startFile() {
   current_ = dir_ / fmt::format("{}{:010}{}", kFilePrefix, next_number_++, kFileSuffix);
   file_offset_ = 0;
   // The spare becomes the file (its name made durable below), or a new empty file is.
-  const bool spare = std::exchange(spare_ready_, false) &&
-                     ::rename((dir_ / kSpareName).c_str(), current_.c_str()) == 0;
+  const bool spare = std::exchange(spare_ready_, false) && renamePath(dir_ / kSpareName, current_);
   auto fd = openFd(current_, spare ? O_WRONLY : O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (!fd) return std::unexpected(fmt::format("{}: {}", current_.string(), fd.error()));
   // The file's name must survive a crash with the records in it.
@@ -271,19 +258,6 @@ std::expected<void, std::string> PartJournal::startFile() {
   fd_ = dup(fd->get());
   if (fd_ < 0) return std::unexpected(fmt::format("{}: dup failed: {}", current_.string(), errnoText(errno)));
   return {};
-}
-
-std::expected<void, std::string> PartJournal::append(const std::string& name, const fs::path& part_dir,
-                                                     const PartChecksums& checksums) {
-  JournaledPart part{name, {}};
-  std::vector<std::string> names{"checksums.txt"};
-  for (const auto& file : checksums.files) names.push_back(file.name);
-  for (const auto& file_name : names) {
-    auto bytes = readWhole(part_dir / file_name);
-    if (!bytes) return std::unexpected(bytes.error());
-    part.files.push_back({file_name, std::move(*bytes)});
-  }
-  return appendRecord(part.encodeRecord());
 }
 
 std::expected<void, std::string> PartJournal::append(const std::string& name, const PartImage& image) {
@@ -297,7 +271,7 @@ std::expected<void, std::string> PartJournal::appendRecord(const std::string& re
   if (fd_ < 0) {
     if (auto started = startFile(); !started) return std::unexpected(started.error());
   }
-  if (auto written = pwriteAll(fd_, record, file_offset_); !written) {
+  if (auto written = pwriteAll(fd_, current_.native(), record, file_offset_); !written) {
     // A torn record would hide every record after it.
     failed_ = failure_ = fmt::format("part journal {}: {}", current_.string(), written.error());
     failed_ranges_.emplace_back(synced_, appended_);  // their fsync is never attempted
@@ -322,17 +296,16 @@ std::expected<void, std::string> PartJournal::appendRecord(const std::string& re
     }
     syncing_ = true;
     const uint64_t target = appended_;
+    // rotate() waits for syncing_ to clear before it closes fd_ or changes current_.
     const int fd = fd_;
+    const std::string path = current_.native();
     lock.unlock();
-    int rc;
-    while ((rc = ::fdatasync(fd)) != 0 && errno == EINTR) {
-    }
-    const int error = errno;
+    auto synced = fdatasyncFd(fd, path);
     lock.lock();
     syncing_ = false;
     // After a failed fsync the kernel may have dropped the dirty pages: never trust a retry.
-    if (rc != 0) {
-      failed_ = failure_ = fmt::format("part journal {}: fdatasync failed: {}", current_.string(), errnoText(error));
+    if (!synced) {
+      failed_ = failure_ = fmt::format("part journal {}: {}", path, synced.error());
       failed_ranges_.emplace_back(synced_, appended_);
     } else {
       synced_ = std::max(synced_, target);
@@ -344,8 +317,7 @@ std::expected<void, std::string> PartJournal::appendRecord(const std::string& re
 }
 
 std::expected<std::vector<std::string>, std::string> PartJournal::restore(
-    const fs::path& table_dir, const TableSchema& schema,
-    const std::function<bool(const std::string&)>& wanted) const {
+    const fs::path& table_dir, const std::function<bool(const std::string&)>& wanted) const {
   std::vector<fs::path> files;
   {
     std::lock_guard lock(mu_);
@@ -361,17 +333,15 @@ std::expected<std::vector<std::string>, std::string> PartJournal::restore(
   }
   std::vector<JournaledPart> parts;
   for (auto& [name, part] : latest) parts.push_back(std::move(part));
-  return restoreParts(table_dir, schema, parts, wanted, "the part journal");
+  return restoreParts(table_dir, parts, wanted, "the part journal");
 }
 
 std::expected<std::vector<std::string>, std::string> restoreParts(
-    const fs::path& table_dir, const TableSchema& schema, const std::vector<JournaledPart>& parts,
+    const fs::path& table_dir, const std::vector<JournaledPart>& parts,
     const std::function<bool(const std::string&)>& wanted, std::string_view source) {
   std::vector<std::string> restored;
   for (const auto& part : parts) {
     if (!wanted(part.name)) continue;
-    std::error_code ec;
-    if (fs::exists(table_dir / part.name, ec) && verifyPart(table_dir / part.name, schema)) continue;
     if (auto rewritten = rewritePart(table_dir, part); !rewritten) {
       return std::unexpected(fmt::format("restoring part {} from {}: {}", part.name, source, rewritten.error()));
     }

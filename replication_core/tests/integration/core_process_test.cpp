@@ -344,11 +344,11 @@ TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
   EXPECT_EQ(ids.size(), kInserts * 2);
   for (const auto& [id, n] : ids) EXPECT_EQ(n, 1) << "row " << id;
   // The kills fell between checkpoints: small parts committed since the last one existed only in
-  // memory and as their images in ZooKeeper, and the restarts wrote them out from there.
+  // memory and in the part journal, and the restarts wrote them out from there.
   const std::string log = testing::readFile(replica_->logFile());
-  std::size_t from_images = 0;
-  for (std::size_t at = 0; (at = log.find("written from its image in ZooKeeper", at)) != std::string::npos; ++at) ++from_images;
-  EXPECT_GT(from_images, 0u);
+  std::size_t from_journal = 0;
+  for (std::size_t at = 0; (at = log.find("written again from the part journal", at)) != std::string::npos; ++at) ++from_journal;
+  EXPECT_GT(from_journal, 0u);
 }
 
 }  // namespace

@@ -103,30 +103,30 @@ TEST_F(InsertProtocol, AnInsertCommitsAGetEntryTheDedupIdAndThePart) {
   EXPECT_EQ(insert("202611", "202611_5_6"), "202611_0_0_0");
 }
 
-// A small part's image travels in the commit; a replica registered before part images existed
-// gets their parent node made by its first such commit.
-TEST_F(InsertProtocol, APartImageIsCommittedWithThePartEvenWithoutItsParentNode) {
-  ASSERT_FALSE(keeper_->exists(paths_.partImages())->has_value());
+// The commit carries metadata only: the log entry, the dedup id's part name, an empty parts node
+// and the reserve; no row data goes into ZooKeeper (it holds every node in memory and is shared by
+// every table).
+TEST_F(InsertProtocol, ACommitWritesNoRowDataToZooKeeper) {
   auto allocation = allocator_.allocate(*keeper_, "202612", "202612_1_2");
   ASSERT_TRUE(allocation);
   const auto lock = std::get<BlockNumberLock>(*allocation);
   const std::string data = "reserve 1";
-  auto committed = commitPart(*keeper_, paths_, getEntry(lock, "202612_1_2"), lock, data, std::string("the image"));
+  const LogEntry entry = getEntry(lock, "202612_1_2");
+  auto committed = commitPart(*keeper_, paths_, entry, lock, data);
   ASSERT_TRUE(committed) << committed.error().cause.toString();
-  EXPECT_EQ(keeper_->get(paths_.partImage("202612_0_0_0"))->data, "the image");
-  EXPECT_TRUE(keeper_->exists(paths_.part("202612_0_0_0"))->has_value());
-  ASSERT_TRUE(committed->reserve_path);  // still the multi's last op
+  EXPECT_EQ(keeper_->get(paths_.part("202612_0_0_0"))->data, "");
+  EXPECT_EQ(keeper_->get(paths_.dedupHash("202612_1_2"))->data, "202612_0_0_0");
+  EXPECT_EQ(keeper_->get(committed->log_entry_path)->data, entry.format());
+  ASSERT_TRUE(committed->reserve_path);  // the multi's last op
   EXPECT_EQ(keeper_->get(*committed->reserve_path)->data, data);
-
-  // A commit refused as a duplicate leaves no image behind (the multi is atomic).
-  auto second = allocator_.allocate(*keeper_, "202612", "202612_3_4");
-  ASSERT_TRUE(second);
-  const auto lock2 = std::get<BlockNumberLock>(*second);
-  LogEntry entry2 = getEntry(lock2, "202612_1_2");
-  auto refused = commitPart(*keeper_, paths_, entry2, lock2, std::nullopt, std::string("another"));
-  ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().failure, CommitFailure::kDuplicate);
-  EXPECT_FALSE(keeper_->exists(paths_.partImage(entry2.new_part_name))->has_value());
+  // Nothing else under this replica's node (part images were removed: docs/formats.md).
+  auto children = keeper_->children(paths_.replicaRoot());
+  ASSERT_TRUE(children);
+  for (const auto& name : children->names) {
+    EXPECT_TRUE(name == "host" || name == "is_lost" || name == "log_pointer" || name == "queue" ||
+                name == "parts" || name == "is_active")
+        << name;
+  }
 }
 
 TEST_F(InsertProtocol, SteadyInsertsCostTwoRequests) {

@@ -221,8 +221,8 @@ dataDir: {}
     spec_ = makeSpec(with_secret);
     TableReplicaOptions options;
     options.background = false;
-    options.journal_checkpoint_interval = 0ms;  // a background round writes held parts out
-    if (!hold_parts_in_memory_) options.journal_part_bytes = 0;
+    options.parts.checkpoint_interval = 0ms;  // a background round writes held parts out
+    if (!hold_parts_in_memory_) options.parts.journal_part_bytes = 0;
     auto server = keeper_;
     auto opened = TableReplica::open(
         spec_, [server]() -> KeeperResult<std::unique_ptr<Keeper>> { return server->connect(); },

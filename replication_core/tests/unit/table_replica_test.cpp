@@ -8,10 +8,13 @@
 #include <set>
 #include <thread>
 
+#include "rtable/replication_core/file_faults.h"
 #include "rtable/replication_core/insert_protocol.h"
+#include "rtable/replication_core/part_journal.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 #include "rtable/replication_core/testing/files.h"
+#include "rtable/replication_core/testing/hooked_keeper.h"
 
 namespace rtable::core {
 namespace {
@@ -38,6 +41,7 @@ dataDir: {}
     open();
   }
   void TearDown() override {
+    clearFileFaultsForTest();
     table_.reset();
     fs::remove_all(dir_);
   }
@@ -47,8 +51,12 @@ dataDir: {}
     options.background = false;
     registry_ = std::make_unique<prometheus::Registry>();
     auto server = server_;
+    auto hooks = hooks_;
     auto opened = TableReplica::open(
-        spec_, [server]() -> KeeperResult<std::unique_ptr<Keeper>> { return server->connect(); },
+        spec_,
+        [server, hooks]() -> KeeperResult<std::unique_ptr<Keeper>> {
+          return testing::hookKeeper(std::shared_ptr<Keeper>(server->connect()), hooks);
+        },
         *registry_, options);
     ASSERT_TRUE(opened) << opened.error();
     table_ = std::move(*opened);
@@ -74,12 +82,11 @@ dataDir: {}
 
   // Three single-row parts, held (no checkpoint for an hour), merged by one background round.
   // Returns the options, for reopening.
-  TableReplicaOptions mergeThreeHeldParts(uint64_t keeper_part_image_bytes = TableReplicaOptions{}.keeper_part_image_bytes) {
+  TableReplicaOptions mergeThreeHeldParts() {
     TableReplicaOptions options;
-    options.keeper_part_image_bytes = keeper_part_image_bytes;
-    options.merge_min_parts = 3;
-    options.merge_max_parts = 3;
-    options.journal_checkpoint_interval = std::chrono::hours(1);
+    options.replication.merge_min_parts = 3;
+    options.replication.merge_max_parts = 3;
+    options.parts.checkpoint_interval = std::chrono::hours(1);
     open(options);
     for (uint64_t x = 1; x <= 3; ++x) EXPECT_TRUE(insert(rows({{"2026-12-01", x}})));
     EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
@@ -90,10 +97,10 @@ dataDir: {}
   // and given up, a gap): a test then says which block 3 is and which runs of three may be merged.
   void openMergingThreeWithTwoBlocks() {
     TableReplicaOptions options;
-    options.merge_min_parts = 3;
-    options.merge_max_parts = 3;
+    options.replication.merge_min_parts = 3;
+    options.replication.merge_max_parts = 3;
     // Reserves released at once: the tests place other inserts' locks themselves.
-    options.reserve_idle = std::chrono::milliseconds(0);
+    options.replication.reserve_idle = std::chrono::milliseconds(0);
     open(options);
     ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
     ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
@@ -109,13 +116,6 @@ dataDir: {}
   }
 
   // The value of the replica's metric `name` (a gauge or a counter).
-  // The parts whose images are in ZooKeeper.
-  std::vector<std::string> imageNames() const {
-    auto listed = observer_->children(paths_.partImages());
-    EXPECT_TRUE(listed) << listed.error().toString();
-    return listed ? listed->names : std::vector<std::string>{};
-  }
-
   double metric(const std::string& name) const {
     for (const auto& family : registry_->Collect()) {
       if (family.name != name || family.metric.empty()) continue;
@@ -127,6 +127,8 @@ dataDir: {}
   }
 
   std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
+  // Every session of the replica goes through these; a test sets them to step in.
+  std::shared_ptr<testing::KeeperHooks> hooks_ = std::make_shared<testing::KeeperHooks>();
   std::unique_ptr<Keeper> observer_ = server_->connect();
   fs::path dir_;
   TableSpec spec_;
@@ -199,8 +201,8 @@ TEST_F(TableReplicaTest, StartReconcilesDiskWithZooKeeper) {
 
 TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
   TableReplicaOptions options;
-  options.merge_min_parts = 3;
-  options.merge_max_parts = 3;
+  options.replication.merge_min_parts = 3;
+  options.replication.merge_max_parts = 3;
   open(options);
   for (uint64_t x = 10; x > 5; --x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
   ASSERT_TRUE(insert(rows({{"2026-11-01", 1}})));
@@ -232,9 +234,9 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
 
 TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
   TableReplicaOptions options;
-  options.merge_min_parts = 3;
-  options.merge_max_parts = 3;
-  options.max_queued_merges = 2;
+  options.replication.merge_min_parts = 3;
+  options.replication.merge_max_parts = 3;
+  options.replication.max_queued_merges = 2;
   open(options);
   for (uint64_t x = 0; x < 9; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
   // Nine parts, windows of three, at most two merges queued: two merges in one round.
@@ -324,7 +326,7 @@ void releaseReserves(TableReplica& table) { table.runBackgroundRoundForTest(); }
 
 TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
   TableReplicaOptions options;
-  options.reserve_idle = std::chrono::milliseconds(0);
+  options.replication.reserve_idle = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   releaseReserves(*table_);
@@ -360,7 +362,7 @@ TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsReservedBlockUp) {
 
 TEST_F(TableReplicaTest, AnAllocationLostWithTheConnectionGivesItsBlockLockUp) {
   TableReplicaOptions options;
-  options.reserve_idle = std::chrono::milliseconds(0);
+  options.replication.reserve_idle = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   releaseReserves(*table_);
@@ -392,8 +394,7 @@ uint64_t journalBytes(const fs::path& data_dir) {
 // files after the commit; the journal gives them back on start, or the acknowledged row is gone.
 TEST_F(TableReplicaTest, ACommittedPartLostWithThePageCacheIsWrittenAgainFromTheJournal) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::hours(1);
-  options.keeper_part_image_bytes = 0;  // the journal, not ZooKeeper, keeps small parts
+  options.parts.checkpoint_interval = std::chrono::hours(1);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
@@ -420,14 +421,13 @@ TEST_F(TableReplicaTest, ACommittedPartLostWithThePageCacheIsWrittenAgainFromThe
 
 TEST_F(TableReplicaTest, TheJournalIsCheckpointedInTheBackgroundAndSkipsBigParts) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
-  options.keeper_part_image_bytes = 0;
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   EXPECT_GT(journalBytes(dir_), 0u);
   table_->runBackgroundRoundForTest();
   EXPECT_EQ(journalBytes(dir_), 0u);
-  options.journal_part_bytes = 0;  // every part is "big": its files are fsynced instead
+  options.parts.journal_part_bytes = 0;  // every part is "big": its files are fsynced instead
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
   EXPECT_EQ(journalBytes(dir_), 0u);
@@ -445,54 +445,42 @@ std::vector<std::string> partDirs(const fs::path& data_dir) {
   return names;
 }
 
-// A small part's durability comes with its commit: its journal record goes into ZooKeeper in the
-// commit multi, and no journal append (no second device flush) happens. The checkpoint that
-// writes the part out removes the image.
-TEST_F(TableReplicaTest, ASmallInsertsImageTravelsInItsCommitUntilACheckpointWritesThePartOut) {
+// A small part's durability is its journal record on this replica's disk: nothing of its rows
+// goes into ZooKeeper, which every table shares and which holds every node in memory.
+TEST_F(TableReplicaTest, ASmallInsertIsJournaledHereAndNothingOfItGoesToZooKeeper) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  options.parts.checkpoint_interval = std::chrono::hours(1);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 7}})));
-  EXPECT_EQ(journalBytes(dir_), 0u);
+  EXPECT_GT(journalBytes(dir_), 0u);
   EXPECT_TRUE(partDirs(dir_).empty());
-  auto image = observer_->get(paths_.partImage("202612_0_0_0"));
-  ASSERT_TRUE(image) << image.error().toString();
-  const DecodedJournal decoded = decodeJournal(image->data);
-  ASSERT_EQ(decoded.parts.size(), 1u);
-  EXPECT_TRUE(decoded.damage.empty());
-  EXPECT_EQ(decoded.parts[0].name, "202612_0_0_0");
-  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 0);  // set by the background round
-  table_->runBackgroundRoundForTest();
-  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_0_0"});
-  EXPECT_TRUE(verifyPart(dir_ / "202612_0_0_0", spec_.schema));
-  EXPECT_EQ(imageNames(), std::vector<std::string>{});
-  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 0);
-  EXPECT_EQ(metric("rtable_part_images_in_zookeeper_bytes"), 0);
+  EXPECT_FALSE(observer_->exists(paths_.partImages())->has_value());
+  EXPECT_EQ(observer_->get(paths_.part("202612_0_0_0"))->data, "");
   EXPECT_EQ(table_->rowCount(), 1u);
 }
 
-// A crash (kill -9, power loss) before the checkpoint: the committed parts exist only in
-// ZooKeeper's images. Start-up writes them out, fsynced, then removes every image, also one of a
-// part ZooKeeper no longer lists (a merge or a drop took it), which is not restored.
-TEST_F(TableReplicaTest, ACommittedPartWhoseOnlyCopyIsItsImageInZooKeeperIsWrittenOutOnStart) {
+// rtable up to 2026-12-04 kept small parts in ZooKeeper (replicas/<me>/part_images/<part>) until a
+// checkpoint wrote them out. A replica stopped with some there is upgraded: start-up writes the
+// committed ones out, fsynced, and removes the node with every image, also one of a part
+// ZooKeeper no longer lists (a merge or a drop took it), which is not restored.
+TEST_F(TableReplicaTest, PartImagesAnEarlierVersionLeftInZooKeeperAreWrittenOutOnStartAndRemoved) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::hours(1);
+  options.parts.checkpoint_interval = std::chrono::hours(1);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  // The journal records are the images' format.
   std::map<std::string, std::string> images;
-  for (const auto& name : imageNames()) {
-    images[name] = observer_->get(paths_.partImage(name))->data;
+  for (const auto& entry : fs::directory_iterator(dir_ / "journal")) {
+    for (const auto& part : decodeJournal(testing::readFile(entry.path())).parts) {
+      images[part.name] = part.encodeRecord();
+    }
   }
   ASSERT_EQ(images.size(), 2u);
-  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 0);
-  table_->runBackgroundRoundForTest();  // no checkpoint due, the metrics only
-  EXPECT_EQ(metric("rtable_part_images_in_zookeeper"), 2);
-  EXPECT_GT(metric("rtable_part_images_in_zookeeper_bytes"), 0);
-  // A clean stop writes the parts out and removes the images; a crash leaves them as they were.
+  // As the earlier version left it after a crash: the parts only in ZooKeeper.
   table_.reset();
-  EXPECT_TRUE(imageNames().empty());
   for (const auto& dir : partDirs(dir_)) fs::remove_all(dir_ / dir);
+  ASSERT_TRUE(observer_->create(paths_.partImages(), "", CreateMode::kPersistent));
   for (const auto& [name, data] : images) {
     ASSERT_TRUE(observer_->create(paths_.partImage(name), data, CreateMode::kPersistent));
   }
@@ -501,37 +489,15 @@ TEST_F(TableReplicaTest, ACommittedPartWhoseOnlyCopyIsItsImageInZooKeeperIsWritt
   EXPECT_EQ(table_->rowCount(), 2u);
   EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202612_0_0_0", "202612_1_1_0"}));
   for (const auto& dir : partDirs(dir_)) EXPECT_TRUE(verifyPart(dir_ / dir, spec_.schema)) << dir;
-  EXPECT_TRUE(imageNames().empty());
+  EXPECT_FALSE(observer_->exists(paths_.partImages())->has_value());
   const ReplicaState state = table_->state();
   EXPECT_TRUE(state.lost_parts.empty());
   EXPECT_TRUE(state.unexpected_parts.empty());
 }
 
-// ZooKeeper keeps every node in memory: past keeper_part_images_max_bytes small parts go to the
-// journal again, and the next background round checkpoints early, which removes the images.
-TEST_F(TableReplicaTest, PastTheImageBytesLimitSmallPartsGoToTheJournalAndACheckpointStartsEarly) {
-  TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::hours(1);
-  options.keeper_part_images_max_bytes = 1;
-  open(options);
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
-  EXPECT_GT(journalBytes(dir_), 0u);
-  EXPECT_TRUE(imageNames().empty());
-  table_->runBackgroundRoundForTest();
-  EXPECT_EQ(journalBytes(dir_), 0u);
-  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_0_0"});
-
-  options.keeper_part_images_max_bytes = 1 << 20;
-  open(options);
-  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
-  EXPECT_EQ(journalBytes(dir_), 0u);
-  EXPECT_EQ(imageNames().size(), 1u);
-  EXPECT_EQ(table_->rowCount(), 2u);
-}
-
 TEST_F(TableReplicaTest, ASmallPartIsHeldInMemoryUntilACheckpointWritesItOut) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 7}})));
   auto held = table_->activeParts();
@@ -559,8 +525,7 @@ TEST_F(TableReplicaTest, ASmallPartIsHeldInMemoryUntilACheckpointWritesItOut) {
 // metrics say so: an alert can tell a journal that only grows.
 TEST_F(TableReplicaTest, AFailedCheckpointKeepsThePartsHeldAndTheMetricsShowIt) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
-  options.keeper_part_image_bytes = 0;
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
@@ -586,12 +551,12 @@ TEST_F(TableReplicaTest, AFailedCheckpointKeepsThePartsHeldAndTheMetricsShowIt) 
   EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202611_0_0_0", "202612_0_0_0"}));
 }
 
-// Memory stays bounded: past held_parts_max_bytes a small part is written as files (journaled,
-// unsynced, as before parts were held), and the next background round checkpoints early.
+// Memory stays bounded: past held_parts_max_bytes a small part is written as files, fsynced, and
+// the next background round checkpoints early.
 TEST_F(TableReplicaTest, PastTheHeldBytesLimitSmallPartsAreWrittenAndACheckpointStartsEarly) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::hours(1);
-  options.held_parts_max_bytes = 1;
+  options.parts.checkpoint_interval = std::chrono::hours(1);
+  options.parts.held_parts_max_bytes = 1;
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
   EXPECT_TRUE(partDirs(dir_).empty());  // held: nothing was held before it
@@ -632,7 +597,7 @@ TEST_F(TableReplicaTest, HeldPartsThatAMergeTakesAreNeverWrittenOut) {
 // directory the checkpoint would have written, the journal gives it back. Its sources, which
 // ZooKeeper no longer lists for this replica, are not restored.
 TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash) {
-  const TableReplicaOptions options = mergeThreeHeldParts(/*keeper_part_image_bytes=*/0);
+  const TableReplicaOptions options = mergeThreeHeldParts();
   EXPECT_TRUE(partDirs(dir_).empty());
   fs::copy(dir_ / "journal", dir_ / "journal-at-crash");
   table_.reset();
@@ -646,31 +611,13 @@ TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromTheJournalAfterACrash
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
 }
 
-// The same with the merge result's image in ZooKeeper (made by the merge's multi): no journal
-// record, and after a crash the start-up writes the result from the image.
-TEST_F(TableReplicaTest, AHeldMergeResultIsWrittenAgainFromItsImageAfterACrash) {
-  const TableReplicaOptions options = mergeThreeHeldParts();
-  EXPECT_EQ(journalBytes(dir_), 0u);
-  auto image = observer_->get(paths_.partImage("202612_0_2_1"));
-  ASSERT_TRUE(image) << image.error().toString();
-  table_.reset();  // writes the result out and removes its image; a crash would not
-  fs::remove_all(dir_ / "202612_0_2_1");
-  ASSERT_TRUE(observer_->create(paths_.partImage("202612_0_2_1"), image->data, CreateMode::kPersistent));
-  open(options);
-  EXPECT_EQ(table_->rowCount(), 3u);
-  EXPECT_EQ(partDirs(dir_), std::vector<std::string>{"202612_0_2_1"});
-  EXPECT_TRUE(imageNames().empty());
-  EXPECT_TRUE(table_->state().lost_parts.empty());
-}
-
 // Inserts and checkpoints at the same time (the sanitizer builds run this too). Afterwards, as a
-// crash would find it: every active part has a directory, or its record is in a journal file, or
-// its image is in ZooKeeper.
+// crash would find it: every active part has a directory, or its record is in a journal file.
 // (The moment a checkpoint meets a commit still running is pinned down by the next test.)
-TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJournalOrInZooKeeper) {
+TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJournal) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
-  options.merge_min_parts = 1000;  // parts stay as inserted
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);
+  options.replication.merge_min_parts = 1000;  // parts stay as inserted
   open(options);
   std::atomic<bool> inserting{true};
   std::thread checkpoints([&] {
@@ -695,10 +642,7 @@ TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJour
   for (const auto& part : active) {
     if (part->image) {
       ++held;
-      const std::string name = part->name.format();
-      auto image = observer_->get(paths_.partImage(name));
-      EXPECT_TRUE(journaled.contains(name) || (image && decodeJournal(image->data).parts.size() == 1))
-          << name << " is only in memory";
+      EXPECT_TRUE(journaled.contains(part->name.format())) << part->name.format() << " is only in memory";
     } else {
       EXPECT_TRUE(verifyPart(part->dir, spec_.schema)) << part->name.format();
     }
@@ -711,7 +655,7 @@ TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJour
 // the part's journal record must write it out first: ZooKeeper may list it (here it does).
 TEST_F(TableReplicaTest, ACheckpointWritesOutAHeldPartWhoseCommitIsUncertain) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);  // every round
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);  // every round
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0, reserves block 1
   server_->loseNextMultiAnswersForTest(1);         // the commit of block 1: applied, unanswered
@@ -737,7 +681,7 @@ TEST_F(TableReplicaTest, ACheckpointWritesOutAHeldPartWhoseCommitIsUncertain) {
 // wrote nothing, and no checkpoint writes it later.
 TEST_F(TableReplicaTest, ABlockTheCommitFoundToBeADuplicateLeavesNoPartBehind) {
   TableReplicaOptions options;
-  options.journal_checkpoint_interval = std::chrono::milliseconds(0);
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
   auto retried = insert(rows({{"2026-12-01", 1}}));
@@ -768,7 +712,7 @@ TEST_F(TableReplicaTest, AOnePartInsertCommitsWithTheBlockNumberTheLastOneReserv
   EXPECT_TRUE(fs::is_empty(dir_ / "staging") || !fs::exists(dir_ / "staging"));
   // Unused, the reserve is given up so that merges can cover the blocks after it.
   TableReplicaOptions options;
-  options.reserve_idle = std::chrono::milliseconds(0);
+  options.replication.reserve_idle = std::chrono::milliseconds(0);
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));
   EXPECT_EQ(observer_->children(paths_.blockNumbers("202612"))->names.size(), 1u);
@@ -851,6 +795,183 @@ TEST_F(TableReplicaTest, AReplicaMarkedLostWhileWithoutASessionTakesNoInsertUnti
   auto accepted = insert(rows({{"2026-12-01", 2}}));
   ASSERT_TRUE(accepted) << accepted.error().message;
   EXPECT_EQ(table_->rowCount(), 2u);
+}
+
+// R1, ClickHouse's MergePredicate: a merge takes only parts this replica knew before it read the
+// block locks. Here, right after the leader's lock read, another replica allocates block 4 and an
+// insert here commits block 5: a merge of parts 2 and 5 (the cheapest) would cover block 4, whose
+// insert is still in flight, and its row would never be visible on any replica.
+TEST_F(TableReplicaTest, AMergeTakesNoPartThatArrivedAfterTheBlockLocksWereRead) {
+  TableReplicaOptions options;
+  options.replication.merge_min_parts = 2;
+  options.replication.merge_max_parts = 2;
+  options.replication.reserve_idle = std::chrono::milliseconds(0);
+  open(options);
+  auto fifty = [&](uint64_t first) {
+    std::vector<std::pair<std::string, uint64_t>> values;
+    for (uint64_t x = first; x < first + 50; ++x) values.emplace_back("2026-12-01", x);
+    return rows(values);
+  };
+  // Blocks 0 and 1 (50 rows each) and 2 (one row), each reserving the next number.
+  ASSERT_EQ(insert(fifty(0))->parts, std::vector<std::string>{"202612_0_0_0"});
+  ASSERT_EQ(insert(fifty(100))->parts, std::vector<std::string>{"202612_1_1_0"});
+  ASSERT_EQ(insert(rows({{"2026-12-01", 500}}))->parts, std::vector<std::string>{"202612_2_2_0"});
+  bool armed = true;
+  BlockNumberLock in_flight;
+  std::vector<std::string> here;
+  hooks_->after = [&](const testing::KeeperCall& call) {
+    if (!armed || call.operation != "children" || call.path != paths_.blockNumbers("202612")) return;
+    armed = false;
+    in_flight = holdNextBlock(TablePaths{paths_.table_root, 1, "r2"});
+    auto inserted = insert(rows({{"2026-12-01", 600}}));
+    if (inserted) here = inserted->parts;
+  };
+  // The round gives reserve 3 up, then assigns merges.
+  table_->runBackgroundRoundForTest();
+  hooks_->after = nullptr;
+  ASSERT_FALSE(armed) << "the merge selection never read the block locks";
+  ASSERT_EQ(in_flight.block_number, 4);
+  ASSERT_EQ(here, std::vector<std::string>{"202612_5_5_0"});
+  std::size_t merges = 0;
+  auto log = observer_->children(paths_.log());
+  ASSERT_TRUE(log);
+  for (const auto& node : log->names) {
+    auto entry = LogEntry::parse(observer_->get(paths_.log() + "/" + node)->data);
+    ASSERT_TRUE(entry);
+    if (entry->type != LogEntry::Type::kMergeParts) continue;
+    ++merges;
+    EXPECT_FALSE(PartName::parse(entry->new_part_name)->contains(PartName{"202612", 4, 4, 0, 0}))
+        << entry->new_part_name << " covers block 4, still being inserted elsewhere";
+  }
+  EXPECT_GT(merges, 0u) << "no merge at all proves nothing";
+}
+
+// R2: a killed process's last commit can reach ZooKeeper after the next process started. Start-up
+// asks which parts are committed only once the previous session has ended (its is_active gone):
+// a commit landing after that question would leave its part listed here and nowhere on disk,
+// while a client's retry of the insert is deduplicated against it.
+TEST_F(TableReplicaTest, StartUpAsksWhichPartsAreCommittedOnlyAfterThePreviousSessionEnded) {
+  TableReplicaOptions options;
+  options.parts.checkpoint_interval = std::chrono::hours(1);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  table_.reset();
+  // What a killed process leaves: its session, alive until it times out, with is_active and a
+  // block lock; the part's journal record, appended before the commit was sent; the commit on its
+  // way.
+  std::shared_ptr<Keeper> old_session = server_->connect();
+  ASSERT_TRUE(activateReplica(*old_session, paths_, "host: old\nport: 1\n"));
+  BlockNumberAllocator allocator(paths_);
+  auto allocated = allocator.allocate(*old_session, "202612", "202612_7_7");
+  ASSERT_TRUE(allocated && std::holds_alternative<BlockNumberLock>(*allocated));
+  const BlockNumberLock lock = std::get<BlockNumberLock>(*allocated);
+  const PartName name{"202612", lock.block_number, lock.block_number, 0, 0};
+  auto image = encodePart(spec_.schema, rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(image) << image.error();
+  {
+    auto journal = PartJournal::open(dir_ / "journal");
+    ASSERT_TRUE(journal) << journal.error();
+    ASSERT_TRUE((*journal)->append(name.format(), *image));
+  }
+  LogEntry entry;
+  entry.type = LogEntry::Type::kGetPart;
+  entry.source_replica = "r1";
+  entry.block_id = "202612_7_7";
+  entry.new_part_name = name.format();
+  // The next process starts. Once it has met the old is_active, the old commit lands, and the old
+  // session ends.
+  std::atomic<bool> met{false};
+  hooks_->after = [&](const testing::KeeperCall& call) {
+    if (call.operation == "multi" && call.path == paths_.isActive()) met = true;
+  };
+  std::thread starting([&] { open(options); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!met && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(met);
+  auto landed = commitPart(*old_session, paths_, entry, lock);
+  EXPECT_TRUE(landed) << landed.error().cause.toString();
+  server_->expireSession(old_session->sessionId());
+  starting.join();
+  hooks_->after = nullptr;
+  ASSERT_TRUE(table_);
+  EXPECT_EQ(table_->rowCount(), 2u);
+  const ReplicaState state = table_->state();
+  EXPECT_TRUE(state.unexpected_parts.empty());
+  EXPECT_TRUE(state.lost_parts.empty());
+}
+
+// A commit whose answer was lost is fenced before it is given up: its block lock goes first, so
+// the commit cannot land after the insert was told "not committed" (the client's retry would be
+// deduplicated against a part this replica gave up).
+TEST_F(TableReplicaTest, AnUnansweredCommitIsFencedBeforeItIsGivenUp) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  enum { kCapture, kLand, kDone } step = kCapture;
+  std::vector<Op> commit;
+  std::optional<bool> landed;
+  hooks_->before = [&](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+    if (step != kCapture || call.operation != "multi" || !call.path.starts_with(paths_.logEntryPrefix())) {
+      return std::nullopt;
+    }
+    commit = *call.ops;  // sent; the connection drops before ZooKeeper has it
+    step = kLand;
+    return KeeperError{KeeperCode::kConnectionLoss, call.path, "connection lost", {}};
+  };
+  hooks_->after = [&](const testing::KeeperCall&) {
+    if (step != kLand) return;
+    step = kDone;
+    landed = observer_->multi(commit).has_value();  // it reaches ZooKeeper after all
+  };
+  auto lost = insert(rows({{"2026-12-01", 2}}));
+  hooks_->before = nullptr;
+  hooks_->after = nullptr;
+  ASSERT_FALSE(lost);
+  EXPECT_EQ(lost.error().kind, InsertError::Kind::kUnavailable) << lost.error().message;
+  ASSERT_TRUE(landed.has_value());
+  EXPECT_FALSE(*landed) << "the commit landed after the replica gave its part up";
+  auto retried = insert(rows({{"2026-12-01", 2}}));
+  ASSERT_TRUE(retried) << retried.error().message;
+  EXPECT_EQ(retried->deduplicated_blocks, 0u);
+  EXPECT_EQ(table_->rowCount(), 2u);
+  std::set<std::string> listed;
+  auto children = observer_->children(paths_.parts());
+  ASSERT_TRUE(children);
+  for (const auto& part : children->names) listed.insert(part);
+  std::set<std::string> here;
+  for (const auto& part : table_->activeParts()) here.insert(part->name.format());
+  EXPECT_EQ(listed, here);
+}
+
+// B1: a failed sync is never trusted on retry. The kernel may drop pages a failed sync could not
+// write, and the next sync then succeeds without them: the held parts stay held (read from
+// memory) and the next checkpoint writes them again before their journal records go.
+TEST_F(TableReplicaTest, AfterAFailedSyncTheNextCheckpointWritesTheHeldPartsAgain) {
+  TableReplicaOptions options;
+  options.parts.checkpoint_interval = std::chrono::milliseconds(0);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  injectFileFaultForTest(FileFault{FileOp::kSyncfs, dir_.string(), EIO});
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(fileFaultHitsForTest(), 1u);
+  clearFileFaultsForTest();
+  EXPECT_EQ(metric("rtable_part_journal_checkpoint_failures_total"), 1);
+  EXPECT_EQ(metric("rtable_parts_in_memory"), 2);
+  EXPECT_GT(journalBytes(dir_), 0u);
+  for (const auto& part : table_->activeParts()) {
+    EXPECT_TRUE(part->image) << part->name.format() << " is read from files no sync made durable";
+  }
+  // What the failed sync may have lost on the disk: one of the files it was to write.
+  ASSERT_EQ(partDirs(dir_), (std::vector<std::string>{"202611_0_0_0", "202612_0_0_0"}));
+  fs::resize_file(dir_ / "202612_0_0_0" / "x.bin", 0);
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(metric("rtable_part_journal_checkpoint_failures_total"), 1);
+  EXPECT_EQ(metric("rtable_parts_in_memory"), 0);
+  EXPECT_EQ(journalBytes(dir_), 0u);
+  for (const auto& dir : partDirs(dir_)) EXPECT_TRUE(verifyPart(dir_ / dir, spec_.schema)) << dir;
+  table_.reset();
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 2u);
+  EXPECT_TRUE(table_->state().broken_parts.empty());
 }
 
 }  // namespace

@@ -48,8 +48,6 @@ class ReplicaMetrics {
   prometheus::Gauge& parts_in_memory;
   prometheus::Gauge& parts_in_memory_bytes;
   prometheus::Gauge& part_journal_bytes;
-  prometheus::Gauge& part_images_in_keeper;
-  prometheus::Gauge& part_images_in_keeper_bytes;
   prometheus::Counter& part_journal_checkpoint_failures;
 
   // Replication (DESIGN.md 2.4): the queue, and what it did.

@@ -4,10 +4,11 @@
 //      create the ephemeral-sequential block_numbers/<partition>/block-]. The sequence number is
 //      the part's block number; a collision on the check means the block is a duplicate.
 //   2. commitPart: one multi = [create log/log- (a `get` entry), create deduplication_hashes/<id>
-//      = part name, create replicas/<me>/parts/<part>, remove the block lock, for a small part
-//      create replicas/<me>/part_images/<part> (its bytes, docs/formats.md "Part images"), and for
-//      a quorum insert create quorum/parallel/<part>]. Only after it succeeds is the part made visible and
-//      the insert acknowledged (for a quorum insert, once the quorum node is gone).
+//      = part name, create replicas/<me>/parts/<part>, remove the block lock, and for a quorum
+//      insert create quorum/parallel/<part>]. Only after it succeeds is the part made visible and
+//      the insert acknowledged (for a quorum insert, once the quorum node is gone). The part is
+//      durable on this replica's disk before the commit (PartStore); no row data goes into
+//      ZooKeeper.
 //
 // A crash between them leaves an ephemeral lock that goes with the session and a tmp part that is
 // removed on start: the block is neither visible nor remembered, so a client's retry inserts it.
@@ -135,15 +136,21 @@ struct CommitError {
 };
 
 // The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the part).
-// With `reserve_lock_data` it also creates the partition's next block lock with that data. With
-// `part_image` it also creates replicas/<me>/part_images/<part> holding it (the part's journal
-// record): the part is then as durable as ZooKeeper once the multi succeeds.
+// With `reserve_lock_data` it also creates the partition's next block lock with that data.
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
                                                  const LogEntry& entry, const BlockNumberLock& lock,
-                                                 const std::optional<std::string>& reserve_lock_data = std::nullopt,
-                                                 const std::optional<std::string>& part_image = std::nullopt);
+                                                 const std::optional<std::string>& reserve_lock_data = std::nullopt);
 
 // After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
 KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, const std::string& part);
+
+// After kUnknownOutcome, with the commit's block lock: whether the commit was applied, for good.
+// The commit multi removes the lock, so this removes it first, which fences the commit: if that
+// remove wins, the commit can never be applied (false); if the lock is gone already (the commit
+// removed it, the session ended, or a drop cancelled the insert), the commit was applied or never
+// will be, and partIsCommitted says which. Without the fence a commit still on its way could land
+// after a "not committed" answer, and the part would be listed here but given up.
+KeeperResult<bool> commitOutcome(Keeper& keeper, const TablePaths& paths, const std::string& part,
+                                 const std::string& lock_path);
 
 }  // namespace rtable::core

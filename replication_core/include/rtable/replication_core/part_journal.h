@@ -4,10 +4,9 @@
 // than anything else on a single-row insert's way (eight fsyncs plus two directory fsyncs; on ext4
 // the files' journal commits do not merge), and even unsynced, creating nine inodes per insert was
 // most of rtable-core's CPU on a journal-less ext4. A small part is therefore held in memory
-// (TableReplica) and appended to this journal, which takes one fdatasync (shared by inserts that
+// (PartStore) and appended to this journal, which takes one fdatasync (shared by inserts that
 // append at the same time). The part is then as durable as if its files had been synced: after a
-// crash, restore() writes it out. (A part whose record is small enough skips the journal: its
-// record goes into ZooKeeper with its commit instead, TableReplica::keeperImageFor.)
+// crash, restore() writes it out.
 //
 // A checkpoint makes everything journaled durable by itself, then removes the journal files it
 // covers; the replica runs one every few seconds in the background (rotate(), write out the parts
@@ -56,13 +55,13 @@ struct DecodedJournal {
 };
 DecodedJournal decodeJournal(std::string_view bytes);
 
-// For every part in `parts` that `wanted` names and whose directory in `table_dir` is missing or
-// fails verifyPart: writes it again, fsynced, replacing what is there. Returns the names restored;
-// `source` names where the parts came from in errors.
+// For every part in `parts` that `wanted` names: writes it again, fsynced, replacing whatever its
+// directory in `table_dir` holds (a directory that reads back whole may be page cache that never
+// reached the disk, after a failed sync). Returns the names written; `source` names where the
+// parts came from in errors.
 std::expected<std::vector<std::string>, std::string> restoreParts(
-    const std::filesystem::path& table_dir, const TableSchema& schema,
-    const std::vector<JournaledPart>& parts, const std::function<bool(const std::string&)>& wanted,
-    std::string_view source);
+    const std::filesystem::path& table_dir, const std::vector<JournaledPart>& parts,
+    const std::function<bool(const std::string&)>& wanted, std::string_view source);
 
 class PartJournal {
  public:
@@ -73,19 +72,16 @@ class PartJournal {
   PartJournal(const PartJournal&) = delete;
   PartJournal& operator=(const PartJournal&) = delete;
 
-  // Appends part `name` (the files `checksums` lists and checksums.txt, read from `part_dir`) and
-  // returns once the record is on disk. After a failed write or sync the journal takes no more
-  // records until the next checkpoint: the caller then syncs the part's files itself.
-  std::expected<void, std::string> append(const std::string& name, const std::filesystem::path& part_dir,
-                                          const PartChecksums& checksums);
-  // The same for a part held in memory.
+  // Appends part `name`, held in memory, and returns once the record is on disk. After a failed
+  // write or sync the journal takes no more records until the next checkpoint: the caller then
+  // writes the part's files, synced, itself.
   std::expected<void, std::string> append(const std::string& name, const PartImage& image);
 
-  // For every journaled part that `wanted` names (this replica's committed parts) and whose
-  // directory in `table_dir` is missing or fails verifyPart: writes it again from the journal,
-  // fsynced, replacing what is there. Returns the names restored. Run before loadParts.
+  // Writes every journaled part that `wanted` names (this replica's committed parts) again from
+  // the journal, fsynced, replacing what its directory in `table_dir` holds (restoreParts).
+  // Returns the names written. Run before loadParts.
   std::expected<std::vector<std::string>, std::string> restore(
-      const std::filesystem::path& table_dir, const TableSchema& schema,
+      const std::filesystem::path& table_dir,
       const std::function<bool(const std::string&)>& wanted) const;
 
   // Makes every part journaled so far durable by itself (syncfs of `table_dir`'s file system,

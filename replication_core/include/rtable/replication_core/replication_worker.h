@@ -1,0 +1,198 @@
+// Replication of one replica (DESIGN.md 2.4): the log is pulled into this replica's queue, whose
+// entries run out of order in a fetch pool and a merge pool. Merges are chosen by the leader only,
+// written to the log, and executed by every replica, so parts are the same everywhere. A replica
+// that lacks a merge's sources fetches the merged part instead; a new replica of a table with
+// history (or a lost one) clones a healthy replica first. The leader also trims the log and the
+// dedup window.
+//
+// Thread safety: every public method may be called from any thread. Lock order: pull_mu_, then
+// queue_mu_, then the PartStore's.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <expected>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rtable/metrics/replica_metrics.h"
+#include "rtable/replication_core/dedup_window.h"
+#include "rtable/replication_core/insert_commit.h"
+#include "rtable/replication_core/insert_protocol.h"
+#include "rtable/replication_core/keeper_session.h"
+#include "rtable/replication_core/part_store.h"
+#include "rtable/replication_core/replication_log.h"
+#include "rtable/replication_core/replication_queue.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_spec.h"
+
+namespace rtable::core {
+
+class WorkerPool;
+
+struct ReplicationOptions {
+  // Background merges: a partition with at least `merge_min_parts` active parts merges
+  // `merge_min_parts` to `merge_max_parts` neighbouring parts, the run that rewrites the fewest rows
+  // per part it removes (selectMergeRange). 100 is ClickHouse's max_parts_to_merge_at_once: a
+  // burst of single-row inserts is merged a hundred parts at a time.
+  std::size_t merge_min_parts = 6;
+  std::size_t merge_max_parts = 100;
+  // At most this many merges wait in the queue (ClickHouse's max_replicated_merges_in_queue).
+  std::size_t max_queued_merges = 16;
+  // Between background periods the leader looks for merges this often while parts arrive, in
+  // partitions with at least `merge_early_min_parts` parts: a burst of inserts is merged before a
+  // returning replica would fetch it part by part, in merges wide enough not to multiply merges
+  // (and their ZooKeeper writes) for a steady stream.
+  std::chrono::milliseconds merge_assignment_interval{200};
+  std::size_t merge_early_min_parts = 20;
+  std::chrono::milliseconds background_period{1000};
+  // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
+  // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
+  std::chrono::milliseconds min_pull_interval{100};
+  // A fetch gives up on a source that sends nothing for this long.
+  std::chrono::milliseconds fetch_timeout{30000};
+  // A block number reserved by a commit for the next insert into its partition (insert_protocol.h)
+  // is given up after this long unused: until then merges cannot cover it.
+  std::chrono::milliseconds reserve_idle{1000};
+};
+
+// The queue as /replica shows it.
+struct QueueState {
+  std::vector<QueueEntry> entries;            // in execution order
+  std::map<std::string, uint64_t> postponed;  // postponements so far, by reason
+};
+
+class ReplicationWorker {
+ public:
+  // `paths`: the generation replicated. The references must outlive this.
+  ReplicationWorker(const TableSpec& spec, TablePaths paths, ReplicationOptions options,
+                    KeeperSession& session, PartStore& store, BlockNumberAllocator& allocator,
+                    metrics::ReplicaMetrics& metrics);
+  ~ReplicationWorker();
+
+  // --- Start-up and stop ---
+  // is_lost into lost(), right after an activation (see the definition for why that is safe).
+  KeeperStatus readLost(Keeper& keeper);
+  // The queue as this replica left it, and the parts the store has now.
+  void load(std::vector<QueueEntry> entries);
+  // Starts the fetch and merge pools and the background thread.
+  void start();
+  // Joins the background thread and stops the pools (running tasks finish). Idempotent.
+  void stop();
+
+  // --- For inserts ---
+  // Makes a committed part visible, to readers and to the queue at once.
+  void publish(const PartName& name, PartChecksums checksums, uint64_t rows,
+               std::shared_ptr<const PartImage> image);
+  // A log entry this replica wrote: the pull takes it from memory.
+  void rememberLogEntry(const std::string& path, std::string data);
+  // Asks ZooKeeper about parts whose commit got no answer: made visible, or removed.
+  void resolveUncertainParts(Keeper& keeper);
+  // Waiting to clone a healthy replica: takes no insert until then.
+  bool lost() const { return lost_; }
+
+  // --- Requests ---
+  // DROP PARTITION: a drop entry covering every block of `partition` allocated so far goes to the
+  // log (inserts still in flight in that range are cancelled: their locks go in the same multi),
+  // and the partition's dedup ids are forgotten, so the same rows can be inserted again. Every
+  // replica executes it from its queue. Returns the drop range part name.
+  std::expected<std::string, InsertError> dropPartition(const std::string& partition);
+  // Waits until every log entry that exists now has been executed here (POST /sync). False when
+  // `timeout` passed first.
+  bool syncQueue(std::chrono::milliseconds timeout);
+  // "" when virtual_parts = current parts + queue holds, else what differs.
+  std::string checkQueueInvariant() const;
+  QueueState queueState() const;
+  // One round of background work now, in this thread: pull the log, (as leader) clean the dedup
+  // window and assign merges, execute whatever the queue allows. Returns the merges executed.
+  std::size_t runRoundForTest();
+  // The log counter's gauges (DESIGN.md 2.5), read from ZooKeeper.
+  void updateLogMetrics(Keeper& keeper);
+
+ private:
+  // Pulls new log entries into the queue; false if ZooKeeper could not be asked.
+  bool updateQueue(Keeper& keeper);
+  // Leader only: chooses merges among parts every replica will have and writes them to the log.
+  // Only partitions with at least `min_parts` parts are looked at.
+  std::size_t assignMerges(Keeper& keeper, std::size_t min_parts);
+  // Takes every entry the queue lets run now: into the pools, or (`inline_execution`) executes
+  // them here. Returns the merges executed here.
+  std::size_t scheduleQueue(bool inline_execution);
+  // Runs one selected entry and reports the outcome to the queue.
+  bool executeEntry(const SelectedEntry& selected);
+  // Entries with nothing to do (their part is here already): their queue nodes go in multis of
+  // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
+  // trip per hundred such entries, not one each.
+  void finishNoOpEntries(const std::vector<SelectedEntry>& entries);
+  // Why an executed entry did not finish. `gave_way`: another running entry makes the part it
+  // needs, so it waits as postponed rather than failed (ReplicationQueue::giveWay).
+  struct EntryError {
+    EntryError(std::string text) : message(std::move(text)) {}  // NOLINT: every plain error converts
+    EntryError(const char* text) : message(text) {}             // NOLINT
+    std::string message;
+    bool gave_way = false;
+  };
+  using EntryOutcome = std::expected<void, EntryError>;
+  // Reports outcomes to the queue and removes the queue nodes the queue says are pointless now.
+  void reportOutcomes(const std::vector<std::pair<const SelectedEntry*, EntryOutcome>>& outcomes,
+                      Keeper* keeper);
+  EntryOutcome executeFetch(Keeper& keeper, const SelectedEntry& selected);
+  std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
+  std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
+  // The multi that registers a part made here (fetched or merged). Refused: the part goes. No
+  // answer: the part becomes an uncertain part, resolved later.
+  std::expected<void, std::string> registerPart(Keeper& keeper, const std::vector<Op>& ops,
+                                                const PartName& name, const NewPart& part);
+  // A lost replica (or a new one of a table with history) becomes a copy of a healthy one.
+  // False while there is none to copy.
+  bool cloneIfLost(Keeper& keeper);
+  bool isLeader(Keeper& keeper);
+  void cleanLog(Keeper& keeper);
+  void updateQueueMetrics();
+  // Block numbers locked in block_numbers/<partition>: inserts in flight on any replica.
+  KeeperResult<std::vector<int64_t>> lockedBlockNumbers(Keeper& keeper, const std::string& partition);
+  void backgroundLoop();
+  void wake();
+
+  const TableSpec& spec_;
+  const TablePaths paths_;
+  const ReplicationOptions options_;
+  KeeperSession& session_;
+  PartStore& store_;
+  BlockNumberAllocator& allocator_;
+  metrics::ReplicaMetrics& metrics_;
+  metrics::CounterRateEstimator counter_rate_;
+  DedupWindowCleaner dedup_cleaner_;
+  std::atomic<bool> lost_{false};
+  std::mutex resolve_mu_;  // one resolution of uncertain parts at a time
+
+  // The queue and its puller; queue_changed_ tells waiters (syncQueue) that entries finished.
+  // pull_mu_ is held by a pull of the log (puller_, queue_needs_sync_) and by a clone.
+  std::mutex pull_mu_;
+  mutable std::mutex queue_mu_;
+  ReplicationQueue queue_;
+  LogPuller puller_;
+  std::condition_variable queue_changed_;
+  std::chrono::steady_clock::time_point last_pull_{};  // guarded by queue_mu_
+  // A pull failed: its multis may have been applied (ZooKeeper did not answer) or applied in part
+  // (one batch of several), so replicas/<me>/queue may hold entries memory lacks. Guarded by
+  // queue_mu_; the next updateQueue loads them before pulling.
+  bool queue_needs_sync_ = false;
+  std::unique_ptr<WorkerPool> fetch_pool_;
+  std::unique_ptr<WorkerPool> merge_pool_;
+
+  std::atomic<uint64_t> next_staging_id_{0};
+  std::mutex background_mu_;
+  std::condition_variable background_wake_;
+  bool wake_requested_ = false;  // a new log entry, or an entry finished
+  bool stopping_ = false;
+  std::thread background_;
+};
+
+}  // namespace rtable::core

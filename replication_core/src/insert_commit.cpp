@@ -1,0 +1,432 @@
+#include "rtable/replication_core/insert_commit.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <future>
+
+#include "posix_file.h"
+#include "rtable/replication_core/keeper_retry.h"
+#include "rtable/replication_core/quorum.h"
+#include "rtable/replication_core/replication_worker.h"
+
+namespace rtable::core {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStagingDir = "staging";
+
+int64_t unixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+InsertError unavailable(const std::string& message) {
+  return InsertError{InsertError::Kind::kUnavailable, message};
+}
+
+InsertError internal(const std::string& message) {
+  return InsertError{InsertError::Kind::kInternal, message};
+}
+
+// A part that could not be written or made durable here: a full volume is the operator's to fix
+// (and another replica's to take the insert meanwhile), anything else is ours.
+InsertError localWriteError(const std::string& message) {
+  if (!isOutOfSpace(message)) return internal(message);
+  return InsertError{InsertError::Kind::kStorageFull,
+                     message + "; this replica's data volume is full, nothing was committed: retry "
+                               "on another replica, or here once space is freed"};
+}
+
+}  // namespace
+
+// --- PendingInsert -----------------------------------------------------------------------------
+
+// One partition's buffered rows in ORDER BY order, and their dedup id.
+struct SortedBlock {
+  Block rows;
+  std::string dedup_id;
+};
+
+PendingInsert::PendingInsert(const TableSchema& schema, std::size_t max_part_rows,
+                             InsertOptions options, fs::path staging_prefix)
+    : schema_(schema),
+      max_part_rows_(max_part_rows),
+      options_(std::move(options)),
+      staging_prefix_(std::move(staging_prefix)) {}
+
+PendingInsert::~PendingInsert() {
+  // Committed parts were moved into the table; the rest go.
+  std::error_code ec;
+  for (const auto& block : blocks_) fs::remove_all(block.part.dir, ec);
+}
+
+namespace {
+
+SortedBlock sortAndIdentify(const TableSchema& schema, const std::string& partition, Block rows,
+                            const std::string& token, std::size_t n) {
+  const auto order = schema.sortPermutation(rows);
+  bool in_order = true;
+  for (std::size_t i = 0; i < order.size() && in_order; ++i) in_order = order[i] == i;
+  // Rows that came sorted (ids, times) are kept as they are rather than copied.
+  SortedBlock sorted{in_order ? std::move(rows) : rows.select(order), {}};
+  sorted.dedup_id = token.empty() ? blockDedupId(partition, sorted.rows) : tokenDedupId(partition, token, n);
+  return sorted;
+}
+
+}  // namespace
+
+std::expected<void, std::string> PendingInsert::add(Block block) {
+  rows_ += block.rows();
+  auto groups = schema_.partitionGroups(block);
+  // Each partition's buffer, created in first-seen order.
+  std::vector<std::size_t> buffer_of_group;
+  for (const auto& partition : groups.ids) {
+    auto it = std::find_if(buffers_.begin(), buffers_.end(),
+                           [&](const auto& buffer) { return buffer.first == partition; });
+    if (it == buffers_.end()) it = buffers_.insert(buffers_.end(), {partition, schema_.emptyBlock()});
+    buffer_of_group.push_back(static_cast<std::size_t>(it - buffers_.begin()));
+  }
+  if (groups.ids.size() == 1) {
+    buffers_[buffer_of_group[0]].second.append(std::move(block));
+  } else if (!groups.ids.empty()) {
+    std::vector<Block*> targets;
+    for (std::size_t index : buffer_of_group) targets.push_back(&buffers_[index].second);
+    std::move(block).scatterInto(groups.group_of_row, targets);
+  }
+  for (std::size_t index : buffer_of_group) {
+    if (buffers_[index].second.rows() >= max_part_rows_) {
+      if (auto flushed = flush(buffers_[index].first, /*write_now=*/true); !flushed) return flushed;
+    }
+  }
+  return {};
+}
+
+std::expected<void, std::string> PendingInsert::flush(const std::string& partition, bool write_now) {
+  auto it = std::find_if(buffers_.begin(), buffers_.end(),
+                         [&](const auto& buffer) { return buffer.first == partition; });
+  if (it == buffers_.end() || it->second.rows() == 0) return {};
+  Block rows = std::exchange(it->second, schema_.emptyBlock());
+  const std::size_t n = blocks_per_partition_[partition]++;
+  return stage(partition,
+               sortAndIdentify(schema_, partition, std::move(rows), options_.deduplication_token, n),
+               write_now);
+}
+
+std::expected<void, std::string> PendingInsert::stage(const std::string& partition, SortedBlock sorted,
+                                                      bool write_now) {
+  // Staged under a provisional name; the block number comes with the commit.
+  const PartName staged{partition, static_cast<int64_t>(blocks_.size()),
+                        static_cast<int64_t>(blocks_.size()), 0, 0};
+  // A folder per part, not per insert: one mkdir less before an acknowledgement.
+  std::error_code ec;
+  fs::create_directories(staging_prefix_.parent_path(), ec);
+  fs::path dir = staging_prefix_;
+  dir += "-" + staged.format();
+  StagedBlock block;
+  block.part.partition = partition;
+  block.part.dedup_id = sorted.dedup_id;
+  block.part.dir = std::move(dir);
+  block.part.rows = sorted.rows.rows();
+  if (write_now) {
+    auto written = writeStagedPart(block.part.dir, schema_, sorted.rows);
+    if (!written) return std::unexpected(written.error());
+    block.part.checksums = std::move(*written);
+  } else {
+    block.unwritten = std::move(sorted.rows);
+  }
+  blocks_.push_back(std::move(block));
+  return {};
+}
+
+std::expected<std::vector<StagedBlock>*, std::string> PendingInsert::finish() {
+  // Sorting and hashing one partition's rows does not depend on the others: an insert spanning
+  // several partitions does them in parallel; the parts are staged in first-seen order.
+  std::vector<std::future<SortedBlock>> sorting;
+  std::vector<std::string> partitions;
+  for (auto& [partition, rows] : buffers_) {
+    if (rows.rows() == 0) continue;
+    const std::size_t n = blocks_per_partition_[partition]++;
+    Block taken = std::exchange(rows, schema_.emptyBlock());
+    const bool alone = buffers_.size() == 1;
+    sorting.push_back(std::async(alone ? std::launch::deferred : std::launch::async,
+                                 sortAndIdentify, std::cref(schema_), partition, std::move(taken),
+                                 options_.deduplication_token, n));
+    partitions.push_back(partition);
+  }
+  for (std::size_t i = 0; i < sorting.size(); ++i) {
+    if (auto staged = stage(partitions[i], sorting[i].get(), /*write_now=*/false); !staged) {
+      return std::unexpected(staged.error());
+    }
+  }
+  return &blocks_;
+}
+
+// --- InsertCommit ------------------------------------------------------------------------------
+
+InsertCommit::InsertCommit(const TableSpec& spec, TablePaths paths, std::size_t max_part_rows,
+                           KeeperSession& session, PartStore& store, BlockNumberAllocator& allocator,
+                           ReplicationWorker& worker, metrics::ReplicaMetrics& metrics)
+    : spec_(spec),
+      paths_(std::move(paths)),
+      max_part_rows_(max_part_rows),
+      session_(session),
+      store_(store),
+      allocator_(allocator),
+      worker_(worker),
+      metrics_(metrics) {}
+
+std::unique_ptr<PendingInsert> InsertCommit::begin(InsertOptions options) {
+  const fs::path staging =
+      store_.dataDir() / kStagingDir / fmt::format("insert-{}", next_staging_id_.fetch_add(1));
+  return std::make_unique<PendingInsert>(spec_.schema, max_part_rows_, std::move(options), staging);
+}
+
+std::expected<std::size_t, InsertError> InsertCommit::checkQuorum(const InsertOptions& options) {
+  std::size_t quorum = options.quorum >= 2 ? options.quorum : 0;
+  if (quorum == 0 && !options.quorum_auto) return 0;
+  std::shared_ptr<Keeper> keeper = session_.current();
+  if (!keeper) return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was written"));
+  auto count = countReplicas(*keeper, paths_);
+  auto parent = createAncestorsAndSelf(*keeper, paths_.quorumParallel());
+  if (!count || !parent) {
+    return std::unexpected(unavailable("ZooKeeper: " + (!count ? count.error() : parent.error()).toString()));
+  }
+  if (options.quorum_auto) {
+    quorum = majorityQuorum(count->total);
+    if (quorum < 2) quorum = 0;  // a single replica: this one is the majority
+  }
+  if (count->active() < quorum) {
+    return std::unexpected(InsertError{
+        InsertError::Kind::kTooFewReplicas,
+        fmt::format("Number of alive replicas ({}) is less than requested quorum ({}{}); nothing "
+                    "was written", count->active(), quorum,
+                    options.quorum_auto ? fmt::format(", a majority of {} replicas", count->total) : "")});
+  }
+  return quorum;
+}
+
+std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& insert) {
+  auto failed = [&](InsertError error) {
+    metrics_.insert_errors.Increment();
+    return std::unexpected(std::move(error));
+  };
+  auto finished = insert.finish();
+  if (!finished) return failed(localWriteError(finished.error()));
+  std::vector<StagedBlock>& blocks = **finished;
+  const InsertOptions& options = insert.options();
+  InsertResult result;
+  result.blocks = blocks.size();
+  const auto quorum_deadline = std::chrono::steady_clock::now() + options.quorum_timeout;
+  auto quorum = checkQuorum(options);
+  if (!quorum) return failed(quorum.error());
+  // Parts that are not held are written (and synced) while ZooKeeper allocates their block
+  // numbers; several at a time, the commits stay in order.
+  constexpr std::size_t kParallelWrites = 4;
+  std::vector<PartWrite> writes(blocks.size());
+  auto startWrite = [&](std::size_t i) {
+    if (i >= blocks.size() || !blocks[i].unwritten) return;
+    // Small: commitOne encodes it in memory, in microseconds.
+    if (store_.willHold(valueBytes(*blocks[i].unwritten))) return;
+    writes[i] = std::async(std::launch::async, [this, &block = blocks[i]] {
+      return writeStagedPart(block.part.dir, spec_.schema, *block.unwritten, PartSync::kNow);
+    });
+  };
+  for (std::size_t i = 0; i < kParallelWrites; ++i) startWrite(i);
+  // Whatever happens, no write may outlive this call (it writes into the insert's staging).
+  struct JoinWrites {
+    std::vector<PartWrite>& writes;
+    ~JoinWrites() {
+      for (auto& w : writes) {
+        if (w.valid()) w.wait();
+      }
+    }
+  } join{writes};
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    startWrite(i + kParallelWrites);
+    std::shared_ptr<Keeper> keeper = session_.current();
+    if (!keeper) {
+      return failed(unavailable(fmt::format(
+          "ZooKeeper is unreachable; {} of {} blocks were committed, retrying the same insert is "
+          "safe", i, blocks.size())));
+    }
+    if (worker_.lost()) {
+      // A part committed now could be detached by the clone (the source does not have it) and
+      // be lost with its acknowledged rows.
+      return failed(unavailable(fmt::format(
+          "this replica is lost (it was away while the log moved on) and is being restored from "
+          "a live replica; {} of {} blocks were committed, retrying the same insert is safe",
+          i, blocks.size())));
+    }
+    // Reserving the next block number pays off for a stream of one-part inserts.
+    auto part = commitOne(*keeper, blocks[i], writes[i], result, *quorum, /*reserve=*/blocks.size() == 1);
+    if (!part) {
+      InsertError error = part.error();
+      error.message += fmt::format(" ({} of {} blocks were committed before; retrying the same "
+                                   "insert is safe)", i, blocks.size());
+      return failed(std::move(error));
+    }
+    result.parts.push_back(*part);
+  }
+  if (*quorum > 0) {
+    for (const auto& part : result.parts) {
+      std::shared_ptr<Keeper> keeper = session_.current();
+      auto reached = keeper ? waitForQuorum(*keeper, paths_, part, quorum_deadline)
+                            : KeeperResult<bool>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "no session", {}}));
+      if (!reached || !*reached) {
+        return failed(InsertError{
+            InsertError::Kind::kQuorumTimeout,
+            fmt::format("the insert is committed on this replica, but part {} did not reach {} "
+                        "replicas within {} ms{}; it may still become visible on the others, and "
+                        "retrying the same insert is safe (it is deduplicated)",
+                        part, *quorum, options.quorum_timeout.count(),
+                        reached ? "" : " (ZooKeeper: " + reached.error().toString() + ")")});
+      }
+    }
+  }
+  metrics_.inserts.Increment();
+  metrics_.inserted_rows.Increment(static_cast<double>(result.rows));
+  metrics_.insert_deduplicated_blocks.Increment(static_cast<double>(result.deduplicated_blocks));
+  return result;
+}
+
+std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, StagedBlock& block,
+                                                                PartWrite& writing,
+                                                                InsertResult& result,
+                                                                std::size_t quorum, bool reserve) {
+  NewPart& part = block.part;
+  std::error_code ec;
+  if (block.unwritten && !writing.valid()) {
+    // Small: encoded in memory, where it stays until a checkpoint writes it out or a merge takes it.
+    auto image = encodePart(spec_.schema, *block.unwritten);
+    block.unwritten.reset();
+    if (!image) return std::unexpected(internal("encoding the part: " + image.error()));
+    part.checksums = image->checksums;
+    part.image = std::make_shared<const PartImage>(std::move(*image));
+  }
+  std::optional<BlockNumberLock> reserved;
+  if (reserve) reserved = allocator_.takeReserved(keeper.sessionId(), part.partition);
+  auto allocation = reserved ? KeeperResult<Allocation>(Allocation{*reserved})
+                             : allocator_.allocate(keeper, part.partition, part.dedup_id);
+  if (writing.valid()) {
+    auto written = writing.get();
+    block.unwritten.reset();
+    if (!written) {
+      if (allocation && std::holds_alternative<BlockNumberLock>(*allocation)) {
+        (void)keeper.remove(std::get<BlockNumberLock>(*allocation).path);
+      }
+      return std::unexpected(localWriteError("writing the part: " + written.error()));
+    }
+    part.checksums = std::move(*written);
+  }
+  if (!allocation) {
+    if (allocation.error().isConnectionLevel()) {
+      return std::unexpected(unavailable("ZooKeeper: " + allocation.error().toString()));
+    }
+    return std::unexpected(internal("allocating a block number: " + allocation.error().toString()));
+  }
+  if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) {
+    ++result.deduplicated_blocks;
+    fs::remove_all(part.dir, ec);
+    // Possibly a duplicate of a part whose commit we could not confirm: it was committed after
+    // all, and must become visible before we answer.
+    worker_.resolveUncertainParts(keeper);
+    return duplicate->existing_part;
+  }
+  const auto& lock = std::get<BlockNumberLock>(*allocation);
+  const PartName name{part.partition, lock.block_number, lock.block_number, 0, 0};
+  // Recorded before the commit can remove the lock: a merge selection always sees one or the other.
+  store_.beginCommit(name, part.image);
+  struct EndCommit {
+    PartStore& store;
+    const PartName& name;
+    ~EndCommit() { store.endCommit(name); }
+  } end_commit{store_, name};
+  // Durable here before the commit: once committed, a retry of this insert is deduplicated.
+  if (auto durable = store_.makeDurable(name, part); !durable) {
+    store_.discard(name, part);
+    (void)keeper.remove(lock.path);
+    return std::unexpected(localWriteError("making the part durable: " + durable.error()));
+  }
+  LogEntry entry;
+  entry.type = LogEntry::Type::kGetPart;
+  entry.create_time = unixNow();
+  entry.source_replica = spec_.replica;
+  entry.block_id = part.dedup_id;
+  entry.new_part_name = name.format();
+  entry.quorum = static_cast<int>(quorum);
+  const std::optional<std::string> reserve_data =
+      reserve ? allocator_.startReserving(part.partition) : std::nullopt;
+  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data);
+  if (reserve_data) {
+    allocator_.finishReserving(keeper.sessionId(), part.partition, *reserve_data,
+                               committed ? committed->reserve_path : std::nullopt,
+                               !committed && committed.error().failure == CommitFailure::kUnknownOutcome);
+  }
+  if (committed) {
+    worker_.rememberLogEntry(committed->log_entry_path, entry.format());
+    worker_.publish(name, part.checksums, part.rows, part.image);
+    result.rows += part.rows;
+    return name.format();
+  }
+  const CommitError& error = committed.error();
+  switch (error.failure) {
+    case CommitFailure::kDuplicate:
+      store_.discard(name, part);
+      (void)keeper.remove(lock.path);
+      ++result.deduplicated_blocks;
+      // As for a duplicate found by the allocation (a reserved number skips that check).
+      worker_.resolveUncertainParts(keeper);
+      return error.duplicate ? error.duplicate->existing_part : std::string("(deduplicated)");
+    case CommitFailure::kLogExhausted:
+      store_.discard(name, part);
+      (void)keeper.remove(lock.path);
+      return std::unexpected(InsertError{
+          InsertError::Kind::kLogExhausted,
+          fmt::format("the table's replication log counter is exhausted ({} exists: ZooKeeper's "
+                      "int32 sequential counter reached 2147483647); inserts cannot succeed until "
+                      "the table moves to a new generation",
+                      paths_.log() + "/log-2147483647")});
+    case CommitFailure::kLockLost:
+      if (reserved) {
+        // A drop of the partition removed the reserved lock with the in-flight ones: the block
+        // comes after the drop, so it takes a number of its own.
+        if (store_.unplace(name, part)) {
+          return commitOne(keeper, block, writing, result, quorum, /*reserve=*/false);
+        }
+      }
+      store_.discard(name, part);
+      return std::unexpected(unavailable("the ZooKeeper session ended during the commit; the block was not committed"));
+    case CommitFailure::kRejected:
+      store_.discard(name, part);
+      (void)keeper.remove(lock.path);
+      return std::unexpected(internal("commit: " + error.cause.toString()));
+    case CommitFailure::kUnknownOutcome:
+      break;
+  }
+  // No answer to the commit: fenced, then the part node tells (commitOutcome).
+  part.lock_path = lock.path;
+  auto outcome = retryOnConnectionErrors(RetryPolicy{std::chrono::milliseconds(100), std::chrono::seconds(2), 8}, [&] {
+    std::shared_ptr<Keeper> current = session_.current();
+    if (!current) return KeeperResult<bool>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "", {}}));
+    return commitOutcome(*current, paths_, name.format(), lock.path);
+  });
+  if (outcome && *outcome) {
+    worker_.publish(name, part.checksums, part.rows, part.image);
+    result.rows += part.rows;
+    return name.format();
+  }
+  if (outcome) {
+    store_.discard(name, part);
+    return std::unexpected(unavailable("ZooKeeper connection lost during the commit; the block was not committed"));
+  }
+  store_.addUncertain(name, part);  // a held part stays held: a checkpoint writes it out
+  return std::unexpected(InsertError{
+      InsertError::Kind::kUnknownOutcome,
+      fmt::format("ZooKeeper did not answer the commit of {}; it may or may not be visible later",
+                  name.format())});
+}
+
+}  // namespace rtable::core

@@ -1,0 +1,936 @@
+#include "rtable/replication_core/replication_worker.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "posix_file.h"
+#include "rtable/replication_core/merge_selector.h"
+#include "rtable/replication_core/part_exchange.h"
+#include "rtable/replication_core/quorum.h"
+#include "rtable/replication_core/sequential_counter.h"
+#include "worker_pool.h"
+
+namespace rtable::core {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStagingDir = "staging";
+
+int64_t unixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double steadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+InsertError unavailable(const std::string& message) {
+  return InsertError{InsertError::Kind::kUnavailable, message};
+}
+
+KeeperError noSession() { return KeeperError{KeeperCode::kConnectionLoss, "", "no ZooKeeper session", {}}; }
+
+// host/port of a replica from its `host` node (ReplicatedMergeTreeAddress text).
+std::optional<FetchSource> parseReplicaAddress(const std::string& replica, const std::string& text) {
+  FetchSource source;
+  source.replica = replica;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("host: ")) source.host = line.substr(6);
+    if (line.starts_with("port: ")) source.port = static_cast<uint16_t>(std::atoi(line.c_str() + 6));
+  }
+  if (source.host.empty() || source.port == 0) return std::nullopt;
+  return source;
+}
+
+}  // namespace
+
+ReplicationWorker::ReplicationWorker(const TableSpec& spec, TablePaths paths,
+                                     ReplicationOptions options, KeeperSession& session,
+                                     PartStore& store, BlockNumberAllocator& allocator,
+                                     metrics::ReplicaMetrics& metrics)
+    : spec_(spec),
+      paths_(std::move(paths)),
+      options_(options),
+      session_(session),
+      store_(store),
+      allocator_(allocator),
+      metrics_(metrics),
+      dedup_cleaner_(paths_, spec_.deduplication),
+      queue_(QueueLimits{spec_.fetch_threads, spec_.merge_threads}),
+      puller_(paths_) {}
+
+ReplicationWorker::~ReplicationWorker() { stop(); }
+
+KeeperStatus ReplicationWorker::readLost(Keeper& keeper) {
+  // Read after activateReplica, whose multi also sets `host`: the leader marks a replica lost
+  // only with a check of the host version it saw while we were inactive, so from here on is_lost
+  // stays as read until we clone.
+  auto lost = keeper.get(paths_.isLost());
+  if (!lost) return std::unexpected(lost.error());
+  lost_ = lost->data == "1";
+  return {};
+}
+
+void ReplicationWorker::load(std::vector<QueueEntry> entries) {
+  std::lock_guard lock(queue_mu_);
+  for (const auto& name : store_.activeNames()) queue_.addCurrentPart(name);
+  for (auto& entry : entries) queue_.insert(std::move(entry));
+}
+
+void ReplicationWorker::start() {
+  fetch_pool_ = std::make_unique<WorkerPool>(spec_.fetch_threads);
+  merge_pool_ = std::make_unique<WorkerPool>(spec_.merge_threads);
+  store_.onCheckpointWanted([this] { wake(); });
+  background_ = std::thread([this] { backgroundLoop(); });
+}
+
+void ReplicationWorker::stop() {
+  {
+    std::lock_guard lock(background_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  background_wake_.notify_all();
+  if (background_.joinable()) background_.join();
+  // Running fetches and merges finish; queued ones run after the next start.
+  if (fetch_pool_) fetch_pool_->stop();
+  if (merge_pool_) merge_pool_->stop();
+}
+
+void ReplicationWorker::wake() {
+  {
+    std::lock_guard lock(background_mu_);
+    wake_requested_ = true;
+  }
+  background_wake_.notify_all();
+}
+
+void ReplicationWorker::publish(const PartName& name, PartChecksums checksums, uint64_t rows,
+                                std::shared_ptr<const PartImage> image) {
+  std::lock_guard queue_lock(queue_mu_);
+  store_.makeVisible(name, std::move(checksums), rows, std::move(image));
+  queue_.addCurrentPart(name);
+}
+
+void ReplicationWorker::rememberLogEntry(const std::string& path, std::string data) {
+  puller_.remember(path, std::move(data));
+}
+
+void ReplicationWorker::resolveUncertainParts(Keeper& keeper) {
+  // One at a time, and a part leaves the uncertain ones only once it is visible (or removed): a
+  // merge selection never sees it nowhere.
+  std::lock_guard resolve_lock(resolve_mu_);
+  for (auto& [name, part] : store_.uncertainParts()) {
+    auto committed = commitOutcome(keeper, paths_, name.format(), part.lock_path);
+    if (!committed) continue;
+    if (*committed) {
+      publish(name, part.checksums, part.rows, part.image);
+      store_.forgetUncertain(name);
+    } else {
+      store_.forgetUncertain(name);
+      store_.discard(name, part);
+    }
+  }
+}
+
+std::size_t ReplicationWorker::runRoundForTest() {
+  store_.checkpointIfDue();
+  std::shared_ptr<Keeper> keeper = session_.current();
+  if (!keeper) return 0;
+  resolveUncertainParts(*keeper);
+  allocator_.releaseLostLocks(*keeper);
+  allocator_.releaseIdleReserves(*keeper, options_.reserve_idle);
+  updateLogMetrics(*keeper);
+  if (!cloneIfLost(*keeper)) return 0;
+  updateQueue(*keeper);
+  if (isLeader(*keeper)) {
+    (void)dedup_cleaner_.run(*keeper);
+    assignMerges(*keeper, options_.merge_min_parts);
+    cleanLog(*keeper);
+  }
+  return scheduleQueue(/*inline_execution=*/true);
+}
+
+bool ReplicationWorker::cloneIfLost(Keeper& keeper) {
+  auto lost = keeper.get(paths_.isLost());
+  if (!lost) return false;
+  if (lost->data != "1") {
+    lost_ = false;
+    return true;
+  }
+  lost_ = true;
+  auto source = chooseCloneSource(keeper, paths_);
+  if (!source || !*source) {
+    spdlog::warn("replica {} is lost (or new on a table with history) and no live replica can be "
+                 "cloned yet", spec_.replica);
+    return false;
+  }
+  std::lock_guard pull_lock(pull_mu_);  // no pull in between: the clone replaces the queue
+  std::lock_guard lock(queue_mu_);
+  auto cloned = cloneReplica(keeper, paths_, **source);
+  if (!cloned) {
+    spdlog::warn("cloning replica {}: {}", **source, cloned.error().toString());
+    return false;
+  }
+  // Local parts the table no longer has anywhere (dropped while we were away) go to detached/.
+  std::vector<PartName> strays;
+  for (const auto& name : store_.activeNames()) {
+    if (!cloned->source_parts.containingPart(name)) strays.push_back(name);
+  }
+  for (const auto& name : strays) {
+    if (auto removed = keeper.remove(paths_.part(name.format()));
+        !removed && removed.error().code != KeeperCode::kNoNode) {
+      spdlog::warn("cloning: cannot unregister stray part {}: {}", name.format(),
+                   removed.error().toString());
+      return false;
+    }
+    store_.retire({name}, "clone_");
+    spdlog::info("cloning: part {} is not in {}'s table any more: detached as clone_{}",
+                 name.format(), **source, name.format());
+  }
+  // The old queue was replaced in ZooKeeper; so is the one in memory.
+  ReplicationQueue fresh(QueueLimits{spec_.fetch_threads, spec_.merge_threads});
+  for (const auto& name : store_.activeNames()) fresh.addCurrentPart(name);
+  const std::size_t entries = cloned->entries.size();
+  for (auto& entry : cloned->entries) fresh.insert(std::move(entry));
+  queue_ = std::move(fresh);
+  spdlog::info("replica {} cloned {} ({} queue entries)", spec_.replica, **source, entries);
+  lost_ = false;
+  return true;
+}
+
+bool ReplicationWorker::updateQueue(Keeper& keeper) {
+  // One pull at a time, and every pull's entries are in the queue when this returns. queue_mu_ is
+  // not held across the pull's ZooKeeper round trips: an insert's publish would wait them out
+  // (measured: 120-190 us added to every single-row insert, on average).
+  std::lock_guard pull_lock(pull_mu_);
+  std::unique_lock lock(queue_mu_);
+  last_pull_ = std::chrono::steady_clock::now();
+  if (queue_needs_sync_) {
+    // An entry in ZooKeeper's queue but not here would never run, and the leader would merge
+    // across its part as if the block did not exist: every replica would lose its rows.
+    auto stored = loadQueue(keeper, paths_);
+    if (!stored) {
+      spdlog::warn("reloading the replication queue after a failed pull: {}",
+                   stored.error().toString());
+      return false;
+    }
+    std::size_t recovered = 0;
+    for (auto& entry : *stored) {
+      if (queue_.contains(entry.node_name)) continue;
+      queue_.insert(std::move(entry));
+      ++recovered;
+    }
+    if (recovered > 0) {
+      spdlog::warn("recovered {} queue entries that a pull without an answer had created",
+                   recovered);
+    }
+    queue_needs_sync_ = false;
+  }
+  lock.unlock();
+  const auto local = store_.lookup();
+  auto pulled = puller_.pull(
+      keeper,
+      [&](const LogEntry& entry) {
+        // Our own inserts (and anything else already here) need no work.
+        auto part = PartName::parse(entry.new_part_name);
+        if (entry.type != LogEntry::Type::kGetPart || !part) return false;
+        auto here = local(*part);
+        return here && *here == *part;
+      },
+      [this](const WatchEvent&) { wake(); });
+  lock.lock();
+  if (!pulled) {
+    spdlog::warn("pulling the replication log: {}", pulled.error().toString());
+    queue_needs_sync_ = true;
+    return false;
+  }
+  for (auto& entry : *pulled) queue_.insert(std::move(entry));
+  return true;
+}
+
+std::size_t ReplicationWorker::assignMerges(Keeper& keeper, std::size_t min_parts) {
+  // ClickHouse's MergePredicate. A merge takes only parts that were virtual parts here before the
+  // block locks are read (prev_virtual_parts). Every block inside a range of such parts was
+  // allocated before them, so the lock read sees it either in flight (the range is refused) or
+  // finished: then its log entry exists and is pulled below (or it was committed here), its part
+  // is a virtual part between the range's parts, and the range must take it as a source. A part
+  // that arrived after the lock read may sit beside a block allocated after it, which no lock in
+  // hand shows: it waits for the next round.
+  std::set<PartName> known_before_locks;
+  std::map<std::string, std::vector<int64_t>> locks;
+  {
+    // Only partitions with enough parts to merge: between full rounds this runs on every wake,
+    // and then mostly ends here without asking ZooKeeper anything.
+    std::set<std::string> partitions;
+    {
+      std::lock_guard lock(queue_mu_);
+      std::map<std::string, std::size_t> counts;
+      for (const auto& part : queue_.virtualParts().parts()) {
+        if (part.isFakeDropRange()) continue;
+        known_before_locks.insert(part);
+        if (++counts[part.partition_id] == std::max(min_parts, options_.merge_min_parts)) {
+          partitions.insert(part.partition_id);
+        }
+      }
+    }
+    if (partitions.empty()) return 0;
+    for (const auto& partition : partitions) {
+      auto locked = lockedBlockNumbers(keeper, partition);
+      if (!locked) return 0;
+      locks[partition] = std::move(*locked);
+    }
+  }
+  if (!updateQueue(keeper)) return 0;
+
+  std::vector<LogEntry> merges;
+  {
+    std::lock_guard queue_lock(queue_mu_);
+    // Read with queue_mu_ held: no part becomes visible meanwhile (publish takes queue_mu_).
+    const PartStore::MergeView view = store_.mergeView();
+    // ClickHouse's max_replicated_merges_in_queue: merges waiting anywhere in the queue.
+    std::size_t queued_merges = 0;
+    for (const auto& queued : queue_.entries()) {
+      if (queued.entry.type == LogEntry::Type::kMergeParts) ++queued_merges;
+    }
+    std::map<std::string, std::vector<PartName>> by_partition;
+    for (const auto& part : queue_.virtualParts().parts()) {
+      if (!part.isFakeDropRange()) by_partition[part.partition_id].push_back(part);
+    }
+    for (const auto& [partition, parts] : by_partition) {
+      if (parts.size() < options_.merge_min_parts || !locks.contains(partition)) continue;
+      const std::vector<int64_t>& locked = locks[partition];
+      // Several disjoint merges per round, so merges keep up with a stream of small inserts.
+      std::set<PartName> taken;
+      // A part can be merged when it is here, was known before the locks were read, and nothing
+      // in the queue will change it.
+      auto mergeable = [&](const PartName& part) {
+        return !taken.contains(part) && known_before_locks.contains(part) &&
+               view.active_rows.contains(part) && !queue_.coveredByQueuedEntry(part) &&
+               !queue_.futureParts().contains(part);
+      };
+      // Whether a merge into `range` would cover a block that is allocated but not visible here:
+      // an insert in flight anywhere (a lock), or a block this replica is committing or could not
+      // confirm. Such a merge would hide that block's rows.
+      auto coversArrivingBlock = [&](const PartName& range) {
+        for (const auto& name : view.arriving) {
+          if (range.contains(name)) return true;
+        }
+        for (int64_t number : locked) {
+          if (number >= range.min_block && number <= range.max_block) return true;
+        }
+        return false;
+      };
+      while (queued_merges + merges.size() < options_.max_queued_merges) {
+        std::vector<MergeCandidate> candidates;
+        candidates.reserve(parts.size());
+        for (const auto& part : parts) {
+          const bool ok = mergeable(part);
+          candidates.push_back({ok ? view.active_rows.at(part) : 0, ok});
+        }
+        auto best = selectMergeRange(
+            candidates, options_.merge_min_parts, options_.merge_max_parts, [&](const MergeRange& r) {
+              const PartName range{partition, parts[r.start].min_block,
+                                   parts[r.start + r.width - 1].max_block, PartName::kMaxLevel, 0};
+              return !coversArrivingBlock(range);
+            });
+        if (!best) break;
+        LogEntry entry;
+        entry.type = LogEntry::Type::kMergeParts;
+        entry.create_time = unixNow();
+        entry.source_replica = spec_.replica;
+        PartName result{partition, parts[best->start].min_block,
+                        parts[best->start + best->width - 1].max_block, 0, 0};
+        for (std::size_t i = best->start; i < best->start + best->width; ++i) {
+          entry.source_parts.push_back(parts[i].format());
+          result.level = std::max(result.level, parts[i].level + 1);
+          taken.insert(parts[i]);
+        }
+        entry.new_part_name = result.format();
+        merges.push_back(std::move(entry));
+      }
+    }
+  }
+  std::size_t assigned = 0;
+  for (const auto& entry : merges) {
+    // Every replica, this one included, executes it from its queue.
+    if (keeper.create(paths_.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential)) {
+      ++assigned;
+    }
+  }
+  if (assigned > 0) updateQueue(keeper);
+  return assigned;
+}
+
+std::size_t ReplicationWorker::scheduleQueue(bool inline_execution) {
+  static constexpr std::size_t kNoOpBatch = 100;
+  std::size_t merged = 0;
+  std::vector<SelectedEntry> no_ops;
+  for (;;) {
+    std::optional<SelectedEntry> selected;
+    const bool readonly = session_.current() == nullptr || lost_;
+    {
+      std::lock_guard lock(queue_mu_);
+      selected = queue_.selectEntryToProcess(store_.lookup(), readonly, std::chrono::steady_clock::now());
+      metrics_.queue_size.Set(static_cast<double>(queue_.size()));
+    }
+    if (!selected) {
+      if (no_ops.empty()) return merged;
+      // Finishing them may let entries they held back run: look again.
+      finishNoOpEntries(no_ops);
+      no_ops.clear();
+      continue;
+    }
+    if (selected->action == QueueAction::kNothing) {
+      no_ops.push_back(std::move(*selected));
+      if (no_ops.size() == kNoOpBatch) {
+        finishNoOpEntries(no_ops);
+        no_ops.clear();
+      }
+      continue;
+    }
+    const bool is_merge = selected->action == QueueAction::kMerge;
+    if (inline_execution || selected->action == QueueAction::kDropRange) {
+      if (executeEntry(*selected) && is_merge) ++merged;
+      continue;
+    }
+    WorkerPool& pool = is_merge ? *merge_pool_ : *fetch_pool_;
+    pool.submit([this, entry = std::move(*selected)] {
+      executeEntry(entry);
+      wake();  // a finished entry may let others run
+    });
+  }
+}
+
+bool ReplicationWorker::executeEntry(const SelectedEntry& selected) {
+  std::shared_ptr<Keeper> keeper = session_.current();
+  EntryOutcome done;
+  if (!keeper) {
+    done = std::unexpected("no ZooKeeper session");
+  } else {
+    switch (selected.action) {
+      case QueueAction::kNothing:
+        if (auto removed = keeper->remove(paths_.queue() + "/" + selected.node_name);
+            !removed && removed.error().code != KeeperCode::kNoNode) {
+          done = std::unexpected(removed.error().toString());
+        }
+        break;
+      case QueueAction::kFetch: done = executeFetch(*keeper, selected); break;
+      case QueueAction::kMerge: done = executeMerge(*keeper, selected); break;
+      case QueueAction::kDropRange: done = executeDropRange(*keeper, selected); break;
+    }
+  }
+  const bool succeeded = done.has_value();
+  reportOutcomes({{&selected, std::move(done)}}, keeper.get());
+  return succeeded;
+}
+
+void ReplicationWorker::finishNoOpEntries(const std::vector<SelectedEntry>& entries) {
+  std::shared_ptr<Keeper> keeper = session_.current();
+  std::vector<std::pair<const SelectedEntry*, EntryOutcome>> outcomes;
+  std::vector<Op> removes;
+  for (const auto& entry : entries) removes.push_back(op::Remove{paths_.queue() + "/" + entry.node_name, -1});
+  auto batch = keeper ? keeper->multi(removes)
+                      : KeeperResult<std::vector<OpResult>>(std::unexpected(noSession()));
+  for (const auto& entry : entries) {
+    EntryOutcome done;
+    if (!keeper) {
+      done = std::unexpected("no ZooKeeper session");
+    } else if (!batch) {
+      // One node was gone already (a clone replaced the queue, say): one by one then.
+      if (auto removed = keeper->remove(paths_.queue() + "/" + entry.node_name);
+          !removed && removed.error().code != KeeperCode::kNoNode) {
+        done = std::unexpected(removed.error().toString());
+      }
+    }
+    outcomes.emplace_back(&entry, std::move(done));
+  }
+  reportOutcomes(outcomes, keeper.get());
+}
+
+void ReplicationWorker::reportOutcomes(
+    const std::vector<std::pair<const SelectedEntry*, EntryOutcome>>& outcomes, Keeper* keeper) {
+  std::vector<std::string> pointless;
+  {
+    std::lock_guard lock(queue_mu_);
+    for (const auto& [selected, done] : outcomes) {
+      if (done) {
+        auto removed = queue_.finish(selected->node_name);
+        pointless.insert(pointless.end(), removed.begin(), removed.end());
+      } else if (done.error().gave_way) {
+        queue_.giveWay(selected->node_name, done.error().message, std::chrono::steady_clock::now());
+      } else {
+        spdlog::warn("queue entry {} ({} {}): {}", selected->node_name,
+                     queueActionName(selected->action), selected->entry.new_part_name,
+                     done.error().message);
+        queue_.fail(selected->node_name, done.error().message, std::chrono::steady_clock::now());
+      }
+    }
+    metrics_.queue_size.Set(static_cast<double>(queue_.size()));
+  }
+  if (keeper) {
+    for (const auto& node : pointless) (void)keeper->remove(paths_.queue() + "/" + node);
+  }
+  // The queue's gauges follow each finished entry, not only the background round.
+  updateQueueMetrics();
+  queue_changed_.notify_all();
+}
+
+ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
+                                                                const SelectedEntry& selected) {
+  auto wanted = PartName::parse(selected.entry.new_part_name);
+  if (!wanted) return std::unexpected(wanted.error());
+  // Replicas that are live and have the part, or a part covering it (it may have been merged).
+  auto replicas = keeper.children(paths_.replicas());
+  if (!replicas) return std::unexpected(replicas.error().toString());
+  struct Candidate {
+    FetchSource source;
+    PartName part;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& replica : replicas->names) {
+    if (replica == spec_.replica) continue;
+    TablePaths other = paths_;
+    other.replica = replica;
+    auto active = keeper.exists(other.isActive());
+    if (!active || !*active) continue;
+    auto host = keeper.get(other.host());
+    if (!host) continue;
+    auto source = parseReplicaAddress(replica, host->data);
+    if (!source) continue;
+    auto exact = keeper.exists(other.part(wanted->format()));
+    if (exact && *exact) {
+      candidates.insert(candidates.begin(), Candidate{*source, *wanted});
+      continue;
+    }
+    auto parts = keeper.children(other.parts());
+    if (!parts) continue;
+    for (const auto& name : parts->names) {
+      auto part = PartName::parse(name);
+      if (part && part->contains(*wanted)) {
+        candidates.push_back(Candidate{*source, *part});
+        break;
+      }
+    }
+  }
+  if (candidates.empty()) {
+    auto missing = searchForMissingPart(keeper, paths_, *wanted);
+    if (!missing) return std::unexpected(missing.error().toString());
+    if (*missing != MissingPart::kLostForever) {
+      return std::unexpected(fmt::format("no live replica has part {} or a part covering it ({})",
+                                         wanted->format(), missingPartName(*missing)));
+    }
+    // No replica, live or not, lists it or a part covering it, and no merge can make it: waiting
+    // would retry forever. The rows of that part are gone from the table (ClickHouse logs the
+    // same "lost forever" and drops the entry).
+    auto removed = keeper.remove(paths_.queue() + "/" + selected.node_name);
+    if (!removed && removed.error().code != KeeperCode::kNoNode) {
+      return std::unexpected(removed.error().toString());
+    }
+    spdlog::error("part {} is lost forever: no replica has it or a part covering it; giving up "
+                  "queue entry {}", wanted->format(), selected.node_name);
+    metrics_.parts_lost_forever.Increment();
+    std::vector<std::string> duplicates;
+    {
+      std::lock_guard queue_lock(queue_mu_);
+      duplicates = queue_.forgetLostPart(selected.node_name, store_.activeNames());
+    }
+    for (const auto& node : duplicates) (void)keeper.remove(paths_.queue() + "/" + node);
+    return {};
+  }
+  std::string errors;
+  const auto started = std::chrono::steady_clock::now();
+  for (const auto& candidate : candidates) {
+    const std::string name = candidate.part.format();
+    if (candidate.part != *wanted) {
+      std::lock_guard lock(queue_mu_);
+      if (!queue_.setActualPart(selected.node_name, candidate.part)) {
+        // Another entry fetches or makes a part overlapping this one: its result will serve us.
+        EntryError gave_way(fmt::format("Not fetching part {} covering {}: it is being fetched or "
+                                        "made by another entry", name, wanted->format()));
+        gave_way.gave_way = true;
+        return std::unexpected(std::move(gave_way));
+      }
+    }
+    const fs::path staging = store_.dataDir() / kStagingDir /
+                             fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
+    if (auto made = makeDirectories(staging.parent_path()); !made) return std::unexpected(made.error());
+    auto fetched = fetchPart(candidate.source, spec_.interserver_secret, name, staging,
+                             spec_.schema, options_.fetch_timeout);
+    if (!fetched) {
+      // A corrupt or cut transfer: the next replica may do better.
+      errors += (errors.empty() ? "" : "; ") + fetched.error().toString();
+      metrics_.fetch_errors.Increment();
+      continue;
+    }
+    uint64_t bytes = 0;
+    for (const auto& file : fetched->files) bytes += file.size;
+    const fs::path final_dir = store_.dataDir() / name;
+    auto placed = renameNoReplace(staging, final_dir);
+    if (placed) placed = fsyncDirectory(store_.dataDir());
+    if (!placed) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      // Another entry brought the same part in meanwhile: then this entry's work is done.
+      if (auto here = store_.lookup()(*wanted)) {
+        spdlog::debug("part {} arrived meanwhile (as {}); dropping the copy fetched for {}",
+                      name, here->format(), selected.node_name);
+        return {};
+      }
+      return std::unexpected(fmt::format("placing fetched part {}: {}", name, placed.error()));
+    }
+    // The part, the parts it replaces here, and the queue entry: one multi.
+    std::vector<Op> ops = {op::Create{paths_.part(name), "", CreateMode::kPersistent}};
+    for (const auto& covered : store_.partsCoveredBy(candidate.part)) {
+      if (covered != candidate.part) ops.push_back(op::Remove{paths_.part(covered.format()), -1});
+    }
+    ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
+    NewPart part;
+    part.partition = candidate.part.partition_id;
+    part.dir = final_dir;
+    part.checksums = *fetched;
+    if (auto registered = registerPart(keeper, ops, candidate.part, part); !registered) {
+      return std::unexpected("registering the fetched part: " + registered.error());
+    }
+    publish(candidate.part, std::move(*fetched), 0, nullptr);
+    metrics_.fetch_duration_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (selected.entry.quorum >= 2 && candidate.part == *wanted) {
+      // Counted once the part is here for good; a failure leaves the insert waiting, not wrong.
+      if (auto counted = addToQuorum(keeper, paths_, candidate.part.format()); !counted) {
+        spdlog::warn("adding {} to the quorum of {}: {}", spec_.replica, candidate.part.format(),
+                     counted.error().toString());
+      }
+    }
+    metrics_.fetches.Increment();
+    metrics_.fetched_bytes.Increment(static_cast<double>(bytes));
+    return {};
+  }
+  return std::unexpected(errors);
+}
+
+std::expected<void, std::string> ReplicationWorker::registerPart(Keeper& keeper,
+                                                                 const std::vector<Op>& ops,
+                                                                 const PartName& name,
+                                                                 const NewPart& part) {
+  auto committed = keeper.multi(ops);
+  if (committed) return {};
+  if (!committed.error().isConnectionLevel()) {
+    store_.discard(name, part);
+    return std::unexpected(committed.error().toString());
+  }
+  // No answer: the multi is atomic, so our parts node will tell whether it was applied. Until
+  // then the part stays (held, or on disk); resolveUncertainParts makes it visible or removes
+  // it, and the entry, retried, then finds the part here (or fetches or merges again).
+  store_.addUncertain(name, part);
+  return std::unexpected(fmt::format("{} (the outcome is checked once ZooKeeper answers)",
+                                     committed.error().toString()));
+}
+
+std::expected<void, std::string> ReplicationWorker::executeMerge(Keeper& keeper,
+                                                                 const SelectedEntry& selected) {
+  auto result = PartName::parse(selected.entry.new_part_name);
+  if (!result) return std::unexpected(result.error());
+  auto sources = store_.mergeSources(*result, selected.entry.source_parts);
+  if (!sources) return std::unexpected(sources.error());
+  // Sources are in block order and each is sorted: a stable sort of their concatenation is the
+  // k-way merge, ties in source order, so every replica gets the same bytes.
+  const auto started = std::chrono::steady_clock::now();
+  Block rows = spec_.schema.emptyBlock();
+  for (const auto& part : *sources) {
+    auto block = readDataPart(*part, spec_.schema);
+    if (!block) return std::unexpected("reading merge source: " + block.error());
+    rows.append(*block);
+  }
+  const Block sorted = rows.select(spec_.schema.sortPermutation(rows));
+  NewPart part;
+  part.partition = result->partition_id;
+  part.dir = store_.dataDir() / result->format();
+  part.rows = sorted.rows();
+  part.image = store_.holdMergeResult(*result, sorted);
+  if (part.image) {
+    part.checksums = part.image->checksums;
+  } else {
+    auto written = writePart(store_.dataDir(), *result, spec_.schema, sorted);
+    if (!written) return std::unexpected("writing merged part: " + written.error());
+    part.checksums = std::move(*written);
+  }
+  std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
+  for (const auto& source : *sources) ops.push_back(op::Remove{paths_.part(source->name.format()), -1});
+  ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
+  if (auto registered = registerPart(keeper, ops, *result, part); !registered) {
+    return std::unexpected("registering the merged part: " + registered.error());
+  }
+  uint64_t bytes = 0;
+  for (const auto& file : part.checksums.files) bytes += file.size;
+  publish(*result, part.checksums, part.rows, part.image);
+  metrics_.merges.Increment();
+  metrics_.merged_rows.Increment(static_cast<double>(part.rows));
+  metrics_.merged_bytes.Increment(static_cast<double>(bytes));
+  metrics_.merge_duration_seconds.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return {};
+}
+
+std::expected<void, std::string> ReplicationWorker::executeDropRange(Keeper& keeper,
+                                                                     const SelectedEntry& selected) {
+  auto range = PartName::parse(selected.entry.new_part_name);
+  if (!range) return std::unexpected(range.error());
+  const std::vector<PartName> dropped = store_.partsCoveredBy(*range);
+  std::vector<Op> ops;
+  for (const auto& part : dropped) ops.push_back(op::Remove{paths_.part(part.format()), -1});
+  ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
+  if (auto committed = keeper.multi(ops); !committed) {
+    return std::unexpected("removing dropped parts: " + committed.error().toString());
+  }
+  store_.retire(dropped);
+  return {};
+}
+
+void ReplicationWorker::updateQueueMetrics() {
+  std::lock_guard lock(queue_mu_);
+  std::map<std::string, double> by_type = {{"get", 0}, {"merge", 0}, {"drop_range", 0}, {"attach", 0}};
+  int64_t oldest = 0;
+  int64_t oldest_insert = 0;
+  for (const auto& queued : queue_.entries()) {
+    if (queued.entry.type == LogEntry::Type::kGetPart && queued.entry.create_time > 0 &&
+        (oldest_insert == 0 || queued.entry.create_time < oldest_insert)) {
+      oldest_insert = queued.entry.create_time;
+    }
+    switch (queued.entry.type) {
+      case LogEntry::Type::kGetPart: by_type["get"] += 1; break;
+      case LogEntry::Type::kMergeParts: by_type["merge"] += 1; break;
+      case LogEntry::Type::kDropRange: by_type["drop_range"] += 1; break;
+      case LogEntry::Type::kAttachPart: by_type["attach"] += 1; break;
+    }
+    if (queued.entry.create_time > 0 && (oldest == 0 || queued.entry.create_time < oldest)) {
+      oldest = queued.entry.create_time;
+    }
+  }
+  for (const auto& [type, count] : by_type) metrics_.queueEntries(type).Set(count);
+  metrics_.queue_size.Set(static_cast<double>(queue_.size()));
+  metrics_.queue_oldest_entry_age_seconds.Set(
+      oldest == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest)));
+  metrics_.replica_lost.Set(lost_ ? 1 : 0);
+  metrics_.absolute_delay_seconds.Set(
+      oldest_insert == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest_insert)));
+  // The queue counts postponements itself; the counters follow it.
+  for (auto reason : kAllPostponeReasons) {
+    auto& counter = metrics_.queuePostponed(std::string(postponeReasonName(reason)));
+    const double total = static_cast<double>(queue_.postponedCount(reason));
+    if (total > counter.Value()) counter.Increment(total - counter.Value());
+  }
+}
+
+void ReplicationWorker::updateLogMetrics(Keeper& keeper) {
+  auto counter = SequentialCounter::read(keeper, paths_.log(), "log-");
+  if (!counter) return;
+  metrics_.log_max_index.Set(static_cast<double>(counter->maxIndex()));
+  metrics_.log_counter.Set(static_cast<double>(counter->counter()));
+  metrics_.log_counter_headroom_ratio.Set(counter->headroomRatio());
+  counter_rate_.addSample(steadySeconds(), counter->counter());
+  metrics_.log_counter_exhaustion_seconds.Set(counter_rate_.secondsToExhaustion(counter->createsLeft()));
+}
+
+bool ReplicationWorker::isLeader(Keeper& keeper) {
+  // One replica at a time selects merges and cleans the dedup window: the holder of this
+  // ephemeral node (DESIGN.md 2.4). It goes with its holder's session.
+  // A read first: a refused create would still cost ZooKeeper a write transaction every round.
+  const std::string node = paths_.leaderElection() + "/leader";
+  auto holder = keeper.exists(node);
+  if (!holder) return false;
+  if (*holder) return (*holder)->ephemeral_owner == keeper.sessionId();
+  return keeper.create(node, spec_.replica, CreateMode::kEphemeral).has_value();
+}
+
+void ReplicationWorker::cleanLog(Keeper& keeper) {
+  auto cleaned = clearOldLogs(keeper, paths_, LogRetention{spec_.min_logs_to_keep, spec_.max_logs_to_keep});
+  if (!cleaned) spdlog::warn("trimming the replication log: {}", cleaned.error().toString());
+}
+
+KeeperResult<std::vector<int64_t>> ReplicationWorker::lockedBlockNumbers(Keeper& keeper,
+                                                                         const std::string& partition) {
+  std::vector<int64_t> numbers;
+  auto locks = keeper.children(paths_.blockNumbers(partition));
+  if (!locks) {
+    if (locks.error().code == KeeperCode::kNoNode) return numbers;
+    return std::unexpected(locks.error());
+  }
+  for (const auto& lock : locks->names) {
+    const auto dash = lock.rfind('-');
+    if (dash != std::string::npos) numbers.push_back(std::strtoll(lock.c_str() + dash + 1, nullptr, 10));
+  }
+  return numbers;
+}
+
+std::expected<std::string, InsertError> ReplicationWorker::dropPartition(const std::string& partition) {
+  if (!isValidPartitionId(partition)) {
+    return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
+                                       fmt::format("partition '{}' is not a partition id", partition)});
+  }
+  std::shared_ptr<Keeper> keeper = session_.current();
+  if (!keeper) return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was dropped"));
+  if (auto made = createAncestorsAndSelf(*keeper, paths_.blockNumbers(partition)); !made) {
+    return std::unexpected(unavailable("ZooKeeper: " + made.error().toString()));
+  }
+  // Our own block number bounds the range: every block below it was allocated before the drop.
+  constexpr int kAttempts = 10;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    auto lock = keeper->create(paths_.blockLockPrefix(partition), "", CreateMode::kEphemeralSequential);
+    if (!lock) return std::unexpected(unavailable("ZooKeeper: " + lock.error().toString()));
+    const int64_t bound = std::strtoll(lock->c_str() + lock->rfind('-') + 1, nullptr, 10);
+    auto locks = lockedBlockNumbers(*keeper, partition);
+    if (!locks) {
+      (void)keeper->remove(*lock);
+      return std::unexpected(unavailable("ZooKeeper: " + locks.error().toString()));
+    }
+    if (bound == 0) {
+      (void)keeper->remove(*lock);
+      return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
+                                         fmt::format("partition '{}' has no data", partition)});
+    }
+    const PartName range{partition, 0, bound - 1, PartName::kMaxLevel, 0};
+    LogEntry entry;
+    entry.type = LogEntry::Type::kDropRange;
+    entry.create_time = unixNow();
+    entry.source_replica = spec_.replica;
+    entry.new_part_name = range.format();
+    std::vector<Op> ops = {
+        op::Create{paths_.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
+        op::Remove{*lock, -1}};
+    // Inserts holding a block in the range are cancelled: their commit finds its lock gone.
+    for (int64_t number : *locks) {
+      if (number < bound) ops.push_back(op::Remove{fmt::format("{}{:010d}", paths_.blockLockPrefix(partition), number), -1});
+    }
+    auto done = keeper->multi(ops);
+    if (!done) {
+      (void)keeper->remove(*lock);
+      // An insert committed (its lock went) between our read and the multi: look again.
+      if (done.error().code == KeeperCode::kNoNode) continue;
+      return std::unexpected(unavailable("ZooKeeper: " + done.error().toString()));
+    }
+    // The rows may come again: forget their dedup ids (ClickHouse's clearBlocksInPartition).
+    auto ids = keeper->children(paths_.dedupHashes());
+    if (ids) {
+      for (const auto& id : ids->names) {
+        if (id.starts_with(partition + "_")) (void)keeper->remove(paths_.dedupHash(id));
+      }
+    }
+    wake();
+    return range.format();
+  }
+  return std::unexpected(unavailable("inserts kept committing into the partition; try again"));
+}
+
+bool ReplicationWorker::syncQueue(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::shared_ptr<Keeper> keeper = session_.current();
+  if (!keeper) return false;
+  // Everything in the log now, pulled; then wait for those entries to leave the queue.
+  if (!cloneIfLost(*keeper) || !updateQueue(*keeper)) return false;
+  std::set<std::string> waiting;
+  {
+    std::lock_guard lock(queue_mu_);
+    for (const auto& entry : queue_.entries()) waiting.insert(entry.node_name);
+  }
+  wake();
+  std::unique_lock lock(queue_mu_);
+  return queue_changed_.wait_until(lock, deadline, [&] {
+    for (const auto& entry : queue_.entries()) {
+      if (waiting.contains(entry.node_name)) return false;
+    }
+    return true;
+  });
+}
+
+std::string ReplicationWorker::checkQueueInvariant() const {
+  std::lock_guard queue_lock(queue_mu_);
+  return queue_.checkVirtualPartsInvariant(store_.activeNames());
+}
+
+QueueState ReplicationWorker::queueState() const {
+  QueueState state;
+  std::lock_guard lock(queue_mu_);
+  state.entries = queue_.entries();
+  for (auto reason : kAllPostponeReasons) {
+    state.postponed[std::string(postponeReasonName(reason))] = queue_.postponedCount(reason);
+  }
+  return state;
+}
+
+void ReplicationWorker::backgroundLoop() {
+  auto last_full_round = std::chrono::steady_clock::time_point{};
+  auto last_merge_assignment = std::chrono::steady_clock::time_point{};
+  // The session in which this replica last found itself the leader: the leader node is
+  // ephemeral, so it stays the leader as long as that session lives. 0: not the leader (ZooKeeper
+  // never gives out session id 0).
+  int64_t leader_session = 0;
+  auto last_cleanup = std::chrono::steady_clock::now();
+  std::unique_lock lock(background_mu_);
+  while (!stopping_) {
+    wake_requested_ = false;
+    lock.unlock();
+    const auto now = std::chrono::steady_clock::now();
+    // Every round: an insert that finds the held parts full wakes us for an early checkpoint.
+    store_.checkpointIfDue();
+    if (now - last_full_round >= options_.background_period) {
+      // Leader work, metrics, uncertain parts: once a period.
+      last_full_round = now;
+      std::shared_ptr<Keeper> keeper = session_.current();
+      if (keeper) {
+        resolveUncertainParts(*keeper);
+        allocator_.releaseLostLocks(*keeper);
+        allocator_.releaseIdleReserves(*keeper, options_.reserve_idle);
+        updateLogMetrics(*keeper);
+        if (cloneIfLost(*keeper)) {
+          updateQueue(*keeper);
+          leader_session = 0;
+          if (isLeader(*keeper)) {
+            leader_session = keeper->sessionId();
+            last_merge_assignment = now;
+            assignMerges(*keeper, options_.merge_min_parts);
+            // ClickHouse's cleanup thread period: listing every dedup id once a second cost the
+            // session (which the inserts share) more than a window a few seconds too wide.
+            if (now - last_cleanup >= spec_.cleanup_period) {
+              last_cleanup = now;
+              (void)dedup_cleaner_.run(*keeper);
+              cleanLog(*keeper);
+            }
+          }
+        }
+      }
+    } else if (std::shared_ptr<Keeper> keeper = session_.current(); keeper && !lost_) {
+      bool due;
+      {
+        std::lock_guard queue_lock(queue_mu_);
+        due = now - last_pull_ >= options_.min_pull_interval;
+      }
+      if (due) updateQueue(*keeper);
+      // Merges are assigned as parts arrive, not once a second: a stream of small inserts
+      // otherwise leaves hundreds of parts for a returning replica to fetch one by one.
+      if (leader_session != 0 && leader_session == keeper->sessionId() &&
+          now - last_merge_assignment >= options_.merge_assignment_interval) {
+        last_merge_assignment = now;
+        assignMerges(*keeper, options_.merge_early_min_parts);
+      }
+    }
+    scheduleQueue(/*inline_execution=*/false);
+    updateQueueMetrics();
+    lock.lock();
+    // A new log entry or a finished one wakes us, but pulls stay min_pull_interval apart.
+    background_wake_.wait_for(lock, options_.background_period,
+                              [this] { return stopping_ || wake_requested_; });
+    if (!stopping_ && wake_requested_) {
+      background_wake_.wait_for(lock, options_.min_pull_interval, [this] { return stopping_; });
+    }
+  }
+}
+
+}  // namespace rtable::core

@@ -1,0 +1,185 @@
+// A replica whose data volume fills (a small tmpfs the test mounts, and always unmounts), under a
+// writer that retries every insert with its insert_deduplication_token on the other replica:
+// the full replica refuses inserts with 507 naming the cause and stays up; nothing acknowledged is
+// lost; once space returns it converges with its peer (same parts, every acknowledged row exactly
+// once) within a stated time. RTABLE_DISK_FULL_RUNS=N repeats the scenario N times (a soak) and
+// reports how many runs converged and how long each took from space returned to converged.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "replication_cluster.h"
+
+namespace rtable::core {
+namespace {
+
+using nlohmann::json;
+using testing::LocalReplica;
+using testing::waitFor;
+
+constexpr std::size_t kRowBytes = 24 << 10;  // about the rows of the report in issue 26
+constexpr auto kConvergeWithin = std::chrono::seconds(120);
+
+// A value zstd cannot shrink much, different for every id.
+std::string filler(uint64_t id) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string text(kRowBytes, ' ');
+  uint64_t x = id * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& c : text) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = kAlphabet[x & 63];
+  }
+  return text;
+}
+
+class DiskFull : public ReplicationCluster {
+ protected:
+  void TearDown() override {
+    replicas_.clear();  // stopped before their volume goes
+    for (const auto& dir : mounted_) ::umount2(dir.c_str(), MNT_DETACH);
+    if (!base_dir_.empty()) work_dir_ = base_dir_;
+    ReplicationCluster::TearDown();
+  }
+
+  // A tmpfs of `bytes` at `dir`, unmounted by TearDown whatever happens.
+  void mountSmallVolume(const std::filesystem::path& dir, std::size_t bytes) {
+    ASSERT_EQ(::geteuid(), 0u) << "mounting a small tmpfs needs root (CI runs as root)";
+    std::filesystem::create_directories(dir);
+    ASSERT_EQ(::mount("tmpfs", dir.c_str(), "tmpfs", 0, fmt::format("size={}", bytes).c_str()), 0)
+        << "mount tmpfs on " << dir << ": " << std::strerror(errno);
+    mounted_.push_back(dir);
+  }
+
+  struct Outcome {
+    bool ok = false;
+    int status = 0;
+    std::string body;
+  };
+  Outcome insertOnce(LocalReplica& replica, uint64_t id) {
+    const std::string body = fmt::format(R"({{"id":{},"d":"2026-12-0{}","user":"{}"}})", id,
+                                         1 + id % 9, filler(id)) + "\n";
+    auto response = replica.post(
+        fmt::format("/insert?format=JSONEachRow&insert_deduplication_token=t{}", id), body);
+    if (!response) return Outcome{false, 0, response.error()};
+    return Outcome{response->status == 200, response->status, response->body};
+  }
+
+  // Inserts `id` on `first`, retrying on the other replica (and back) until one acknowledges it.
+  void insertRetrying(LocalReplica& first, LocalReplica& other, uint64_t id) {
+    LocalReplica* targets[] = {&first, &other};
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      LocalReplica& target = *targets[attempt % 2];
+      Outcome outcome = insertOnce(target, id);
+      if (outcome.ok) {
+        acknowledged_.insert(id);
+        return;
+      }
+      if (outcome.status == 507) {
+        ++refused_full_;
+        EXPECT_NE(outcome.body.find("INSUFFICIENT_STORAGE"), std::string::npos) << outcome.body;
+        EXPECT_NE(outcome.body.find("No space left on device"), std::string::npos) << outcome.body;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "insert " << id << " was never acknowledged";
+  }
+
+  // Every id on the replica, and how many rows carry one.
+  std::multiset<uint64_t> idsOn(LocalReplica& replica) {
+    std::multiset<uint64_t> ids;
+    auto selected = replica.get("/select?format=TSV");
+    EXPECT_TRUE(selected && selected->status == 200);
+    if (!selected || selected->status != 200) return ids;
+    for (std::size_t start = 0; start < selected->body.size();) {
+      const std::size_t end = selected->body.find('\n', start);
+      ids.insert(std::stoull(selected->body.substr(start, selected->body.find('\t', start) - start)));
+      start = end == std::string::npos ? selected->body.size() : end + 1;
+    }
+    return ids;
+  }
+
+  std::filesystem::path base_dir_;
+  std::vector<std::filesystem::path> mounted_;
+  std::set<uint64_t> acknowledged_;
+  std::size_t refused_full_ = 0;
+};
+
+TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) {
+  int runs = 1;
+  if (const char* soak = std::getenv("RTABLE_DISK_FULL_RUNS")) runs = std::max(1, std::atoi(soak));
+  std::vector<double> seconds_to_converge;
+  int converged_runs = 0;
+  base_dir_ = work_dir_;
+  for (int run = 0; run < runs; ++run) {
+    replicas_.clear();
+    acknowledged_.clear();
+    refused_full_ = 0;
+    table_ = fmt::format("DiskFull{}", run);
+    work_dir_ = base_dir_ / fmt::format("run{}", run);
+    const std::filesystem::path volume = work_dir_ / "r2" / "data";
+    // 24 MiB: the journal's spare (4 MiB) and a few merges fit; about 800 rows do not.
+    mountSmallVolume(volume, 24 << 20);
+    if (HasFatalFailure()) return;
+    auto& r1 = addReplica("r1");
+    auto& r2 = addReplica("r2");
+    // The rest of the volume taken by something else. r2 still takes inserts into the journal
+    // file it has preallocated (4 MiB), then refuses them.
+    const std::filesystem::path ballast = volume / "ballast";
+    {
+      std::ofstream out(ballast, std::ios::binary);
+      const std::string kib(1 << 10, 'x');
+      while (out.write(kib.data(), kib.size()) && out.flush()) {
+      }
+    }
+    uint64_t id = 0;
+    for (; id < 3000 && refused_full_ < 5; ++id) insertRetrying(id % 2 ? r2 : r1, id % 2 ? r1 : r2, id);
+    EXPECT_GE(refused_full_, 5u) << "r2's volume never filled";
+    // r2 stayed up and says why it refuses.
+    auto ready = r2.get("/replica");
+    ASSERT_TRUE(ready) << ready.error();
+    EXPECT_EQ(ready->status, 200);
+
+    std::filesystem::remove(ballast);
+    const auto freed = std::chrono::steady_clock::now();
+    for (uint64_t more = id + 20; id < more; ++id) insertRetrying(r2, r1, id);
+    std::optional<ReplicaContents> c1, c2;
+    const bool converged = waitFor([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c1 = contents(r1);
+      c2 = contents(r2);
+      return c1 && c2 && c1->queue_size == 0 && c2->queue_size == 0 && *c1 == *c2 &&
+             c1->rows == acknowledged_.size();
+    }, kConvergeWithin);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - freed).count();
+    auto state = r2.get("/replica");
+    EXPECT_TRUE(converged) << fmt::format(
+        "run {}: not converged {:.1f} s after space returned: r1 {} rows, r2 {} rows, {} acknowledged; "
+        "r2's state: {}", run + 1, took, c1 ? c1->rows : 0, c2 ? c2->rows : 0, acknowledged_.size(),
+        state ? state->body.substr(0, 3000) : state.error());
+    // Every acknowledged row exactly once, on both.
+    const std::multiset<uint64_t> expected(acknowledged_.begin(), acknowledged_.end());
+    EXPECT_EQ(idsOn(r1), expected);
+    EXPECT_EQ(idsOn(r2), expected);
+    if (converged) {
+      ++converged_runs;
+      seconds_to_converge.push_back(took);
+    }
+  }
+  std::sort(seconds_to_converge.begin(), seconds_to_converge.end());
+  if (!seconds_to_converge.empty()) {
+    std::printf("disk full: %d of %d runs converged; from space returned to converged: p50 %.1f s, max %.1f s\n",
+                converged_runs, runs, seconds_to_converge[seconds_to_converge.size() / 2],
+                seconds_to_converge.back());
+  }
+}
+
+}  // namespace
+}  // namespace rtable::core
