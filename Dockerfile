@@ -10,7 +10,7 @@
 FROM debian:bookworm AS build
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      g++ cmake ninja-build pkg-config openjdk-17-jdk-headless \
+      g++ cmake ninja-build pkg-config openjdk-17-jdk-headless ccache \
       libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev \
       libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev \
       zookeeper libslf4j-java openssl \
