@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane from Go modules (docs/control-plane.md) into
-#   .cache/control-plane/<KUBE_VERSION>/bin/{kube-apiserver,kube-controller-manager,kubectl,etcd,helm}
+#   ${XDG_CACHE_HOME:-~/.cache}/rtable/control-plane/<KUBE_VERSION>/bin/{kube-apiserver,
+#   kube-controller-manager,kubectl,etcd,helm}
+# outside the clone, so that a fresh clone (CI's) on the same machine builds nothing.
 # Idempotent: exits at once when all five exist, else builds only the missing ones. Prints the
 # bin dir on success (last line of stdout).
 #   e2e/build-control-plane.sh
@@ -14,7 +16,7 @@ KUBE_VERSION=v1.34.4
 HELM_VERSION=v3.21.4
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin="$repo/.cache/control-plane/$KUBE_VERSION/bin"
+bin="${XDG_CACHE_HOME:-$HOME/.cache}/rtable/control-plane/$KUBE_VERSION/bin"
 binaries=(kube-apiserver kube-controller-manager kubectl etcd helm)
 
 missing=()

@@ -37,10 +37,7 @@ rejects() {
   fi
 }
 
-helm=$(ls "$repo"/.cache/control-plane/*/bin/helm 2>/dev/null | head -n 1)
-if [[ -z $helm ]]; then
-  helm="$("$repo/e2e/build-control-plane.sh" | tail -n 1)/helm"
-fi
+helm="$("$repo/e2e/build-control-plane.sh" | tail -n 1)/helm"
 for tool in "$helm" promtool python3; do
   if ! command -v "$tool" >/dev/null; then
     echo "test-chart: $tool is missing (scripts/install-deps.sh --test, e2e/build-control-plane.sh)" >&2

@@ -3,7 +3,7 @@
 #   1. rtable-local: its own ZooKeeper, three rtable-core replicas, a deduplicated demo insert,
 #      the metrics, and rtable-inspect over a demo tree of tables;
 #   2. rtable-local-cluster: the whole stack on Kubernetes — a local kube-apiserver and
-#      kube-controller-manager (built from Go modules the first time, cached in .cache/), the
+#      kube-controller-manager (built from Go modules the first time, cached in ~/.cache/rtable/), the
 #      CRDs, a test kubelet, rtable-operator, and a 3-replica ReplicatedTable applied with
 #      kubectl, a row inserted on one replica and read back on all three.
 # --keep-running leaves the Kubernetes stack up (Ctrl-C stops it).

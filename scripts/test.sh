@@ -13,7 +13,7 @@ fi
 
 scripts/install-deps.sh --test
 # The operator's tests run against a real kube-apiserver built from Go modules; cached by version
-# in .cache/control-plane/, so only the first run pays the build.
+# in ~/.cache/rtable/control-plane/ (outside the clone), so only the machine's first run pays.
 echo "=== control plane"
 e2e/build-control-plane.sh >/dev/null
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
