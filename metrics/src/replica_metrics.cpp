@@ -102,7 +102,16 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       queue_postponed_family_(prometheus::BuildCounter()
                                   .Name("rtable_replication_queue_postponed_total")
                                   .Help("Queue entries passed over by the selection, by reason")
-                                  .Register(r)) {
+                                  .Register(r)),
+      queue_executing_family_(prometheus::BuildGauge()
+                                  .Name("rtable_replication_queue_executing")
+                                  .Help("Queue entries executing now, by action (fetch, merge, "
+                                        "drop_range): fetches and merges each take a pool slot")
+                                  .Register(r)),
+      pool_size_family_(prometheus::BuildGauge()
+                            .Name("rtable_replication_pool_size")
+                            .Help("Slots of the replica's fetch and merge pools (pool label)")
+                            .Register(r)) {
   log_counter_exhaustion_seconds.Set(std::numeric_limits<double>::infinity());
 }
 
@@ -133,6 +142,18 @@ prometheus::Counter& ReplicaMetrics::queuePostponed(const std::string& reason) {
   auto labels = base(labels_);
   labels["reason"] = reason;
   return queue_postponed_family_.Add(labels);
+}
+
+prometheus::Gauge& ReplicaMetrics::queueExecuting(const std::string& action) {
+  auto labels = base(labels_);
+  labels["action"] = action;
+  return queue_executing_family_.Add(labels);
+}
+
+prometheus::Gauge& ReplicaMetrics::poolSize(const std::string& pool) {
+  auto labels = base(labels_);
+  labels["pool"] = pool;
+  return pool_size_family_.Add(labels);
 }
 
 void CounterRateEstimator::addSample(double time_seconds, int64_t counter) {

@@ -475,7 +475,8 @@ class ReplicaHttpServer::Impl {
                  {"lost_parts", state.lost_parts},
                  {"uncertain_parts", state.uncertain_parts},
                  {"lost", state.lost},
-                 {"postponed", state.postponed}};
+                 {"postponed", state.postponed},
+                 {"executing", state.executing}};
     // Like ClickHouse's system.replication_queue.
     json queue = json::array();
     const auto now = std::chrono::steady_clock::now();

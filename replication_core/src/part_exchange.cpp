@@ -23,6 +23,7 @@
 #include "rtable/replication_core/hash128.h"
 #include "rtable/replication_core/part_name.h"
 #include "posix_file.h"
+#include "rtable/replication_core/fail_points.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -278,6 +279,11 @@ struct FetchContext {
   const FetchSource& from;
   const std::string& part_name;
 
+  // A fault a test armed at this step of this fetch (fail_points.h): its errno, or 0.
+  int fault(FailPoint step) const {
+    return faultFor(step, fmt::format("{}:{}/{}", from.host, from.port, part_name));
+  }
+
   std::unexpected<FetchError> error(Kind kind, std::string_view what, int status = 0) const {
     return std::unexpected(
         FetchError{kind,
@@ -289,19 +295,25 @@ struct FetchContext {
 
 class Connection {
  public:
-  static FetchResult<Connection> open(const FetchContext& context,
-                                      std::chrono::milliseconds timeout) {
+  static FetchResult<Connection> open(const FetchContext& context, FetchTimeouts timeouts) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
     const std::string port = std::to_string(context.from.port);
+    if (int error = context.fault(FailPoint::kResolve)) {
+      return context.error(Kind::kTransfer, fmt::format("cannot resolve host '{}': {}",
+                                                        context.from.host, errnoText(error)));
+    }
     const int rc = ::getaddrinfo(context.from.host.c_str(), port.c_str(), &hints, &found);
     if (rc != 0) {
       return context.error(Kind::kTransfer, fmt::format("cannot resolve host '{}': {}",
                                                         context.from.host, ::gai_strerror(rc)));
     }
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+    if (int error = context.fault(FailPoint::kConnect)) {
+      return context.error(Kind::kTransfer, fmt::format("cannot connect: {}", errnoText(error)));
+    }
     std::string last_error = "no address";
     for (const addrinfo* address = found; address; address = address->ai_next) {
       Fd fd(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
@@ -310,7 +322,7 @@ class Connection {
         last_error = fmt::format("socket: {}", errnoText(errno));
         continue;
       }
-      Connection connection(std::move(fd), timeout);
+      Connection connection(std::move(fd), timeouts.receive);
       if (::connect(connection.fd_.get(), address->ai_addr, address->ai_addrlen) == 0) {
         return connection;
       }
@@ -318,8 +330,10 @@ class Connection {
         last_error = errnoText(errno);
         continue;
       }
-      if (!connection.waitFor(POLLOUT)) {
-        last_error = fmt::format("no connection within {} ms", timeout.count());
+      // A source that is cut off answers nothing: the next replica that has the part is tried
+      // after `connect`, not after the much longer receive timeout.
+      if (!connection.waitFor(POLLOUT, timeouts.connect)) {
+        last_error = fmt::format("no connection within {} ms", timeouts.connect.count());
         continue;
       }
       int error = 0;
@@ -334,12 +348,15 @@ class Connection {
   }
 
   FetchResult<void> sendAll(const FetchContext& context, std::string_view data) {
+    if (int error = context.fault(FailPoint::kSend)) {
+      return context.error(Kind::kTransfer, fmt::format("sending the request: {}", errnoText(error)));
+    }
     while (!data.empty()) {
       const ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
       if (n >= 0) {
         data.remove_prefix(static_cast<std::size_t>(n));
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!waitFor(POLLOUT)) {
+        if (!waitFor(POLLOUT, timeout_)) {
           return context.error(
               Kind::kTransfer,
               fmt::format("the request could not be sent within {} ms", timeout_.count()));
@@ -358,7 +375,7 @@ class Connection {
       const ssize_t n = ::recv(fd_.get(), data, capacity, 0);
       if (n >= 0) return static_cast<std::size_t>(n);
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!waitFor(POLLIN)) {
+        if (!waitFor(POLLIN, timeout_)) {
           return context.error(Kind::kTransfer,
                                fmt::format("nothing received for {} ms", timeout_.count()));
         }
@@ -371,9 +388,9 @@ class Connection {
  private:
   Connection(Fd fd, std::chrono::milliseconds timeout) : fd_(std::move(fd)), timeout_(timeout) {}
 
-  // Whether the socket became ready for `events` (or has an error to report) within the timeout.
-  bool waitFor(short events) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  // Whether the socket became ready for `events` (or has an error to report) within `timeout`.
+  bool waitFor(short events, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       const auto left =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -403,6 +420,9 @@ class Response {
       : connection_(std::move(connection)), context_(context) {}
 
   FetchResult<ResponseHead> readHead() {
+    if (int error = context_.fault(FailPoint::kReceiveHead)) {
+      return context_.error(Kind::kTransfer, fmt::format("receiving: {}", errnoText(error)));
+    }
     std::size_t head_end;
     while ((head_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
       if (buffer_.size() > kMaxResponseHeadBytes) {
@@ -486,6 +506,9 @@ class Response {
   FetchResult<std::string_view> nextBodyBytes(uint64_t max) {
     if (body_left_ == 0 || max == 0) {
       return context_.error(Kind::kCorrupt, "read past the end of the body");  // callers check
+    }
+    if (int error = context_.fault(FailPoint::kReceiveBody)) {
+      return context_.error(Kind::kTransfer, fmt::format("receiving: {}", errnoText(error)));
     }
     if (position_ == buffer_.size()) {
       buffer_.clear();
@@ -745,8 +768,8 @@ std::string urlEncode(std::string_view value) {
 
 FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::string& secret,
                                      const fs::path& dest_dir, const TableSchema& schema,
-                                     std::chrono::milliseconds timeout) {
-  auto connection = Connection::open(context, timeout);
+                                     FetchTimeouts timeouts) {
+  auto connection = Connection::open(context, timeouts);
   if (!connection) return std::unexpected(connection.error());
   const std::string& host = context.from.host;
   const std::string request =
@@ -789,7 +812,7 @@ FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::str
 
 std::expected<PartChecksums, FetchError> fetchPart(
     const FetchSource& from, const std::string& secret, const std::string& part_name,
-    const fs::path& dest_dir, const TableSchema& schema, std::chrono::milliseconds timeout) {
+    const fs::path& dest_dir, const TableSchema& schema, FetchTimeouts timeouts) {
   const FetchContext context{from, part_name};
   if (secret.empty()) {
     return context.error(Kind::kUnauthorized,
@@ -815,7 +838,7 @@ std::expected<PartChecksums, FetchError> fetchPart(
     return context.error(Kind::kLocal, made ? fmt::format("cannot create {}: it exists", dest_dir.string())
                                             : made.error());
   }
-  auto fetched = fetchInto(context, secret, dest_dir, schema, timeout);
+  auto fetched = fetchInto(context, secret, dest_dir, schema, timeouts);
   if (!fetched) fs::remove_all(dest_dir, ec);
   return fetched;
 }

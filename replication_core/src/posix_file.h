@@ -1,6 +1,6 @@
 // The core's one layer over the file system calls that make parts durable: open, write, fsync,
 // fdatasync, syncfs, rename and mkdir, with their errors as values and EINTR retried. Every call
-// asks the fail points first (file_faults.h), so a test can fail any of them as a full or broken
+// asks the fail points first (fail_points.h), so a test can fail any of them as a full or broken
 // disk would. Private to replication_core.
 #pragma once
 
@@ -19,7 +19,7 @@
 #include <system_error>
 #include <utility>
 
-#include "rtable/replication_core/file_faults.h"
+#include "rtable/replication_core/fail_points.h"
 
 namespace rtable::core {
 
@@ -63,7 +63,7 @@ class Fd {
 
 inline std::expected<Fd, std::string> openFd(const std::filesystem::path& path, int flags,
                                              mode_t mode = 0) {
-  if (int error = fileFaultFor(FileOp::kOpen, path.native())) {
+  if (int error = faultFor(FailPoint::kOpen, path.native())) {
     return std::unexpected(fmt::format("cannot open: {}", errnoText(error)));
   }
   for (;;) {
@@ -75,7 +75,7 @@ inline std::expected<Fd, std::string> openFd(const std::filesystem::path& path, 
 
 // Writes all of `bytes` at the file's offset.
 inline std::expected<void, std::string> writeAll(const Fd& fd, std::string_view bytes) {
-  if (int error = fileFaultFor(FileOp::kWrite, fd.path())) {
+  if (int error = faultFor(FailPoint::kWrite, fd.path())) {
     return std::unexpected(fmt::format("write failed: {}", errnoText(error)));
   }
   while (!bytes.empty()) {
@@ -90,7 +90,7 @@ inline std::expected<void, std::string> writeAll(const Fd& fd, std::string_view 
 // Writes all of `bytes` at `offset`. `path`: the file's, for the fail points.
 inline std::expected<void, std::string> pwriteAll(int fd, std::string_view path, std::string_view bytes,
                                                   uint64_t offset) {
-  if (int error = fileFaultFor(FileOp::kWrite, path)) {
+  if (int error = faultFor(FailPoint::kWrite, path)) {
     return std::unexpected(fmt::format("write failed: {}", errnoText(error)));
   }
   while (!bytes.empty()) {
@@ -104,7 +104,7 @@ inline std::expected<void, std::string> pwriteAll(int fd, std::string_view path,
 }
 
 inline std::expected<void, std::string> fsyncFd(const Fd& fd) {
-  if (int error = fileFaultFor(FileOp::kFsync, fd.path())) {
+  if (int error = faultFor(FailPoint::kFsync, fd.path())) {
     return std::unexpected(fmt::format("fsync failed: {}", errnoText(error)));
   }
   while (::fsync(fd.get()) != 0) {
@@ -115,7 +115,7 @@ inline std::expected<void, std::string> fsyncFd(const Fd& fd) {
 
 // `path`: the file's, for the fail points.
 inline std::expected<void, std::string> fdatasyncFd(int fd, std::string_view path) {
-  if (int error = fileFaultFor(FileOp::kFdatasync, path)) {
+  if (int error = faultFor(FailPoint::kFdatasync, path)) {
     return std::unexpected(fmt::format("fdatasync failed: {}", errnoText(error)));
   }
   while (::fdatasync(fd) != 0) {
@@ -140,7 +140,7 @@ inline std::expected<void, std::string> fsyncDirectory(const std::filesystem::pa
 inline std::expected<void, std::string> syncFileSystem(const std::filesystem::path& dir) {
   auto fd = openFd(dir, O_RDONLY | O_DIRECTORY);
   if (!fd) return std::unexpected(fmt::format("{}: {}", dir.string(), fd.error()));
-  int error = fileFaultFor(FileOp::kSyncfs, dir.native());
+  int error = faultFor(FailPoint::kSyncfs, dir.native());
   if (error == 0 && ::syncfs(fd->get()) != 0) error = errno;
   if (error != 0) return std::unexpected(fmt::format("syncfs of {} failed: {}", dir.string(), errnoText(error)));
   return {};
@@ -149,7 +149,7 @@ inline std::expected<void, std::string> syncFileSystem(const std::filesystem::pa
 // rename(2): replaces `to` if it is a file or an empty directory.
 inline std::expected<void, std::string> renamePath(const std::filesystem::path& from,
                                                    const std::filesystem::path& to) {
-  int error = fileFaultFor(FileOp::kRename, to.native());
+  int error = faultFor(FailPoint::kRename, to.native());
   if (error == 0 && ::rename(from.c_str(), to.c_str()) != 0) error = errno;
   if (error != 0) {
     return std::unexpected(fmt::format("cannot rename {} to {}: {}", from.string(), to.string(), errnoText(error)));
@@ -160,7 +160,7 @@ inline std::expected<void, std::string> renamePath(const std::filesystem::path& 
 // rename(2) that never replaces `to` (plain rename would replace an empty directory).
 inline std::expected<void, std::string> renameNoReplace(const std::filesystem::path& from,
                                                         const std::filesystem::path& to) {
-  int error = fileFaultFor(FileOp::kRename, to.native());
+  int error = faultFor(FailPoint::kRename, to.native());
   if (error == 0) {
     if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return {};
     error = errno;
@@ -183,7 +183,7 @@ inline std::expected<void, std::string> renameNoReplace(const std::filesystem::p
 
 // mkdir(2) of one directory: false (no error) when it exists already.
 inline std::expected<bool, std::string> makeDirectory(const std::filesystem::path& dir) {
-  int error = fileFaultFor(FileOp::kMkdir, dir.native());
+  int error = faultFor(FailPoint::kMkdir, dir.native());
   if (error == 0) {
     if (::mkdir(dir.c_str(), 0755) == 0) return true;
     error = errno;

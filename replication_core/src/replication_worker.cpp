@@ -85,6 +85,8 @@ void ReplicationWorker::load(std::vector<QueueEntry> entries) {
 }
 
 void ReplicationWorker::start() {
+  metrics_.poolSize("fetch").Set(static_cast<double>(spec_.fetch_threads));
+  metrics_.poolSize("merge").Set(static_cast<double>(spec_.merge_threads));
   fetch_pool_ = std::make_unique<WorkerPool>(spec_.fetch_threads);
   merge_pool_ = std::make_unique<WorkerPool>(spec_.merge_threads);
   store_.onCheckpointWanted([this] { wake(); });
@@ -201,6 +203,7 @@ bool ReplicationWorker::cloneIfLost(Keeper& keeper) {
   const std::size_t entries = cloned->entries.size();
   for (auto& entry : cloned->entries) fresh.insert(std::move(entry));
   queue_ = std::move(fresh);
+  ++queue_epoch_;  // entries running now belong to the old queue: their outcomes go nowhere
   spdlog::info("replica {} cloned {} ({} queue entries)", spec_.replica, **source, entries);
   lost_ = false;
   return true;
@@ -369,16 +372,31 @@ std::size_t ReplicationWorker::assignMerges(Keeper& keeper, std::size_t min_part
   return assigned;
 }
 
+ReplicationWorker::Execution::~Execution() {
+  if (!worker_) return;
+  // No outcome was reported: the entry goes back to the queue as failed (with its backoff), and
+  // its slot and its future part are free again.
+  std::vector<std::pair<Execution*, EntryOutcome>> abandoned;
+  abandoned.emplace_back(this, std::unexpected(EntryError("abandoned without an outcome (the "
+                                                          "replica is stopping, or a bug)")));
+  worker_->reportOutcomes(std::move(abandoned), nullptr);
+}
+
 std::size_t ReplicationWorker::scheduleQueue(bool inline_execution) {
   static constexpr std::size_t kNoOpBatch = 100;
   std::size_t merged = 0;
-  std::vector<SelectedEntry> no_ops;
+  std::vector<Execution> no_ops;
   for (;;) {
-    std::optional<SelectedEntry> selected;
+    std::optional<Execution> selected;
     const bool readonly = session_.current() == nullptr || lost_;
     {
       std::lock_guard lock(queue_mu_);
-      selected = queue_.selectEntryToProcess(store_.lookup(), readonly, std::chrono::steady_clock::now());
+      const bool pools_full = queue_.executing(QueueAction::kFetch) >= spec_.fetch_threads &&
+                              queue_.executing(QueueAction::kMerge) >= spec_.merge_threads;
+      if (inline_execution || !pools_full) {
+        auto entry = queue_.selectEntryToProcess(store_.lookup(), readonly, std::chrono::steady_clock::now());
+        if (entry) selected.emplace(*this, std::move(*entry), queue_epoch_);
+      }
       metrics_.queue_size.Set(static_cast<double>(queue_.size()));
     }
     if (!selected) {
@@ -388,7 +406,8 @@ std::size_t ReplicationWorker::scheduleQueue(bool inline_execution) {
       no_ops.clear();
       continue;
     }
-    if (selected->action == QueueAction::kNothing) {
+    const QueueAction action = selected->selected().action;
+    if (action == QueueAction::kNothing) {
       no_ops.push_back(std::move(*selected));
       if (no_ops.size() == kNoOpBatch) {
         finishNoOpEntries(no_ops);
@@ -396,20 +415,28 @@ std::size_t ReplicationWorker::scheduleQueue(bool inline_execution) {
       }
       continue;
     }
-    const bool is_merge = selected->action == QueueAction::kMerge;
-    if (inline_execution || selected->action == QueueAction::kDropRange) {
-      if (executeEntry(*selected) && is_merge) ++merged;
+    if (inline_execution || action == QueueAction::kDropRange) {
+      if (executeEntry(*selected) && action == QueueAction::kMerge) ++merged;
       continue;
     }
-    WorkerPool& pool = is_merge ? *merge_pool_ : *fetch_pool_;
-    pool.submit([this, entry = std::move(*selected)] {
-      executeEntry(entry);
-      wake();  // a finished entry may let others run
+    WorkerPool& pool = action == QueueAction::kMerge ? *merge_pool_ : *fetch_pool_;
+    // A pool that refuses the task (it is stopping) destroys it, and with it the Execution, which
+    // gives the entry back.
+    (void)pool.submit([this, execution = std::move(*selected)]() mutable {
+      try {
+        executeEntry(execution);
+      } catch (const std::exception& e) {
+        // Errors are values on this path; an exception is a bug. The Execution gives the entry
+        // back, and the replica lives on.
+        spdlog::error("queue entry {}: {}", execution.selected().node_name, e.what());
+      }
+      wake();  // a finished entry frees a slot, and may let others run
     });
   }
 }
 
-bool ReplicationWorker::executeEntry(const SelectedEntry& selected) {
+bool ReplicationWorker::executeEntry(Execution& execution) {
+  const SelectedEntry& selected = execution.selected();
   std::shared_ptr<Keeper> keeper = session_.current();
   EntryOutcome done;
   if (!keeper) {
@@ -428,49 +455,56 @@ bool ReplicationWorker::executeEntry(const SelectedEntry& selected) {
     }
   }
   const bool succeeded = done.has_value();
-  reportOutcomes({{&selected, std::move(done)}}, keeper.get());
+  std::vector<std::pair<Execution*, EntryOutcome>> outcome;
+  outcome.emplace_back(&execution, std::move(done));
+  reportOutcomes(std::move(outcome), keeper.get());
   return succeeded;
 }
 
-void ReplicationWorker::finishNoOpEntries(const std::vector<SelectedEntry>& entries) {
+void ReplicationWorker::finishNoOpEntries(std::vector<Execution>& entries) {
   std::shared_ptr<Keeper> keeper = session_.current();
-  std::vector<std::pair<const SelectedEntry*, EntryOutcome>> outcomes;
   std::vector<Op> removes;
-  for (const auto& entry : entries) removes.push_back(op::Remove{paths_.queue() + "/" + entry.node_name, -1});
+  for (const auto& entry : entries) {
+    removes.push_back(op::Remove{paths_.queue() + "/" + entry.selected().node_name, -1});
+  }
   auto batch = keeper ? keeper->multi(removes)
                       : KeeperResult<std::vector<OpResult>>(std::unexpected(noSession()));
-  for (const auto& entry : entries) {
+  std::vector<std::pair<Execution*, EntryOutcome>> outcomes;
+  for (auto& entry : entries) {
     EntryOutcome done;
     if (!keeper) {
       done = std::unexpected("no ZooKeeper session");
     } else if (!batch) {
       // One node was gone already (a clone replaced the queue, say): one by one then.
-      if (auto removed = keeper->remove(paths_.queue() + "/" + entry.node_name);
+      if (auto removed = keeper->remove(paths_.queue() + "/" + entry.selected().node_name);
           !removed && removed.error().code != KeeperCode::kNoNode) {
         done = std::unexpected(removed.error().toString());
       }
     }
     outcomes.emplace_back(&entry, std::move(done));
   }
-  reportOutcomes(outcomes, keeper.get());
+  reportOutcomes(std::move(outcomes), keeper.get());
 }
 
-void ReplicationWorker::reportOutcomes(
-    const std::vector<std::pair<const SelectedEntry*, EntryOutcome>>& outcomes, Keeper* keeper) {
+void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOutcome>> outcomes,
+                                       Keeper* keeper) {
   std::vector<std::string> pointless;
   {
     std::lock_guard lock(queue_mu_);
-    for (const auto& [selected, done] : outcomes) {
+    for (auto& [execution, done] : outcomes) {
+      if (!execution->release()) continue;  // reported already
+      // An entry of a queue a clone replaced: that queue and its slots are gone.
+      if (execution->epoch() != queue_epoch_) continue;
+      const SelectedEntry& selected = execution->selected();
       if (done) {
-        auto removed = queue_.finish(selected->node_name);
+        auto removed = queue_.finish(selected.node_name);
         pointless.insert(pointless.end(), removed.begin(), removed.end());
       } else if (done.error().gave_way) {
-        queue_.giveWay(selected->node_name, done.error().message, std::chrono::steady_clock::now());
+        queue_.giveWay(selected.node_name, done.error().message, std::chrono::steady_clock::now());
       } else {
-        spdlog::warn("queue entry {} ({} {}): {}", selected->node_name,
-                     queueActionName(selected->action), selected->entry.new_part_name,
-                     done.error().message);
-        queue_.fail(selected->node_name, done.error().message, std::chrono::steady_clock::now());
+        spdlog::warn("queue entry {} ({} {}): {}", selected.node_name, queueActionName(selected.action),
+                     selected.entry.new_part_name, done.error().message);
+        queue_.fail(selected.node_name, done.error().message, std::chrono::steady_clock::now());
       }
     }
     metrics_.queue_size.Set(static_cast<double>(queue_.size()));
@@ -483,18 +517,22 @@ void ReplicationWorker::reportOutcomes(
   queue_changed_.notify_all();
 }
 
-ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
-                                                                const SelectedEntry& selected) {
-  auto wanted = PartName::parse(selected.entry.new_part_name);
-  if (!wanted) return std::unexpected(wanted.error());
+void ReplicationWorker::noteFetchSource(const std::string& replica, bool failed) {
+  std::lock_guard lock(sources_mu_);
+  if (failed) {
+    failed_sources_[replica] = std::chrono::steady_clock::now();
+  } else {
+    failed_sources_.erase(replica);
+  }
+}
+
+KeeperResult<std::vector<ReplicationWorker::FetchCandidate>> ReplicationWorker::fetchCandidates(
+    Keeper& keeper, const PartName& wanted) {
   // Replicas that are live and have the part, or a part covering it (it may have been merged).
   auto replicas = keeper.children(paths_.replicas());
-  if (!replicas) return std::unexpected(replicas.error().toString());
-  struct Candidate {
-    FetchSource source;
-    PartName part;
-  };
-  std::vector<Candidate> candidates;
+  if (!replicas) return std::unexpected(replicas.error());
+  std::vector<FetchCandidate> exact;
+  std::vector<FetchCandidate> covering;
   for (const auto& replica : replicas->names) {
     if (replica == spec_.replica) continue;
     TablePaths other = paths_;
@@ -505,21 +543,49 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
     if (!host) continue;
     auto source = parseReplicaAddress(replica, host->data);
     if (!source) continue;
-    auto exact = keeper.exists(other.part(wanted->format()));
-    if (exact && *exact) {
-      candidates.insert(candidates.begin(), Candidate{*source, *wanted});
+    auto has = keeper.exists(other.part(wanted.format()));
+    if (has && *has) {
+      exact.push_back(FetchCandidate{*source, wanted});
       continue;
     }
     auto parts = keeper.children(other.parts());
     if (!parts) continue;
     for (const auto& name : parts->names) {
       auto part = PartName::parse(name);
-      if (part && part->contains(*wanted)) {
-        candidates.push_back(Candidate{*source, *part});
+      if (part && part->contains(wanted)) {
+        covering.push_back(FetchCandidate{*source, *part});
         break;
       }
     }
   }
+  // A source that failed within the last minute (cut off, full, slow) is tried after the others,
+  // so that one bad peer does not hold fetch slots while others have the part (ClickHouse picks
+  // another replica too).
+  constexpr auto kRemembered = std::chrono::minutes(1);
+  std::map<std::string, std::chrono::steady_clock::time_point> failed;
+  {
+    std::lock_guard lock(sources_mu_);
+    failed = failed_sources_;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  auto failedLately = [&](const FetchCandidate& c) {
+    auto it = failed.find(c.source.replica);
+    return it != failed.end() && now - it->second < kRemembered;
+  };
+  for (auto* group : {&exact, &covering}) {
+    std::stable_partition(group->begin(), group->end(), [&](const FetchCandidate& c) { return !failedLately(c); });
+  }
+  exact.insert(exact.end(), covering.begin(), covering.end());
+  return exact;
+}
+
+ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
+                                                                const SelectedEntry& selected) {
+  auto wanted = PartName::parse(selected.entry.new_part_name);
+  if (!wanted) return std::unexpected(wanted.error());
+  auto listed = fetchCandidates(keeper, *wanted);
+  if (!listed) return std::unexpected(listed.error().toString());
+  const std::vector<FetchCandidate>& candidates = *listed;
   if (candidates.empty()) {
     auto missing = searchForMissingPart(keeper, paths_, *wanted);
     if (!missing) return std::unexpected(missing.error().toString());
@@ -563,18 +629,27 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
                              fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
     if (auto made = makeDirectories(staging.parent_path()); !made) return std::unexpected(made.error());
     auto fetched = fetchPart(candidate.source, spec_.interserver_secret, name, staging,
-                             spec_.schema, options_.fetch_timeout);
+                             spec_.schema, options_.fetch_timeouts);
     if (!fetched) {
-      // A corrupt or cut transfer: the next replica may do better.
+      // A corrupt or cut transfer, a source cut off: the next replica may do better. A failure
+      // on our side (our disk) says nothing about the source.
       errors += (errors.empty() ? "" : "; ") + fetched.error().toString();
       metrics_.fetch_errors.Increment();
+      if (fetched.error().kind != FetchError::Kind::kLocal) noteFetchSource(candidate.source.replica, true);
       continue;
     }
+    noteFetchSource(candidate.source.replica, false);
     uint64_t bytes = 0;
     for (const auto& file : fetched->files) bytes += file.size;
     const fs::path final_dir = store_.dataDir() / name;
     auto placed = renameNoReplace(staging, final_dir);
-    if (placed) placed = fsyncDirectory(store_.dataDir());
+    if (placed) {
+      placed = fsyncDirectory(store_.dataDir());
+      // Renamed, not made durable: the directory goes, or it would stand in the way of every
+      // later attempt at this part.
+      std::error_code ec;
+      if (!placed) fs::remove_all(final_dir, ec);
+    }
     if (!placed) {
       std::error_code ec;
       fs::remove_all(staging, ec);
@@ -715,6 +790,9 @@ void ReplicationWorker::updateQueueMetrics() {
     }
   }
   for (const auto& [type, count] : by_type) metrics_.queueEntries(type).Set(count);
+  for (auto action : {QueueAction::kFetch, QueueAction::kMerge, QueueAction::kDropRange}) {
+    metrics_.queueExecuting(std::string(queueActionName(action))).Set(static_cast<double>(queue_.executing(action)));
+  }
   metrics_.queue_size.Set(static_cast<double>(queue_.size()));
   metrics_.queue_oldest_entry_age_seconds.Set(
       oldest == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest)));
@@ -861,6 +939,9 @@ QueueState ReplicationWorker::queueState() const {
   state.entries = queue_.entries();
   for (auto reason : kAllPostponeReasons) {
     state.postponed[std::string(postponeReasonName(reason))] = queue_.postponedCount(reason);
+  }
+  for (auto action : {QueueAction::kFetch, QueueAction::kMerge, QueueAction::kDropRange}) {
+    state.executing[std::string(queueActionName(action))] = queue_.executing(action);
   }
   return state;
 }

@@ -184,6 +184,7 @@ ReplicaState TableReplica::state() {
   QueueState queue = worker_->queueState();
   state.queue = std::move(queue.entries);
   state.postponed = std::move(queue.postponed);
+  state.executing = std::move(queue.executing);
   state.lost = worker_->lost();
   std::shared_ptr<Keeper> keeper = session_.current();
   state.readonly = keeper == nullptr;

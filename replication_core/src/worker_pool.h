@@ -26,8 +26,9 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // False when stopped or `max_queued` tasks are waiting already.
-  bool submit(std::function<void()> task) {
+  // False when stopped or `max_queued` tasks are waiting already; the task is then destroyed
+  // without running (a task that owns something must release it in its destructor).
+  bool submit(std::move_only_function<void()> task) {
     {
       std::lock_guard lock(mu_);
       if (stopping_ || queue_.size() >= max_queued_) return false;
@@ -44,14 +45,16 @@ class WorkerPool {
     return idle_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
   }
 
-  // Running tasks finish; tasks not started are dropped. Idempotent.
+  // Running tasks finish; tasks not started are destroyed without running. Idempotent.
   void stop() {
+    std::deque<std::move_only_function<void()>> dropped;
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
       in_flight_ -= queue_.size();
-      queue_.clear();
+      dropped.swap(queue_);
     }
+    dropped.clear();  // outside the lock: a task's destructor may call back into its owner
     wake_.notify_all();
     idle_.notify_all();
     for (auto& thread : threads_) {
@@ -78,7 +81,7 @@ class WorkerPool {
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable idle_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::move_only_function<void()>> queue_;
   std::size_t in_flight_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

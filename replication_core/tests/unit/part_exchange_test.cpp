@@ -274,7 +274,7 @@ dataDir: {}
   std::expected<PartChecksums, FetchError> fetch(const std::string& part,
                                                  std::string_view secret = kSecret,
                                                  std::chrono::milliseconds timeout = 20s) {
-    return fetchPart(source(), std::string(secret), part, dest_, spec_.schema, timeout);
+    return fetchPart(source(), std::string(secret), part, dest_, spec_.schema, FetchTimeouts{timeout, timeout});
   }
 
   std::string secretHeader(std::string_view secret = kSecret) const {
@@ -406,7 +406,7 @@ TEST_F(PartExchangeTest, AReplicaWithoutASecretServesNoParts) {
 TEST_F(PartExchangeTest, AFetcherWithoutASecretAsksNobody) {
   ScriptedHttpServer never_asked(okAnswer("", 0));
   auto fetched = fetchPart(FetchSource{"source", "127.0.0.1", never_asked.port()}, "", "all_1_1_0",
-                           dest_, makeSpec(true).schema, 2s);
+                           dest_, makeSpec(true).schema, FetchTimeouts{2s, 2s});
   ASSERT_FALSE(fetched);
   EXPECT_EQ(fetched.error().kind, Kind::kUnauthorized);
   EXPECT_EQ(fetched.error().http_status, 0);
@@ -487,7 +487,7 @@ class ScriptedTransferTest : public PartExchangeTest {
   std::expected<PartChecksums, FetchError> fetchFrom(const ScriptedHttpServer& scripted,
                                                      std::chrono::milliseconds timeout = 10s) {
     return fetchPart(FetchSource{"scripted", "127.0.0.1", scripted.port()}, std::string(kSecret),
-                     part_->name.format(), dest_, spec_.schema, timeout);
+                     part_->name.format(), dest_, spec_.schema, FetchTimeouts{timeout, timeout});
   }
 
   DataPartPtr part_;
@@ -564,7 +564,7 @@ TEST_F(PartExchangeTest, ARefusedConnectionIsATransferError) {
   auto port = testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);
   auto fetched = fetchPart(FetchSource{"gone", "127.0.0.1", static_cast<uint16_t>(*port)},
-                           std::string(kSecret), "all_1_1_0", dest_, makeSpec(true).schema, 2s);
+                           std::string(kSecret), "all_1_1_0", dest_, makeSpec(true).schema, FetchTimeouts{2s, 2s});
   ASSERT_FALSE(fetched);
   EXPECT_EQ(fetched.error().kind, Kind::kTransfer) << fetched.error().toString();
   EXPECT_NE(fetched.error().message.find("cannot connect"), std::string::npos);

@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "rtable/replication_core/file_faults.h"
+#include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/part_journal.h"
 #include "rtable/replication_core/table_registration.h"
@@ -41,7 +41,7 @@ dataDir: {}
     open();
   }
   void TearDown() override {
-    clearFileFaultsForTest();
+    clearFaultsForTest();
     table_.reset();
     fs::remove_all(dir_);
   }
@@ -950,10 +950,10 @@ TEST_F(TableReplicaTest, AfterAFailedSyncTheNextCheckpointWritesTheHeldPartsAgai
   open(options);
   ASSERT_TRUE(insert(rows({{"2026-11-30", 1}})));
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
-  injectFileFaultForTest(FileFault{FileOp::kSyncfs, dir_.string(), EIO});
+  injectFaultForTest(Fault{FailPoint::kSyncfs, dir_.string(), EIO});
   table_->runBackgroundRoundForTest();
-  EXPECT_EQ(fileFaultHitsForTest(), 1u);
-  clearFileFaultsForTest();
+  EXPECT_EQ(faultHitsForTest(), 1u);
+  clearFaultsForTest();
   EXPECT_EQ(metric("rtable_part_journal_checkpoint_failures_total"), 1);
   EXPECT_EQ(metric("rtable_parts_in_memory"), 2);
   EXPECT_GT(journalBytes(dir_), 0u);

@@ -68,6 +68,11 @@ class ReplicaMetrics {
   prometheus::Gauge& queueEntries(const std::string& type);
   // Entries passed over by the queue's selection, by reason (covered_by_future_part, ...).
   prometheus::Counter& queuePostponed(const std::string& reason);
+  // Entries executing now, by action (fetch, merge, drop_range); and the pools' slots (fetch,
+  // merge). A queue whose executing fetches sit at the pool size while its oldest entry ages does
+  // not progress (the alert RtableReplicationQueueStuck).
+  prometheus::Gauge& queueExecuting(const std::string& action);
+  prometheus::Gauge& poolSize(const std::string& pool);
 
   // Latency of one ZooKeeper request by operation (get, exists, children, create, set, remove,
   // multi; get_many: one pipelined batch of gets).
@@ -80,6 +85,8 @@ class ReplicaMetrics {
   prometheus::Family<prometheus::Counter>& zookeeper_errors_family_;
   prometheus::Family<prometheus::Gauge>& queue_entries_family_;
   prometheus::Family<prometheus::Counter>& queue_postponed_family_;
+  prometheus::Family<prometheus::Gauge>& queue_executing_family_;
+  prometheus::Family<prometheus::Gauge>& pool_size_family_;
 };
 
 // Exhaustion projection from counter samples over a sliding window: counter growth per second and

@@ -59,6 +59,14 @@ class PartTransferReader {
   std::unique_ptr<State> state_;
 };
 
+// How long a fetch waits for a source: to connect (one address at a time), and for each next
+// bytes of the answer (an idle connection; not the whole transfer, whose length depends on the
+// part's size).
+struct FetchTimeouts {
+  std::chrono::milliseconds connect{1000};
+  std::chrono::milliseconds receive{30000};
+};
+
 // A replica to fetch from: its name (for messages) and where its HTTP API listens.
 struct FetchSource {
   std::string replica;
@@ -90,13 +98,12 @@ std::string_view fetchErrorKindName(FetchError::Kind kind);
 // durable) when the caller renames `dest_dir` into the table directory and fsyncs that, as for
 // writeStagedPart. On any failure `dest_dir` is removed.
 //
-// `timeout` bounds connecting and every wait for the source (an idle connection), not the whole
-// transfer, whose length depends on the part's size. Host name resolution is not bounded by it.
+// Host name resolution is not bounded by `timeouts`.
 std::expected<PartChecksums, FetchError> fetchPart(const FetchSource& from,
                                                    const std::string& secret,
                                                    const std::string& part_name,
                                                    const std::filesystem::path& dest_dir,
                                                    const TableSchema& schema,
-                                                   std::chrono::milliseconds timeout);
+                                                   FetchTimeouts timeouts);
 
 }  // namespace rtable::core

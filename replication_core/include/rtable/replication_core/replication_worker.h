@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rtable/metrics/replica_metrics.h"
@@ -26,6 +27,7 @@
 #include "rtable/replication_core/insert_commit.h"
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/keeper_session.h"
+#include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/part_store.h"
 #include "rtable/replication_core/replication_log.h"
 #include "rtable/replication_core/replication_queue.h"
@@ -55,8 +57,10 @@ struct ReplicationOptions {
   // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
   // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
   std::chrono::milliseconds min_pull_interval{100};
-  // A fetch gives up on a source that sends nothing for this long.
-  std::chrono::milliseconds fetch_timeout{30000};
+  // A fetch gives up on a source it cannot connect to within `connect` (ClickHouse's
+  // connection timeout for fetches: 1 s), or that sends nothing for `receive`, and tries the next
+  // replica that has the part.
+  FetchTimeouts fetch_timeouts;
   // A block number reserved by a commit for the next insert into its partition (insert_protocol.h)
   // is given up after this long unused: until then merges cannot cover it.
   std::chrono::milliseconds reserve_idle{1000};
@@ -66,6 +70,7 @@ struct ReplicationOptions {
 struct QueueState {
   std::vector<QueueEntry> entries;            // in execution order
   std::map<std::string, uint64_t> postponed;  // postponements so far, by reason
+  std::map<std::string, std::size_t> executing;  // entries executing now, by action
 };
 
 class ReplicationWorker {
@@ -121,15 +126,6 @@ class ReplicationWorker {
   // Leader only: chooses merges among parts every replica will have and writes them to the log.
   // Only partitions with at least `min_parts` parts are looked at.
   std::size_t assignMerges(Keeper& keeper, std::size_t min_parts);
-  // Takes every entry the queue lets run now: into the pools, or (`inline_execution`) executes
-  // them here. Returns the merges executed here.
-  std::size_t scheduleQueue(bool inline_execution);
-  // Runs one selected entry and reports the outcome to the queue.
-  bool executeEntry(const SelectedEntry& selected);
-  // Entries with nothing to do (their part is here already): their queue nodes go in multis of
-  // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
-  // trip per hundred such entries, not one each.
-  void finishNoOpEntries(const std::vector<SelectedEntry>& entries);
   // Why an executed entry did not finish. `gave_way`: another running entry makes the part it
   // needs, so it waits as postponed rather than failed (ReplicationQueue::giveWay).
   struct EntryError {
@@ -139,10 +135,54 @@ class ReplicationWorker {
     bool gave_way = false;
   };
   using EntryOutcome = std::expected<void, EntryError>;
+
+  // A selected entry, executing from its selection until its outcome is reported: the one owner
+  // of the entry's executing state in the queue (its pool slot, the part it will produce, a
+  // covering part it fetches instead). Destroyed without an outcome (an early return, an
+  // exception, a pool that stopped before running it) it reports the entry failed, so that no
+  // way out can leave a slot taken. An entry of a queue that a clone replaced reports nothing.
+  class Execution {
+   public:
+    Execution(ReplicationWorker& worker, SelectedEntry selected, uint64_t queue_epoch)
+        : worker_(&worker), selected_(std::move(selected)), epoch_(queue_epoch) {}
+    Execution(Execution&& other) noexcept
+        : worker_(std::exchange(other.worker_, nullptr)),
+          selected_(std::move(other.selected_)),
+          epoch_(other.epoch_) {}
+    Execution& operator=(Execution&&) = delete;
+    ~Execution();
+    const SelectedEntry& selected() const { return selected_; }
+    uint64_t epoch() const { return epoch_; }
+    // Marks the outcome reported; false if it was already (then the caller reports nothing).
+    bool release() { return std::exchange(worker_, nullptr) != nullptr; }
+
+   private:
+    ReplicationWorker* worker_;  // null once the outcome is reported (or moved from)
+    SelectedEntry selected_;
+    uint64_t epoch_;
+  };
+
+  // Takes every entry the queue lets run now: into the pools, or (`inline_execution`) executes
+  // them here. While every pool slot is taken, nothing is selected: a slot that frees up wakes the
+  // background, which looks again. Returns the merges executed here.
+  std::size_t scheduleQueue(bool inline_execution);
+  // Runs one selected entry and reports its outcome.
+  bool executeEntry(Execution& execution);
+  // Entries with nothing to do (their part is here already): their queue nodes go in multis of
+  // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
+  // trip per hundred such entries, not one each.
+  void finishNoOpEntries(std::vector<Execution>& entries);
   // Reports outcomes to the queue and removes the queue nodes the queue says are pointless now.
-  void reportOutcomes(const std::vector<std::pair<const SelectedEntry*, EntryOutcome>>& outcomes,
-                      Keeper* keeper);
+  void reportOutcomes(std::vector<std::pair<Execution*, EntryOutcome>> outcomes, Keeper* keeper);
   EntryOutcome executeFetch(Keeper& keeper, const SelectedEntry& selected);
+  // The replicas to fetch `part` from, in the order to try them: those that have it exactly
+  // first, then those with a part covering it; within each, sources that failed lately last.
+  struct FetchCandidate {
+    FetchSource source;
+    PartName part;
+  };
+  KeeperResult<std::vector<FetchCandidate>> fetchCandidates(Keeper& keeper, const PartName& part);
+  void noteFetchSource(const std::string& replica, bool failed);
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
   std::expected<void, std::string> executeDropRange(Keeper& keeper, const SelectedEntry& selected);
   // The multi that registers a part made here (fetched or merged). Refused: the part goes. No
@@ -177,6 +217,7 @@ class ReplicationWorker {
   std::mutex pull_mu_;
   mutable std::mutex queue_mu_;
   ReplicationQueue queue_;
+  uint64_t queue_epoch_ = 0;  // guarded by queue_mu_; bumped when a clone replaces queue_
   LogPuller puller_;
   std::condition_variable queue_changed_;
   std::chrono::steady_clock::time_point last_pull_{};  // guarded by queue_mu_
@@ -188,6 +229,9 @@ class ReplicationWorker {
   std::unique_ptr<WorkerPool> merge_pool_;
 
   std::atomic<uint64_t> next_staging_id_{0};
+  // Fetch sources that failed lately (replica -> when), tried after the others.
+  std::mutex sources_mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> failed_sources_;
   std::mutex background_mu_;
   std::condition_variable background_wake_;
   bool wake_requested_ = false;  // a new log entry, or an entry finished

@@ -50,6 +50,7 @@ struct ReplicaState {
   bool lost = false;                          // waiting to clone a healthy replica
   std::vector<QueueEntry> queue;              // in execution order
   std::map<std::string, uint64_t> postponed;  // postponements so far, by reason
+  std::map<std::string, std::size_t> executing;  // entries executing now, by action
 };
 
 struct TableReplicaOptions {
