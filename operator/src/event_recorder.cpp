@@ -77,7 +77,7 @@ json ObjectReference::toJson() const {
 KubeEventRecorder::KubeEventRecorder(KubeClient& client, KubeEventRecorderOptions options)
     : client_(client),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : SteadyClock::instance()) {
+      clock_(options_.clock != nullptr ? *options_.clock : common::SteadyClock::instance()) {
   if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
   options_.queue_capacity = std::max<std::size_t>(options_.queue_capacity, 1);
   options_.cache_size = std::max<std::size_t>(options_.cache_size, 1);
@@ -86,7 +86,7 @@ KubeEventRecorder::KubeEventRecorder(KubeClient& client, KubeEventRecorderOption
 }
 
 KubeEventRecorder::~KubeEventRecorder() {
-  shutdown(Clock::Duration::zero());
+  shutdown(common::Clock::Duration::zero());
 }
 
 void KubeEventRecorder::record(const ObjectReference& object, EventType type,
@@ -112,7 +112,7 @@ void KubeEventRecorder::record(const ObjectReference& object, EventType type,
   }
 }
 
-void KubeEventRecorder::shutdown(Clock::Duration grace) {
+void KubeEventRecorder::shutdown(common::Clock::Duration grace) {
   std::lock_guard lifecycle(lifecycle_mu_);
   {
     std::lock_guard lock(mu_);
@@ -184,7 +184,7 @@ bool KubeEventRecorder::allowedBySpamFilter(const Pending& pending) {
     buckets_lru_.splice(buckets_lru_.begin(), buckets_lru_, it->second.lru);
   }
   Bucket& bucket = it->second;
-  if (pending.when > bucket.refilled && options_.spam_refill > Clock::Duration::zero()) {
+  if (pending.when > bucket.refilled && options_.spam_refill > common::Clock::Duration::zero()) {
     const double earned = std::chrono::duration<double>(pending.when - bucket.refilled) /
                           std::chrono::duration<double>(options_.spam_refill);
     bucket.tokens = std::min(static_cast<double>(options_.spam_burst), bucket.tokens + earned);
@@ -315,7 +315,7 @@ bool KubeEventRecorder::post(const std::function<KubeResult<json>()>& send,
   }
 }
 
-bool KubeEventRecorder::sleepForRetry(Clock::TimePoint until) {
+bool KubeEventRecorder::sleepForRetry(common::Clock::TimePoint until) {
   std::unique_lock lock(mu_);
   for (;;) {
     const auto now = clock_.now();

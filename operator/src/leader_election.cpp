@@ -64,7 +64,7 @@ std::string defaultLeaderIdentity() {
 LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
     : client_(client),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : SteadyClock::instance()),
+      clock_(options_.clock != nullptr ? *options_.clock : common::SteadyClock::instance()),
       random_(std::random_device{}()),
       release_on_stop_(options_.release_on_cancel) {
   if (options_.lease.name.empty()) throw std::invalid_argument("leader election: no lease name");
@@ -72,7 +72,7 @@ LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
   if (options_.lease_duration < std::chrono::seconds(1)) {
     throw std::invalid_argument("leader election: the lease duration is under a second");
   }
-  if (!(options_.retry_period > Clock::Duration::zero() &&
+  if (!(options_.retry_period > common::Clock::Duration::zero() &&
         options_.retry_period < options_.renew_deadline &&
         options_.renew_deadline < options_.lease_duration)) {
     throw std::invalid_argument(
@@ -117,7 +117,7 @@ std::optional<KubeError> LeaderElector::lastError() const {
   return last_error_;
 }
 
-std::optional<Clock::TimePoint> LeaderElector::sleepingUntilForTest() const {
+std::optional<common::Clock::TimePoint> LeaderElector::sleepingUntilForTest() const {
   std::lock_guard lock(mu_);
   return sleeping_until_;
 }
@@ -137,7 +137,7 @@ void LeaderElector::run() {
     const auto now = clock_.now();
     bool started = false;
     bool lost = false;
-    Clock::TimePoint next = now + retry;
+    common::Clock::TimePoint next = now + retry;
     {
       std::lock_guard lock(mu_);
       if (held) {
@@ -154,7 +154,7 @@ void LeaderElector::run() {
       }
       if (!leading_ && options_.acquire_jitter > 0) {
         std::uniform_real_distribution<double> jitter(0, options_.acquire_jitter);
-        next += std::chrono::duration_cast<Clock::Duration>(retry * jitter(random_));
+        next += std::chrono::duration_cast<common::Clock::Duration>(retry * jitter(random_));
       }
     }
     if (started) {
@@ -181,7 +181,7 @@ void LeaderElector::run() {
   }
 }
 
-bool LeaderElector::sleepUntil(Clock::TimePoint deadline) {
+bool LeaderElector::sleepUntil(common::Clock::TimePoint deadline) {
   std::unique_lock lock(mu_);
   sleeping_until_ = deadline;
   while (!stopping_ && clock_.now() < deadline) clock_.waitUntil(cv_, lock, deadline);

@@ -10,17 +10,17 @@
 #include <thread>
 #include <utility>
 
-#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/common/testing/http_client.h"
 
 namespace rtable::op::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using core::testing::findFreeLoopbackPort;
-using core::testing::httpRequest;
-using core::testing::runCommand;
-using core::testing::Subprocess;
-using core::testing::tailOfFile;
+using common::testing::findFreeLoopbackPort;
+using common::testing::httpRequest;
+using common::testing::runCommand;
+using common::testing::Subprocess;
+using common::testing::tailOfFile;
 
 constexpr auto kToolTimeout = std::chrono::seconds(30);
 constexpr auto kPollInterval = std::chrono::milliseconds(250);

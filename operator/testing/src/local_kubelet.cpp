@@ -27,12 +27,12 @@
 #include <thread>
 #include <utility>
 
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/informer.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
-#include "rtable/replication_core/testing/http_client.h"
-#include "rtable/replication_core/testing/subprocess.h"
 
 namespace rtable::op::testing {
 namespace {
@@ -859,7 +859,7 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
     const int port = portOf(http->value("port", json()));
     std::string path = stringOr(*http, "path", "/");
     if (path.empty() || path[0] != '/') path = "/" + path;
-    auto response = core::testing::httpRequest(host, port, "GET", path, "", timeout);
+    auto response = common::testing::httpRequest(host, port, "GET", path, "", timeout);
     // kubelet: 200 <= code < 400 is success.
     return response && response->status >= 200 && response->status < 400;
   }
@@ -876,7 +876,7 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
       argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
     }
     if (argv.back() == "--") return false;
-    auto result = core::testing::runCommand(argv, timeout);
+    auto result = common::testing::runCommand(argv, timeout);
     return result && result->exit_code == 0;
   }
   return false;

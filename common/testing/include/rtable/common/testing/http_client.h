@@ -6,7 +6,7 @@
 #include <expected>
 #include <string>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 
 struct HttpResponse {
   int status = 0;
@@ -25,4 +25,4 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
 // Percent-encodes a query parameter value.
 std::string urlEncode(const std::string& value);
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

@@ -1,4 +1,4 @@
-#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/common/testing/http_client.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -7,10 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 namespace {
 
 class Socket {
@@ -105,4 +106,4 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
   return response;
 }
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing
