@@ -35,18 +35,6 @@ bool waitFor(int fd, short events, std::chrono::steady_clock::time_point deadlin
 
 }  // namespace
 
-std::string urlEncode(const std::string& value) {
-  std::string out;
-  for (unsigned char c : value) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 std::expected<HttpResponse, std::string> httpRequest(const std::string& host, int port,
                                                      const std::string& method,
                                                      const std::string& target,

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "rtable/common/percent_encoding.h"
 #include "rtable/common/testing/files.h"
 #include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/table_paths.h"
@@ -135,7 +136,7 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
   auto tsv = insert("3\t2026-11-04\tu3\t\\N\n", "format=TSV");
   EXPECT_EQ(tsv["deduplicated_blocks"], 1);
 
-  auto selected = replica_->get("/select?where=" + common::testing::urlEncode("id >= 2 AND score IS NOT NULL"));
+  auto selected = replica_->get("/select?where=" + common::percentEncode("id >= 2 AND score IS NOT NULL"));
   ASSERT_TRUE(selected);
   EXPECT_EQ(selected->body, R"({"id":2,"d":"2026-12-03","user":"u2","score":1})" "\n");
   auto by_partition = replica_->get("/count?partition=202611");

@@ -22,7 +22,4 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
                                                      const std::string& body = "",
                                                      std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
-// Percent-encodes a query parameter value.
-std::string urlEncode(const std::string& value);
-
 }  // namespace rtable::common::testing
