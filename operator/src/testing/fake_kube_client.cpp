@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "../base64.h"
+#include "rtable/common/base64.h"
 #include "rtable/operator/label_selector.h"
 
 namespace rtable::op::testing {
@@ -618,7 +618,7 @@ KubeResult<ObjectList> FakeKubeClient::list(const ResourceType& type, std::strin
   std::string start_after;
   if (!options.continue_token.empty()) {
     std::optional<json> token;
-    if (auto decoded = base64Decode(options.continue_token)) {
+    if (auto decoded = common::base64Decode(options.continue_token)) {
       json parsed = json::parse(*decoded, nullptr, false);
       if (parsed.is_object() && parsed.contains("rv") && parsed.contains("start")) token = parsed;
     }
@@ -668,7 +668,7 @@ KubeResult<ObjectList> FakeKubeClient::list(const ResourceType& type, std::strin
     last_key = flat;
   }
   if (remaining > 0) {
-    out.continue_token = base64Encode(json{{"rv", at}, {"start", last_key}}.dump());
+    out.continue_token = common::base64Encode(json{{"rv", at}, {"start", last_key}}.dump());
     // The apiserver leaves remainingItemCount out when a selector made the count unknowable.
     if (labels->empty() && options.field_selector.empty()) out.remaining_item_count = remaining;
   }
