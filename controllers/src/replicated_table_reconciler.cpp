@@ -1,6 +1,5 @@
 #include "rtable/controllers/replicated_table_reconciler.h"
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,13 +9,14 @@
 #include <fstream>
 #include <random>
 
+#include "rtable/common/rfc3339.h"
 #include "rtable/controllers/core_config.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/replication_core/sequential_counter.h"
-#include "rtable/replication_core/table_spec.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/table_spec.h"
 
 namespace rtable::controllers {
 namespace {
@@ -31,10 +31,6 @@ std::string randomSecret() {
   std::string hex;
   for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
   return hex;
-}
-
-std::string rfc3339(std::chrono::system_clock::time_point time) {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(time));
 }
 
 // Sets one metav1.Condition in `conditions`, keeping lastTransitionTime when the status is the
@@ -116,7 +112,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   if (table->contains(json::json_pointer("/metadata/deletionTimestamp"))) return finalize(key, *table);
   const int64_t generation = table->value(json::json_pointer("/metadata/generation"), int64_t{0});
   const json previous = table->value(json::json_pointer("/status/conditions"), json::array());
-  const std::string now = rfc3339(options_.wall_clock());
+  const std::string now = common::formatRfc3339(options_.wall_clock());
 
   std::optional<SpecError> invalid = checkReplicatedTableName(key.name);
   auto spec = ReplicatedTableSpec::parse(table->value("spec", json::object()));

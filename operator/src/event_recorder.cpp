@@ -4,7 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <ctime>
+
+#include "rtable/common/rfc3339.h"
 
 namespace rtable::op {
 
@@ -19,16 +20,6 @@ constexpr std::size_t kMessageLimit = 1024;
 std::string stringAt(const json& object, const char* field) {
   auto it = object.find(field);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-// metav1.Time: RFC 3339 with seconds.
-std::string formatTime(std::chrono::system_clock::time_point time) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(
-      std::chrono::time_point_cast<std::chrono::seconds>(time));
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 std::string truncated(std::string_view text) {
@@ -214,7 +205,7 @@ void KubeEventRecorder::process(const Pending& pending) {
       fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", options_.component,
                   pending.object.api_version, pending.object.kind, pending.object.ns,
                   pending.object.name, pending.object.uid, type, pending.reason, pending.message);
-  const std::string now = formatTime(pending.wall);
+  const std::string now = common::formatRfc3339(pending.wall);
 
   // Observe (client-go counts an occurrence before the spam filter looks at it).
   bool repeat = false;

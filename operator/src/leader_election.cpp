@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <array>
-#include <ctime>
 #include <stdexcept>
+
+#include "rtable/common/rfc3339.h"
 
 namespace rtable::op {
 
@@ -43,16 +44,6 @@ void LeaseRecord::toLease(nlohmann::json& lease) const {
   spec["acquireTime"] = acquire_time;
   spec["renewTime"] = renew_time;
   spec["leaseTransitions"] = lease_transitions;
-}
-
-std::string formatMicroTime(std::chrono::system_clock::time_point time) {
-  const auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch()).count();
-  const std::time_t seconds = static_cast<std::time_t>(micros / 1'000'000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, micros % 1'000'000);
 }
 
 std::string defaultLeaderIdentity() {
@@ -192,7 +183,7 @@ bool LeaderElector::sleepUntil(common::Clock::TimePoint deadline) {
 bool LeaderElector::tryAcquireOrRenew() {
   const ResourceType leases = resources::leases();
   const auto now = clock_.now();
-  const std::string wall = formatMicroTime(wallNow());
+  const std::string wall = common::formatRfc3339Micros(wallNow());
   const int64_t duration_seconds =
       std::chrono::duration_cast<std::chrono::seconds>(options_.lease_duration).count();
 
@@ -274,7 +265,7 @@ void LeaderElector::release() {
   }
   const LeaseRecord record = LeaseRecord::fromLease(*got);
   if (record.holder_identity != options_.identity) return;
-  const std::string wall = formatMicroTime(wallNow());
+  const std::string wall = common::formatRfc3339Micros(wallNow());
   // client-go's release: no holder, a 1 s duration, the transitions kept.
   const LeaseRecord released{"", 1, wall, wall, record.lease_transitions};
   nlohmann::json lease = *got;

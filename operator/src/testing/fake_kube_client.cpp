@@ -1,6 +1,5 @@
 #include "rtable/operator/testing/fake_kube_client.h"
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "rtable/common/base64.h"
+#include "rtable/common/rfc3339.h"
 #include "rtable/operator/label_selector.h"
 
 namespace rtable::op::testing {
@@ -146,12 +146,6 @@ json withoutResourceVersion(json object) {
     object["metadata"].erase("resourceVersion");
   }
   return object;
-}
-
-std::string rfc3339Now() {
-  return fmt::format(
-      "{:%Y-%m-%dT%H:%M:%SZ}",
-      fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
 }
 
 std::optional<int64_t> parseVersion(std::string_view text) {
@@ -487,7 +481,7 @@ struct FakeOps {
     const ObjectKey key{ns, name};
     if (s.at(key) != nullptr) return std::unexpected(alreadyExists(type, name));
     metadata["uid"] = st.newUid();
-    metadata["creationTimestamp"] = rfc3339Now();
+    metadata["creationTimestamp"] = common::formatRfc3339(std::chrono::system_clock::now());
     metadata["generation"] = 1;
     metadata.erase("deletionTimestamp");
     metadata.erase("deletionGracePeriodSeconds");
@@ -871,7 +865,7 @@ KubeResult<DeleteResult> FakeKubeClient::remove(const ResourceType& type, const 
     const ObjectKey stored_key{type.namespaced ? key.ns : "", key.name};
     if (!finalizers.empty()) {
       json& metadata = metadataOf(next);
-      metadata["deletionTimestamp"] = rfc3339Now();
+      metadata["deletionTimestamp"] = common::formatRfc3339(std::chrono::system_clock::now());
       metadata["deletionGracePeriodSeconds"] = 0;
       metadata["generation"] = metadata.value("generation", int64_t{0}) + 1;
       if (options.dry_run) return DeleteResult{false, next};

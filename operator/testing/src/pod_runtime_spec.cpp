@@ -8,11 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <sstream>
-#include "rtable/common/base64.h"
 
+#include "rtable/common/base64.h"
 
 namespace rtable::op::testing {
 namespace {
@@ -625,15 +624,6 @@ void PodIpAllocator::release(const std::string& ip) {
 std::size_t PodIpAllocator::inUse() const {
   std::lock_guard lock(mu_);
   return used_.size();
-}
-
-std::string rfc3339Now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm {};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
 }
 
 }  // namespace rtable::op::testing

@@ -72,9 +72,6 @@ struct LeaseRecord {
   friend bool operator==(const LeaseRecord&, const LeaseRecord&) = default;
 };
 
-// "2024-05-01T12:00:00.123456Z", the format of metav1.MicroTime.
-std::string formatMicroTime(std::chrono::system_clock::time_point time);
-
 // "<hostname>_<pid>": unique per process, and readable in `kubectl get lease`.
 std::string defaultLeaderIdentity();
 
