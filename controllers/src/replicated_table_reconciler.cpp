@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -76,19 +74,14 @@ bool hasFinalizer(const json& table) {
   return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) != finalizers.end();
 }
 
-// The metadata text rtable-core writes for this spec: its own parser reads the rendered config,
-// so operator and replicas cannot disagree (a mismatch would stop the replicas from joining).
-std::expected<std::string, std::string> coreMetadataText(const ReplicatedTableSpec& spec, const op::ObjectKey& key) {
+// The metadata text rtable-core writes for this spec, from the same TableSpec the replicas' config
+// is written from, so operator and replicas cannot disagree (a mismatch would stop the replicas
+// from joining).
+std::string coreMetadataText(const ReplicatedTableSpec& spec, const op::ObjectKey& key) {
   CoreConfigContext context;
   context.name = key.name;
   context.ns = key.ns;
-  YAML::Node config = YAML::Load(renderCoreConfig(spec, context));
-  config["replication"].remove("secretFile");  // a file only the pods have
-  YAML::Emitter out;
-  out << config;
-  auto parsed = core::TableSpec::parseYaml(out.c_str());
-  if (!parsed) return std::unexpected(parsed.error());
-  return parsed->metadataText();
+  return coreTableSpec(spec, context).metadataText();
 }
 
 }  // namespace
@@ -362,11 +355,10 @@ std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTr
   auto active = (*keeper)->get(first.activeGeneration());
   if (active) return std::strtoll(active->data.c_str(), nullptr, 10);
   if (active.error().code != core::KeeperCode::kNoNode) return std::unexpected(active.error().toString());
-  auto metadata = coreMetadataText(spec, key);
-  if (!metadata) return std::unexpected("the replicas' spec: " + metadata.error());
+  const std::string metadata = coreMetadataText(spec, key);
   core::KeeperStatus made = core::createAncestorsAndSelf(**keeper, spec.zookeeper.root);
   if (made) {
-    if (auto created = core::createTableIfNotExists(**keeper, first, *metadata); !created) {
+    if (auto created = core::createTableIfNotExists(**keeper, first, metadata); !created) {
       made = std::unexpected(created.error());
     }
   }

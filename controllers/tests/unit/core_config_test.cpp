@@ -92,6 +92,28 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
   EXPECT_GE(with_quorum, 1) << "no example sets spec.insertQuorum";
 }
 
+// One TableSpec is written (coreTableSpec, TableSpec::formatYaml) and read back whole by
+// rtable-core's parser, its secret from the file the config names.
+TEST_F(CoreConfig, ReadsBackToTheSpecItWasWrittenFrom) {
+  auto examples = testing::loadExamples(testing::crdsDir() / "examples");
+  ASSERT_TRUE(examples) << examples.error();
+  for (const auto& file : *examples) {
+    for (const auto& object : file.documents) {
+      if (testing::kindOf(object) != "ReplicatedTable") continue;
+      SCOPED_TRACE(file.path.filename().string());
+      auto spec = ReplicatedTableSpec::parse(object["spec"]);
+      ASSERT_TRUE(spec) << spec.error().toString();
+      const CoreConfigContext c = context(object["metadata"]["name"]);
+      core::TableSpec written = coreTableSpec(*spec, c);
+      EXPECT_EQ(written.interserver_secret_file, secret_file_);
+      auto read = core::TableSpec::parseYaml(renderCoreConfig(*spec, c));
+      ASSERT_TRUE(read) << read.error();
+      written.interserver_secret = "s3cr3t";  // the operator names the file; the pod reads it
+      EXPECT_EQ(*read, written);
+    }
+  }
+}
+
 TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {
   auto spec = ReplicatedTableSpec::parse(
       {{"table", "t"}, {"columns", {{{"name", "id"}, {"type", "UInt64"}}}}, {"zookeeper", {{"connect", "zk:2181"}}}});
