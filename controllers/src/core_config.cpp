@@ -1,55 +1,45 @@
 #include "rtable/controllers/core_config.h"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 namespace rtable::controllers {
 
 std::string tableUid(std::string_view ns, std::string_view name) { return fmt::format("{}.{}", ns, name); }
 
-std::string renderCoreConfig(const ReplicatedTableSpec& spec, const CoreConfigContext& context) {
-  YAML::Emitter out;
-  out << YAML::Comment(fmt::format(
-      "rtable-core spec of ReplicatedTable {}/{}, rendered by rtable-operator (docs/rtable-core.md).\n"
-      "Each pod sets its own replica name and host with --replica-name and --replica-host.",
-      context.ns, context.name));
-  out << YAML::BeginMap;
-  out << YAML::Key << "table" << YAML::Value << spec.table;
-  out << YAML::Key << "uid" << YAML::Value << (context.uid.empty() ? tableUid(context.ns, context.name) : context.uid);
-  out << YAML::Key << "columns" << YAML::Value << YAML::BeginSeq;
-  for (const auto& column : spec.columns) {
-    out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << column.name << YAML::Key << "type"
-        << YAML::Value << column.type.name() << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
-  out << YAML::Key << "partitionBy" << YAML::Value << spec.partition_by.format();
-  out << YAML::Key << "orderBy" << YAML::Value << YAML::Flow << spec.order_by;
-  out << YAML::Key << "deduplication" << YAML::Value << YAML::BeginMap << YAML::Key << "window" << YAML::Value
-      << spec.deduplication.window << YAML::Key << "windowSeconds" << YAML::Value << spec.deduplication.window_seconds
-      << YAML::EndMap;
-  out << YAML::Key << "zookeeper" << YAML::Value << YAML::BeginMap << YAML::Key << "connect" << YAML::Value
-      << spec.zookeeper.connect << YAML::Key << "root" << YAML::Value << spec.zookeeper.root << YAML::Key
-      << "sessionTimeoutMs" << YAML::Value << spec.zookeeper.session_timeout_ms << YAML::EndMap;
-  out << YAML::Key << "replica" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
-      << context.replica_name << YAML::Key << "host" << YAML::Value << context.replica_host << YAML::EndMap;
-  out << YAML::Key << "dataDir" << YAML::Value << context.data_dir.string();
-  out << YAML::Key << "listen" << YAML::Value << context.listen;
-  out << YAML::Key << "ports" << YAML::Value << YAML::BeginMap << YAML::Key << "http" << YAML::Value
-      << context.http_port << YAML::Key << "metrics" << YAML::Value << context.metrics_port << YAML::EndMap;
+core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigContext& context) {
+  core::TableSpec core;
+  core.table = spec.table;
+  core.uid = context.uid.empty() ? tableUid(context.ns, context.name) : context.uid;
+  core.schema = spec.schema();
+  core.deduplication.max_ids = static_cast<std::size_t>(spec.deduplication.window);
+  core.deduplication.max_age = std::chrono::seconds(spec.deduplication.window_seconds);
+  core.zookeeper_connect = spec.zookeeper.connect;
+  core.zookeeper_root = spec.zookeeper.root;
+  core.zookeeper_session_timeout = std::chrono::milliseconds(spec.zookeeper.session_timeout_ms);
+  core.replica = context.replica_name;
+  core.replica_host = context.replica_host;
+  core.data_dir = context.data_dir;
+  core.listen_address = context.listen;
+  core.http_port = context.http_port;
+  core.metrics_port = context.metrics_port;
+  core.interserver_secret_file = context.secret_file;
   const ReplicationSettings& r = spec.replication;
-  out << YAML::Key << "replication" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "secretFile" << YAML::Value << context.secret_file.string();
-  out << YAML::Key << "fetchThreads" << YAML::Value << r.fetch_threads;
-  out << YAML::Key << "mergeThreads" << YAML::Value << r.merge_threads;
-  out << YAML::Key << "minLogsToKeep" << YAML::Value << r.min_logs_to_keep;
-  out << YAML::Key << "maxLogsToKeep" << YAML::Value << r.max_logs_to_keep;
-  out << YAML::Key << "cleanupPeriodSeconds" << YAML::Value << r.cleanup_period_seconds;
-  out << YAML::EndMap;
+  core.fetch_threads = static_cast<std::size_t>(r.fetch_threads);
+  core.merge_threads = static_cast<std::size_t>(r.merge_threads);
+  core.min_logs_to_keep = static_cast<std::size_t>(r.min_logs_to_keep);
+  core.max_logs_to_keep = static_cast<std::size_t>(r.max_logs_to_keep);
+  core.cleanup_period = std::chrono::seconds(r.cleanup_period_seconds);
   // spec.insertQuorum: the quorum of inserts that give none (a request's insert_quorum wins).
-  out << YAML::Key << "inserts" << YAML::Value << YAML::BeginMap << YAML::Key << "quorum" << YAML::Value
-      << spec.insert_quorum << YAML::EndMap;
-  out << YAML::EndMap;
-  return std::string(out.c_str()) + "\n";
+  core.insert_quorum = static_cast<std::size_t>(spec.insert_quorum);
+  return core;
+}
+
+std::string renderCoreConfig(const ReplicatedTableSpec& spec, const CoreConfigContext& context) {
+  return fmt::format(
+             "# rtable-core spec of ReplicatedTable {}/{}, rendered by rtable-operator (docs/rtable-core.md).\n"
+             "# Each pod sets its own replica name and host with --replica-name and --replica-host.\n",
+             context.ns, context.name) +
+         coreTableSpec(spec, context).formatYaml();
 }
 
 }  // namespace rtable::controllers

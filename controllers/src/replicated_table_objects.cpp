@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "rtable/common/base64.h"
 #include "rtable/controllers/core_config.h"
 #include "rtable/replication_core/hash128.h"
 
@@ -73,23 +74,6 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
   return container;
 }
 
-// RFC 4648 base64, for a Secret's data (written as `data`, not `stringData`, so that what the
-// operator applies is byte for byte what the server stores and reads back).
-std::string base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t n = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], kAlphabet[(n >> 6) & 63], kAlphabet[n & 63]};
-  }
-  if (const std::size_t rest = bytes.size() - i; rest > 0) {
-    const uint32_t n = (uint8_t(bytes[i]) << 16) | (rest == 2 ? uint8_t(bytes[i + 1]) << 8 : 0);
-    out += {kAlphabet[n >> 18], kAlphabet[(n >> 12) & 63], rest == 2 ? kAlphabet[(n >> 6) & 63] : '=', '='};
-  }
-  return out;
-}
-
 std::string configHash(const std::string& config) {
   core::Hasher128 hasher;
   hasher.update(config);
@@ -147,11 +131,13 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObje
                         {"kind", "ConfigMap"},
                         {"metadata", objectMeta(name + "-config", context)},
                         {"data", {{kConfigKey, config}}}};
+  // `data`, not `stringData`: what the operator applies is byte for byte what the server stores
+  // and reads back.
   objects.secret = {{"apiVersion", "v1"},
                     {"kind", "Secret"},
                     {"metadata", objectMeta(name + "-interserver", context)},
                     {"type", "Opaque"},
-                    {"data", {{kSecretKey, base64(context.interserver_secret)}}}};
+                    {"data", {{kSecretKey, common::base64Encode(context.interserver_secret)}}}};
 
   json pod_labels = tableLabels(name);
   for (const auto& [key, value] : spec.pod_template.labels) pod_labels[key] = value;

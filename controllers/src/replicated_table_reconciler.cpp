@@ -1,22 +1,21 @@
 #include "rtable/controllers/replicated_table_reconciler.h"
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <fstream>
 #include <random>
 
+#include "rtable/common/rfc3339.h"
 #include "rtable/controllers/core_config.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/controllers/replicated_table_status.h"
 #include "rtable/replication_core/sequential_counter.h"
-#include "rtable/replication_core/table_spec.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/table_spec.h"
 
 namespace rtable::controllers {
 namespace {
@@ -33,30 +32,26 @@ std::string randomSecret() {
   return hex;
 }
 
-std::string rfc3339(std::chrono::system_clock::time_point time) {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(time));
+// One of this reconcile's conditions; stampConditions() adds the generation and the time.
+Condition condition(std::string type, bool status, std::string reason, std::string message) {
+  Condition c;
+  c.type = std::move(type);
+  c.status = conditionStatusOf(status);
+  c.reason = std::move(reason);
+  c.message = std::move(message);
+  return c;
 }
 
-// Sets one metav1.Condition in `conditions`, keeping lastTransitionTime when the status is the
-// same as before (kubectl and alerting read it as "since when").
-void setCondition(json& conditions, const json& previous, const std::string& type, bool status,
-                  const std::string& reason, const std::string& message, int64_t generation,
-                  const std::string& now) {
-  std::string since = now;
-  const std::string status_text = status ? "True" : "False";
-  if (previous.is_array()) {
-    for (const auto& old : previous) {
-      if (old.value("type", "") == type && old.value("status", "") == status_text) {
-        since = old.value("lastTransitionTime", now);
-      }
-    }
+// The conditions in the table's status; one that cannot be read (a hand edit) is left out, so its
+// type starts a new lastTransitionTime.
+std::vector<Condition> currentConditions(const json& table) {
+  std::vector<Condition> conditions;
+  const json list = table.value(json::json_pointer("/status/conditions"), json::array());
+  if (!list.is_array()) return conditions;
+  for (const auto& item : list) {
+    if (auto condition = Condition::parse(item)) conditions.push_back(std::move(*condition));
   }
-  conditions.push_back({{"type", type},
-                        {"status", status_text},
-                        {"reason", reason},
-                        {"message", message},
-                        {"observedGeneration", generation},
-                        {"lastTransitionTime", since}});
+  return conditions;
 }
 
 // "k=v,k=v" of the table's pod labels.
@@ -79,19 +74,14 @@ bool hasFinalizer(const json& table) {
   return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) != finalizers.end();
 }
 
-// The metadata text rtable-core writes for this spec: its own parser reads the rendered config,
-// so operator and replicas cannot disagree (a mismatch would stop the replicas from joining).
-std::expected<std::string, std::string> coreMetadataText(const ReplicatedTableSpec& spec, const op::ObjectKey& key) {
+// The metadata text rtable-core writes for this spec, from the same TableSpec the replicas' config
+// is written from, so operator and replicas cannot disagree (a mismatch would stop the replicas
+// from joining).
+std::string coreMetadataText(const ReplicatedTableSpec& spec, const op::ObjectKey& key) {
   CoreConfigContext context;
   context.name = key.name;
   context.ns = key.ns;
-  YAML::Node config = YAML::Load(renderCoreConfig(spec, context));
-  config["replication"].remove("secretFile");  // a file only the pods have
-  YAML::Emitter out;
-  out << config;
-  auto parsed = core::TableSpec::parseYaml(out.c_str());
-  if (!parsed) return std::unexpected(parsed.error());
-  return parsed->metadataText();
+  return coreTableSpec(spec, context).metadataText();
 }
 
 }  // namespace
@@ -114,18 +104,15 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     return std::unexpected(op::ReconcileError::retryable("reading the table: " + table.error().toString()));
   }
   if (table->contains(json::json_pointer("/metadata/deletionTimestamp"))) return finalize(key, *table);
-  const int64_t generation = table->value(json::json_pointer("/metadata/generation"), int64_t{0});
-  const json previous = table->value(json::json_pointer("/status/conditions"), json::array());
-  const std::string now = rfc3339(options_.wall_clock());
+  const std::string now = common::formatRfc3339(options_.wall_clock());
 
   std::optional<SpecError> invalid = checkReplicatedTableName(key.name);
   auto spec = ReplicatedTableSpec::parse(table->value("spec", json::object()));
   if (!invalid && !spec) invalid = spec.error();
   if (invalid) {
-    json conditions = json::array();
-    setCondition(conditions, previous, "Ready", false, "InvalidSpec", invalid->toString(), generation, now);
-    json status = {{"observedGeneration", generation}, {"conditions", conditions}};
-    if (auto patched = patchStatus(*table, status); !patched) return patched;
+    ReplicatedTableStatus status;
+    setCondition(status.conditions, condition("Ready", false, "InvalidSpec", invalid->toString()));
+    if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
     event(*table, op::EventType::kWarning, "InvalidSpec", invalid->toString());
     // Nothing to retry until the spec changes (which enqueues the key again).
     return std::unexpected(op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
@@ -177,38 +164,34 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     auto applied = client_.patch(type, {key.ns, name}, op::PatchType::kApply, *object, apply);
     if (!applied) {
       const std::string message = fmt::format("applying {} {}: {}", type.kind, name, applied.error().toString());
-      json conditions = json::array();
-      setCondition(conditions, previous, "Ready", false, "ApplyFailed", message, generation, now);
-      (void)patchStatus(*table, {{"observedGeneration", generation}, {"conditions", conditions}});
+      ReplicatedTableStatus status;
+      setCondition(status.conditions, condition("Ready", false, "ApplyFailed", message));
+      (void)patchStatus(*table, std::move(status), now);
       event(*table, op::EventType::kWarning, "ApplyFailed", message);
       return std::unexpected(op::ReconcileError::retryable(message));
     }
     if (type == op::resources::statefulSets()) stateful_set = std::move(*applied);
   }
 
-  const int64_t desired = spec->replicas;
-  const int64_t ready = stateful_set.value(json::json_pointer("/status/readyReplicas"), int64_t{0});
+  const int32_t desired = spec->replicas;
+  const int32_t ready = stateful_set.value(json::json_pointer("/status/readyReplicas"), int32_t{0});
   const bool all_ready = ready >= desired;
-  json conditions = json::array();
-  setCondition(conditions, previous, "Ready", all_ready, all_ready ? "AllReplicasReady" : "ReplicasNotReady",
-               fmt::format("{}/{} replicas ready", ready, desired), generation, now);
+  ReplicatedTableStatus status;
+  setCondition(status.conditions,
+               condition("Ready", all_ready, all_ready ? "AllReplicasReady" : "ReplicasNotReady",
+                         fmt::format("{}/{} replicas ready", ready, desired)));
   // Degraded: some replicas are up but not all (a table with none up is simply not Ready).
   const bool degraded = ready > 0 && ready < desired;
-  setCondition(conditions, previous, "Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
-               degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired) : "",
-               generation, now);
-  const std::string selector = selectorText(key.name);
-  json status = {{"observedGeneration", generation},
-                 {"replicas", stateful_set.value(json::json_pointer("/status/replicas"), int64_t{0})},
-                 {"readyReplicas", ready},
-                 {"ready", fmt::format("{}/{}", ready, desired)},
-                 {"selector", selector}};
+  setCondition(status.conditions,
+               condition("Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
+                         degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired) : ""));
+  status.replicas = stateful_set.value(json::json_pointer("/status/replicas"), int32_t{0});
+  status.ready_replicas = ready;
+  status.ready = fmt::format("{}/{}", ready, desired);
+  status.selector = selectorText(key.name);
   std::optional<std::string> zookeeper_error;
-  if (options_.keeper_for) {
-    zookeeper_error = reconcileZooKeeper(*table, key, *spec, tree, status, previous, conditions, generation, now);
-  }
-  status["conditions"] = conditions;
-  if (auto patched = patchStatus(*table, status); !patched) return patched;
+  if (options_.keeper_for) zookeeper_error = reconcileZooKeeper(*table, key, *spec, tree, status);
+  if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
   // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.
   if (zookeeper_error) return op::ReconcileResult::after(std::chrono::seconds(30));
   if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(15));
@@ -218,30 +201,30 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
 
 std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
     const json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec,
-    const std::expected<int64_t, std::string>& tree, json& status, const json& previous, json& conditions,
-    int64_t generation, const std::string& now) {
+    const std::expected<int64_t, std::string>& tree, ReplicatedTableStatus& status) {
   auto fail = [&](const std::string& message) {
-    setCondition(conditions, previous, "Replicating", false, "ZooKeeperUnreachable", message, generation, now);
+    setCondition(status.conditions, condition("Replicating", false, "ZooKeeperUnreachable", message));
     return std::optional<std::string>(message);
   };
   if (!tree) return fail(tree.error());
   auto keeper = options_.keeper_for(spec.zookeeper.connect);  // the session ensureZooKeeperTree used
   if (!keeper) return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
   const std::string root = tableRoot(spec, key);
-  status["zookeeperPath"] = root;
+  status.zookeeper_path = root;
   const int64_t active_generation = *tree;
   core::TablePaths paths{root, active_generation, ""};
   auto log = core::SequentialCounter::read(**keeper, paths.log(), "log-");
   if (!log) return fail(log.error().toString());
-  status["activeGeneration"] = active_generation;
-  status["logMaxIndex"] = log->maxIndex();
-  status["logCounter"] = log->counter();
-  status["headroom"] = fmt::format("{:.2f}%", log->headroomRatio() * 100.0);
+  status.active_generation = active_generation;
+  status.log_max_index = log->maxIndex();
+  status.log_counter = log->counter();
+  status.headroom = fmt::format("{:.2f}%", log->headroomRatio() * 100.0);
   const bool low = log->exhausted() || log->headroomRatio() * 100.0 < spec.headroom.threshold_percent;
-  setCondition(conditions, previous, "HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
-               fmt::format("{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
-                           log->createsLeft(), log->headroomRatio() * 100.0, spec.headroom.threshold_percent),
-               generation, now);
+  setCondition(status.conditions,
+               condition("HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
+                         fmt::format("{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
+                                     log->createsLeft(), log->headroomRatio() * 100.0,
+                                     spec.headroom.threshold_percent)));
 
   // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
   auto replicas = (*keeper)->children(paths.replicas());
@@ -298,18 +281,24 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
     }
   }
   if (!holding.empty()) {
-    setCondition(conditions, previous, "Replicating", false, "ScaledDownReplicaHoldsParts",
-                 fmt::format("{}", fmt::join(holding, "; ")), generation, now);
+    setCondition(status.conditions, condition("Replicating", false, "ScaledDownReplicaHoldsParts",
+                                              fmt::format("{}", fmt::join(holding, "; "))));
     return std::optional<std::string>("scaled-down replicas hold parts no other replica has");
   }
-  setCondition(conditions, previous, "Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
-               waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
-                                                  fmt::join(waiting, ", ")),
-               generation, now);
+  setCondition(status.conditions,
+               condition("Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
+                         waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
+                                                            fmt::join(waiting, ", "))));
   return waiting.empty() ? std::nullopt : std::optional<std::string>("replicas still to remove");
 }
 
-op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, json status) {
+op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, ReplicatedTableStatus update,
+                                                            const std::string& now) {
+  // The status describes the generation this reconcile read.
+  const int64_t generation = table.value(json::json_pointer("/metadata/generation"), int64_t{0});
+  update.observed_generation = generation;
+  stampConditions(update.conditions, currentConditions(table), generation, now);
+  const json status = update.toJson();
   if (table.contains("status") && table["status"].is_object()) {
     // Fields the reconciler does not manage here (filled in by later parts) stay as they are.
     json merged = table["status"];
@@ -366,11 +355,10 @@ std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTr
   auto active = (*keeper)->get(first.activeGeneration());
   if (active) return std::strtoll(active->data.c_str(), nullptr, 10);
   if (active.error().code != core::KeeperCode::kNoNode) return std::unexpected(active.error().toString());
-  auto metadata = coreMetadataText(spec, key);
-  if (!metadata) return std::unexpected("the replicas' spec: " + metadata.error());
+  const std::string metadata = coreMetadataText(spec, key);
   core::KeeperStatus made = core::createAncestorsAndSelf(**keeper, spec.zookeeper.root);
   if (made) {
-    if (auto created = core::createTableIfNotExists(**keeper, first, *metadata); !created) {
+    if (auto created = core::createTableIfNotExists(**keeper, first, metadata); !created) {
       made = std::unexpected(created.error());
     }
   }

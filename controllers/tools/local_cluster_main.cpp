@@ -16,20 +16,20 @@
 #include <string>
 #include <thread>
 
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/operator/testing/local_control_plane.h"
 #include "rtable/operator/testing/local_kubelet.h"
-#include "rtable/replication_core/testing/http_client.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/subprocess.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-using rtable::core::testing::httpRequest;
+using rtable::common::testing::httpRequest;
 using rtable::core::testing::LocalZooKeeper;
-using rtable::core::testing::Subprocess;
+using rtable::common::testing::Subprocess;
 using rtable::op::testing::LocalControlPlane;
 using rtable::op::testing::LocalImage;
 using rtable::op::testing::LocalKubelet;

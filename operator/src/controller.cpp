@@ -89,7 +89,7 @@ WorkQueue::Options queueOptions(ControllerOptions& options) {
 Controller::Controller(ControllerOptions options, ReconcileFunc reconcile)
     : name_(options.name),
       workers_(std::max(1, options.max_concurrent_reconciles)),
-      clock_(options.clock != nullptr ? *options.clock : SteadyClock::instance()),
+      clock_(options.clock != nullptr ? *options.clock : common::SteadyClock::instance()),
       reconcile_(std::move(reconcile)),
       metrics_(options.registry != nullptr ? std::make_unique<Metrics>(*options.registry, name_)
                                            : nullptr),
@@ -157,7 +157,7 @@ void Controller::reconcileOne(const std::string& key) {
     }
     return;
   }
-  if (outcome->requeue_after > Clock::Duration::zero()) {
+  if (outcome->requeue_after > common::Clock::Duration::zero()) {
     if (metrics_) metrics_->requeue_after->Increment();
     queue_.forget(key);
     queue_.addAfter(key, outcome->requeue_after);

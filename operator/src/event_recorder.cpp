@@ -4,7 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <ctime>
+
+#include "rtable/common/rfc3339.h"
 
 namespace rtable::op {
 
@@ -19,16 +20,6 @@ constexpr std::size_t kMessageLimit = 1024;
 std::string stringAt(const json& object, const char* field) {
   auto it = object.find(field);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-// metav1.Time: RFC 3339 with seconds.
-std::string formatTime(std::chrono::system_clock::time_point time) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(
-      std::chrono::time_point_cast<std::chrono::seconds>(time));
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 std::string truncated(std::string_view text) {
@@ -77,7 +68,7 @@ json ObjectReference::toJson() const {
 KubeEventRecorder::KubeEventRecorder(KubeClient& client, KubeEventRecorderOptions options)
     : client_(client),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : SteadyClock::instance()) {
+      clock_(options_.clock != nullptr ? *options_.clock : common::SteadyClock::instance()) {
   if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
   options_.queue_capacity = std::max<std::size_t>(options_.queue_capacity, 1);
   options_.cache_size = std::max<std::size_t>(options_.cache_size, 1);
@@ -86,7 +77,7 @@ KubeEventRecorder::KubeEventRecorder(KubeClient& client, KubeEventRecorderOption
 }
 
 KubeEventRecorder::~KubeEventRecorder() {
-  shutdown(Clock::Duration::zero());
+  shutdown(common::Clock::Duration::zero());
 }
 
 void KubeEventRecorder::record(const ObjectReference& object, EventType type,
@@ -112,7 +103,7 @@ void KubeEventRecorder::record(const ObjectReference& object, EventType type,
   }
 }
 
-void KubeEventRecorder::shutdown(Clock::Duration grace) {
+void KubeEventRecorder::shutdown(common::Clock::Duration grace) {
   std::lock_guard lifecycle(lifecycle_mu_);
   {
     std::lock_guard lock(mu_);
@@ -184,7 +175,7 @@ bool KubeEventRecorder::allowedBySpamFilter(const Pending& pending) {
     buckets_lru_.splice(buckets_lru_.begin(), buckets_lru_, it->second.lru);
   }
   Bucket& bucket = it->second;
-  if (pending.when > bucket.refilled && options_.spam_refill > Clock::Duration::zero()) {
+  if (pending.when > bucket.refilled && options_.spam_refill > common::Clock::Duration::zero()) {
     const double earned = std::chrono::duration<double>(pending.when - bucket.refilled) /
                           std::chrono::duration<double>(options_.spam_refill);
     bucket.tokens = std::min(static_cast<double>(options_.spam_burst), bucket.tokens + earned);
@@ -214,7 +205,7 @@ void KubeEventRecorder::process(const Pending& pending) {
       fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", options_.component,
                   pending.object.api_version, pending.object.kind, pending.object.ns,
                   pending.object.name, pending.object.uid, type, pending.reason, pending.message);
-  const std::string now = formatTime(pending.wall);
+  const std::string now = common::formatRfc3339(pending.wall);
 
   // Observe (client-go counts an occurrence before the spam filter looks at it).
   bool repeat = false;
@@ -315,7 +306,7 @@ bool KubeEventRecorder::post(const std::function<KubeResult<json>()>& send,
   }
 }
 
-bool KubeEventRecorder::sleepForRetry(Clock::TimePoint until) {
+bool KubeEventRecorder::sleepForRetry(common::Clock::TimePoint until) {
   std::unique_lock lock(mu_);
   for (;;) {
     const auto now = clock_.now();

@@ -35,7 +35,7 @@ bool retryWatchAfter(const KubeError& error) {
 Informer::Informer(KubeClient& client, InformerOptions options)
     : client_(client),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : SteadyClock::instance()),
+      clock_(options_.clock != nullptr ? *options_.clock : common::SteadyClock::instance()),
       random_(std::random_device{}()) {
   if (options_.name.empty()) options_.name = options_.type.groupResource();
 }
@@ -208,7 +208,7 @@ Informer::WatchOutcome Informer::watchOnce(bool& retry_watch) {
   return outcome;
 }
 
-Informer::WatchOutcome Informer::consume(uint64_t generation, Clock::TimePoint started) {
+Informer::WatchOutcome Informer::consume(uint64_t generation, common::Clock::TimePoint started) {
   int64_t events = 0;
   for (;;) {
     Pending item;

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "base64.h"
+#include "rtable/common/base64.h"
 
 namespace rtable::op {
 
@@ -104,8 +104,8 @@ class KubeConfigParser {
     std::string encoded;
     if (auto e = scalar(node, key, at, encoded)) return e;
     if (encoded.empty()) return std::nullopt;
-    auto decoded = base64Decode(encoded);
-    if (!decoded) return error(field_, "not valid base64");
+    auto decoded = common::base64Decode(encoded);
+    if (!decoded) return error(field_, "not valid base64: " + decoded.error());
     out = std::move(*decoded);
     return std::nullopt;
   }

@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <array>
-#include <ctime>
 #include <stdexcept>
+
+#include "rtable/common/rfc3339.h"
 
 namespace rtable::op {
 
@@ -45,16 +46,6 @@ void LeaseRecord::toLease(nlohmann::json& lease) const {
   spec["leaseTransitions"] = lease_transitions;
 }
 
-std::string formatMicroTime(std::chrono::system_clock::time_point time) {
-  const auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch()).count();
-  const std::time_t seconds = static_cast<std::time_t>(micros / 1'000'000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, micros % 1'000'000);
-}
-
 std::string defaultLeaderIdentity() {
   std::array<char, 256> host{};
   if (gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
@@ -64,7 +55,7 @@ std::string defaultLeaderIdentity() {
 LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
     : client_(client),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : SteadyClock::instance()),
+      clock_(options_.clock != nullptr ? *options_.clock : common::SteadyClock::instance()),
       random_(std::random_device{}()),
       release_on_stop_(options_.release_on_cancel) {
   if (options_.lease.name.empty()) throw std::invalid_argument("leader election: no lease name");
@@ -72,7 +63,7 @@ LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
   if (options_.lease_duration < std::chrono::seconds(1)) {
     throw std::invalid_argument("leader election: the lease duration is under a second");
   }
-  if (!(options_.retry_period > Clock::Duration::zero() &&
+  if (!(options_.retry_period > common::Clock::Duration::zero() &&
         options_.retry_period < options_.renew_deadline &&
         options_.renew_deadline < options_.lease_duration)) {
     throw std::invalid_argument(
@@ -117,7 +108,7 @@ std::optional<KubeError> LeaderElector::lastError() const {
   return last_error_;
 }
 
-std::optional<Clock::TimePoint> LeaderElector::sleepingUntilForTest() const {
+std::optional<common::Clock::TimePoint> LeaderElector::sleepingUntilForTest() const {
   std::lock_guard lock(mu_);
   return sleeping_until_;
 }
@@ -137,7 +128,7 @@ void LeaderElector::run() {
     const auto now = clock_.now();
     bool started = false;
     bool lost = false;
-    Clock::TimePoint next = now + retry;
+    common::Clock::TimePoint next = now + retry;
     {
       std::lock_guard lock(mu_);
       if (held) {
@@ -154,7 +145,7 @@ void LeaderElector::run() {
       }
       if (!leading_ && options_.acquire_jitter > 0) {
         std::uniform_real_distribution<double> jitter(0, options_.acquire_jitter);
-        next += std::chrono::duration_cast<Clock::Duration>(retry * jitter(random_));
+        next += std::chrono::duration_cast<common::Clock::Duration>(retry * jitter(random_));
       }
     }
     if (started) {
@@ -181,7 +172,7 @@ void LeaderElector::run() {
   }
 }
 
-bool LeaderElector::sleepUntil(Clock::TimePoint deadline) {
+bool LeaderElector::sleepUntil(common::Clock::TimePoint deadline) {
   std::unique_lock lock(mu_);
   sleeping_until_ = deadline;
   while (!stopping_ && clock_.now() < deadline) clock_.waitUntil(cv_, lock, deadline);
@@ -192,7 +183,7 @@ bool LeaderElector::sleepUntil(Clock::TimePoint deadline) {
 bool LeaderElector::tryAcquireOrRenew() {
   const ResourceType leases = resources::leases();
   const auto now = clock_.now();
-  const std::string wall = formatMicroTime(wallNow());
+  const std::string wall = common::formatRfc3339Micros(wallNow());
   const int64_t duration_seconds =
       std::chrono::duration_cast<std::chrono::seconds>(options_.lease_duration).count();
 
@@ -274,7 +265,7 @@ void LeaderElector::release() {
   }
   const LeaseRecord record = LeaseRecord::fromLease(*got);
   if (record.holder_identity != options_.identity) return;
-  const std::string wall = formatMicroTime(wallNow());
+  const std::string wall = common::formatRfc3339Micros(wallNow());
   // client-go's release: no holder, a 1 s duration, the transitions kept.
   const LeaseRecord released{"", 1, wall, wall, record.lease_transitions};
   nlohmann::json lease = *got;

@@ -107,13 +107,13 @@ std::string FlagError::toString() const {
   return flag.empty() ? message : fmt::format("{}: {}", flag, message);
 }
 
-std::expected<Clock::Duration, std::string> parseGoDuration(std::string_view text) {
+std::expected<common::Clock::Duration, std::string> parseGoDuration(std::string_view text) {
   const std::string original(text);
   auto bad = [&] {
     return std::unexpected(
         fmt::format("'{}' is not a duration (e.g. 15s, 500ms, 1m30s)", original));
   };
-  if (text == "0") return Clock::Duration::zero();
+  if (text == "0") return common::Clock::Duration::zero();
   if (text.empty()) return bad();
   static const std::pair<std::string_view, double> kUnits[] = {
       {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
@@ -142,7 +142,7 @@ std::expected<Clock::Duration, std::string> parseGoDuration(std::string_view tex
     text.remove_prefix(unit_length);
     seconds += value * scale;
   }
-  return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+  return std::chrono::duration_cast<common::Clock::Duration>(std::chrono::duration<double>(seconds));
 }
 
 std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std::string>& args) {
@@ -218,7 +218,7 @@ std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std
     return std::unexpected(FlagError{"--leader-election-renew-deadline",
                                      "must be shorter than --leader-election-lease-duration"});
   }
-  if (flags.retry_period <= Clock::Duration::zero() ||
+  if (flags.retry_period <= common::Clock::Duration::zero() ||
       flags.retry_period >= flags.renew_deadline) {
     return std::unexpected(FlagError{"--leader-election-retry-period",
                                      "must be positive and shorter than "

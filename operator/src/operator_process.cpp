@@ -58,7 +58,7 @@ OperatorProcess::~OperatorProcess() {
   }
   cv_.notify_all();
   // Whatever the grace was, nothing may use the tasks once this returns: wait for them.
-  stopLeaderTasks(Clock::Duration::max());
+  stopLeaderTasks(common::Clock::Duration::max());
   stopCommon();
   while (!adopted_.empty()) adopted_.pop_back();
 }
@@ -244,7 +244,7 @@ ProcessExit OperatorProcess::wait() {
   return {0, "shutdown requested", false};
 }
 
-bool OperatorProcess::stopLeaderTasks(Clock::Duration grace) {
+bool OperatorProcess::stopLeaderTasks(common::Clock::Duration grace) {
   std::shared_ptr<StopGroup> group;
   {
     std::lock_guard lock(mu_);

@@ -31,7 +31,7 @@ int ExponentialFailureRateLimiter::numRequeues(const std::string& key) const {
   return it == failures_.end() ? 0 : it->second;
 }
 
-BucketRateLimiter::BucketRateLimiter(const Clock& clock, double qps, int burst)
+BucketRateLimiter::BucketRateLimiter(const common::Clock& clock, double qps, int burst)
     : clock_(clock), qps_(qps), burst_(burst), tokens_(burst), last_(clock.now()) {}
 
 RateLimiter::Duration BucketRateLimiter::when(const std::string&) {
@@ -68,7 +68,7 @@ int MaxOfRateLimiter::numRequeues(const std::string& key) const {
   return most;
 }
 
-std::unique_ptr<RateLimiter> defaultControllerRateLimiter(const Clock& clock) {
+std::unique_ptr<RateLimiter> defaultControllerRateLimiter(const common::Clock& clock) {
   std::vector<std::unique_ptr<RateLimiter>> parts;
   parts.push_back(std::make_unique<ExponentialFailureRateLimiter>());
   parts.push_back(std::make_unique<BucketRateLimiter>(clock));

@@ -1,10 +1,12 @@
 #include "rtable/operator/resource.h"
 
-#include <fmt/format.h>
-
 #include <nlohmann/json.hpp>
 
+#include "rtable/common/percent_encoding.h"
+
 namespace rtable::op {
+
+using common::percentEncode;
 
 std::string ResourceType::apiVersion() const {
   return group.empty() ? version : group + "/" + version;
@@ -61,21 +63,6 @@ ResourceType customResourceDefinitions() {
 
 std::string ObjectKey::toString() const {
   return ns.empty() ? name : ns + "/" + name;
-}
-
-std::string percentEncode(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (unsigned char c : value) {
-    const bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                            (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '~';
-    if (unreserved) {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
 }
 
 std::string collectionPath(const ResourceType& type, std::string_view ns) {

@@ -76,21 +76,21 @@ struct WorkQueue::State {
   std::deque<std::string> queue;
   std::set<std::string> dirty;       // queued, or to be queued again at done()
   std::set<std::string> processing;  // handed to a worker, done() not called yet
-  std::map<std::string, Clock::TimePoint> waiting_by_key;
-  std::set<std::pair<Clock::TimePoint, std::string>> waiting;  // ordered by ready time
-  std::map<std::string, Clock::TimePoint> added_at;            // for queue_duration
-  std::map<std::string, Clock::TimePoint> started_at;          // for work_duration
+  std::map<std::string, common::Clock::TimePoint> waiting_by_key;
+  std::set<std::pair<common::Clock::TimePoint, std::string>> waiting;  // ordered by ready time
+  std::map<std::string, common::Clock::TimePoint> added_at;            // for queue_duration
+  std::map<std::string, common::Clock::TimePoint> started_at;          // for work_duration
   bool shutting_down = false;
 };
 
 namespace {
-double seconds(Clock::Duration d) {
+double seconds(common::Clock::Duration d) {
   return std::chrono::duration<double>(d).count();
 }
 }  // namespace
 
 WorkQueue::WorkQueue(Options options)
-    : clock_(options.clock != nullptr ? *options.clock : SteadyClock::instance()),
+    : clock_(options.clock != nullptr ? *options.clock : common::SteadyClock::instance()),
       rate_limiter_(options.rate_limiter ? std::move(options.rate_limiter)
                                          : defaultControllerRateLimiter(clock_)),
       metrics_(options.registry != nullptr
@@ -107,7 +107,7 @@ WorkQueue::~WorkQueue() {
 }
 
 // client-go Type.Add, under the lock. Returns whether a key joined the queue.
-bool WorkQueue::addLocked(const std::string& key, Clock::TimePoint now) {
+bool WorkQueue::addLocked(const std::string& key, common::Clock::TimePoint now) {
   State& s = *state_;
   if (s.shutting_down || s.dirty.contains(key)) return false;
   if (metrics_) {
@@ -166,11 +166,11 @@ std::optional<std::string> WorkQueue::get() {
   return getImpl(std::nullopt);
 }
 
-std::optional<std::string> WorkQueue::getUntil(Clock::TimePoint deadline) {
+std::optional<std::string> WorkQueue::getUntil(common::Clock::TimePoint deadline) {
   return getImpl(deadline);
 }
 
-std::optional<std::string> WorkQueue::getImpl(std::optional<Clock::TimePoint> deadline) {
+std::optional<std::string> WorkQueue::getImpl(std::optional<common::Clock::TimePoint> deadline) {
   std::unique_lock lock(mu_);
   State& s = *state_;
   for (;;) {
@@ -199,7 +199,7 @@ std::optional<std::string> WorkQueue::getImpl(std::optional<Clock::TimePoint> de
       return key;
     }
     if (deadline && now >= *deadline) return std::nullopt;
-    std::optional<Clock::TimePoint> wake = deadline;
+    std::optional<common::Clock::TimePoint> wake = deadline;
     if (!s.waiting.empty() && (!wake || s.waiting.begin()->first < *wake)) {
       wake = s.waiting.begin()->first;
     }

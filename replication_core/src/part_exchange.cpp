@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "rtable/common/percent_encoding.h"
+#include "rtable/common/quoted_excerpt.h"
 #include "rtable/replication_core/hash128.h"
 #include "rtable/replication_core/part_name.h"
 #include "posix_file.h"
@@ -29,6 +31,8 @@ namespace rtable::core {
 namespace fs = std::filesystem;
 
 namespace {
+
+using common::quotedExcerpt;
 
 constexpr std::string_view kMagicLine = "rtable part transfer v1";
 constexpr std::string_view kChecksumsFile = "checksums.txt";
@@ -42,21 +46,6 @@ constexpr std::size_t kMaxResponseHeadBytes = 64 << 10;
 constexpr std::size_t kMaxErrorBodyBytes = 64 << 10;
 // Bytes per receive and per file write.
 constexpr std::size_t kChunkBytes = 256 << 10;
-
-// Text from the wire for a message: at most 80 bytes, non-printable bytes as \xNN.
-std::string shown(std::string_view text) {
-  constexpr std::size_t kMaxShown = 80;
-  std::string out = "'";
-  for (char c : text.substr(0, kMaxShown)) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    }
-  }
-  out += text.size() > kMaxShown ? "'..." : "'";
-  return out;
-}
 
 std::optional<uint64_t> parseDecimal(std::string_view text) {
   uint64_t value = 0;
@@ -444,12 +433,12 @@ class Response {
     const std::string_view status_line = head.substr(0, line_end);
     if (!status_line.starts_with("HTTP/1.") || status_line.size() < 12 || status_line[8] != ' ') {
       return context_.error(Kind::kTransfer,
-                            fmt::format("not an HTTP answer: {}", shown(status_line)));
+                            fmt::format("not an HTTP answer: {}", quotedExcerpt(status_line)));
     }
     auto status = parseDecimal(status_line.substr(9, 3));
     if (!status) {
       return context_.error(Kind::kTransfer,
-                            fmt::format("unreadable status line {}", shown(status_line)));
+                            fmt::format("unreadable status line {}", quotedExcerpt(status_line)));
     }
     result.status = static_cast<int>(*status);
     while (line_end != std::string_view::npos) {
@@ -473,7 +462,7 @@ class Response {
         result.content_length = parseDecimal(value);
         if (!result.content_length) {
           return context_.error(Kind::kTransfer,
-                                fmt::format("unreadable Content-Length {}", shown(value)));
+                                fmt::format("unreadable Content-Length {}", quotedExcerpt(value)));
         }
       } else if (name == "transfer-encoding") {
         result.chunked = true;
@@ -553,7 +542,7 @@ class Response {
       const std::size_t take = newline == std::string_view::npos ? buffered.size() : newline;
       if (line.size() + take > kMaxLineBytes) {
         return context_.error(Kind::kCorrupt, fmt::format("{} is longer than {} bytes: {}", what,
-                                                          kMaxLineBytes, shown(line)));
+                                                          kMaxLineBytes, quotedExcerpt(line)));
       }
       line += buffered.substr(0, take);
       const std::size_t consumed = take + (newline == std::string_view::npos ? 0 : 1);
@@ -597,12 +586,12 @@ FetchResult<FileLine> readFileLine(Response& response, const FetchContext& conte
   if (tab != std::string::npos) size = parseDecimal(std::string_view(*line).substr(tab + 1));
   if (!size) {
     return context.error(Kind::kCorrupt, fmt::format("file {}: expected '<name>\\t<size>', got {}",
-                                                     index + 1, shown(*line)));
+                                                     index + 1, quotedExcerpt(*line)));
   }
   FileLine file{line->substr(0, tab), *size};
   if (!isSafeFileName(file.name)) {
     return context.error(Kind::kCorrupt, fmt::format("file {}: {} is not a file name of a part",
-                                                     index + 1, shown(file.name)));
+                                                     index + 1, quotedExcerpt(file.name)));
   }
   if (file.size > response.bodyLeft()) {
     return context.error(Kind::kCorrupt,
@@ -666,14 +655,14 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
   if (!magic) return std::unexpected(magic.error());
   if (*magic != kMagicLine) {
     return context.error(Kind::kCorrupt, fmt::format("the body starts with {}, not '{}'",
-                                                     shown(*magic), kMagicLine));
+                                                     quotedExcerpt(*magic), kMagicLine));
   }
   auto count_line = response.readLine("the file count");
   if (!count_line) return std::unexpected(count_line.error());
   const auto count = parseDecimal(*count_line);
   if (!count || *count == 0) {
     return context.error(Kind::kCorrupt,
-                         fmt::format("expected a file count, got {}", shown(*count_line)));
+                         fmt::format("expected a file count, got {}", quotedExcerpt(*count_line)));
   }
 
   PartFiles files(dest_dir, context);
@@ -682,7 +671,7 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
   if (!first) return std::unexpected(first.error());
   if (first->name != kChecksumsFile) {
     return context.error(Kind::kCorrupt, fmt::format("the first file is {}, not {}",
-                                                     shown(first->name), kChecksumsFile));
+                                                     quotedExcerpt(first->name), kChecksumsFile));
   }
   if (first->size > kMaxChecksumsBytes) {
     return context.error(Kind::kCorrupt,
@@ -718,7 +707,7 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
     if (line->name != expected.name) {
       return context.error(Kind::kCorrupt,
                            fmt::format("file {} arrived where checksums.txt lists {} next",
-                                       shown(line->name), expected.name));
+                                       quotedExcerpt(line->name), expected.name));
     }
     if (line->size != expected.size) {
       return context.error(Kind::kCorrupt,
@@ -754,18 +743,6 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
   return std::move(*verified);
 }
 
-std::string urlEncode(std::string_view value) {
-  std::string out;
-  for (unsigned char c : value) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::string& secret,
                                      const fs::path& dest_dir, const TableSchema& schema,
                                      FetchTimeouts timeouts) {
@@ -774,7 +751,7 @@ FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::str
   const std::string& host = context.from.host;
   const std::string request =
       fmt::format("GET {}?name={} HTTP/1.1\r\nHost: {}:{}\r\n{}: {}\r\nConnection: close\r\n\r\n",
-                  kPartTransferPath, urlEncode(context.part_name),
+                  kPartTransferPath, common::percentEncode(context.part_name),
                   host.find(':') == std::string::npos ? host : fmt::format("[{}]", host),
                   context.from.port, kInterserverSecretHeader, secret);
   if (auto sent = connection->sendAll(context, request); !sent)
@@ -793,7 +770,7 @@ FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::str
     if (json.is_object() && json.contains("message") && json["message"].is_string()) {
       what += ": " + json["message"].get<std::string>();
     } else if (!body.empty()) {
-      what += ": " + shown(body);
+      what += ": " + quotedExcerpt(body);
     }
     const Kind kind = head->status == 401   ? Kind::kUnauthorized
                       : head->status == 404 ? Kind::kNotFound

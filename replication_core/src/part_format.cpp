@@ -17,7 +17,9 @@
 #include <optional>
 #include <set>
 #include <system_error>
+
 #include "posix_file.h"
+#include "rtable/common/quoted_excerpt.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -26,6 +28,8 @@ static_assert(std::endian::native == std::endian::little,
               "column files hold raw little-endian arrays");
 
 namespace {
+
+using common::quotedExcerpt;
 
 using Status = std::expected<void, std::string>;
 template <class T>
@@ -57,21 +61,6 @@ constexpr std::string_view kChecksumsHeader = "rtable checksums format version: 
 
 std::string fileError(const fs::path& part_dir, std::string_view file, std::string_view what) {
   return fmt::format("part {}: {}: {}", part_dir.string(), file, what);
-}
-
-// Text from a file for an error message: at most 80 bytes, non-printable bytes as \xNN.
-std::string shown(std::string_view text) {
-  constexpr std::size_t kMaxShown = 80;
-  std::string out = "'";
-  for (char c : text.substr(0, kMaxShown)) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    }
-  }
-  out += text.size() > kMaxShown ? "'..." : "'";
-  return out;
 }
 
 template <class T>
@@ -653,8 +642,8 @@ std::string firstDifference(std::string_view found, std::string_view expected) {
     const bool has_expected = i < expected_lines.size();
     if (has_found && has_expected && found_lines[i] == expected_lines[i]) continue;
     return fmt::format("line {} is {}, the schema has {}", i + 1,
-                       has_found ? shown(found_lines[i]) : "missing",
-                       has_expected ? shown(expected_lines[i]) : "no such line");
+                       has_found ? quotedExcerpt(found_lines[i]) : "missing",
+                       has_expected ? quotedExcerpt(expected_lines[i]) : "no such line");
   }
 }
 
@@ -668,7 +657,7 @@ Result<uint64_t> readCount(const PartSource& source, const PartChecksums& checks
   auto rows = parseDecimal<uint64_t>(*text);
   if (!rows) {
     return std::unexpected(
-        fileError(part_dir, kCountFile, fmt::format("{} is not a row count", shown(*text))));
+        fileError(part_dir, kCountFile, fmt::format("{} is not a row count", quotedExcerpt(*text))));
   }
   return *rows;
 }
@@ -884,7 +873,7 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
   auto header = nextLine();
   if (header != kChecksumsHeader) {
     return fail(fmt::format("expected '{}', found {}", kChecksumsHeader,
-                            header ? shown(*header) : "the end of the file"));
+                            header ? quotedExcerpt(*header) : "the end of the file"));
   }
   auto count_line = nextLine();
   std::optional<uint64_t> count;
@@ -893,7 +882,7 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
   }
   if (!count) {
     return fail(fmt::format("expected '<N> files:', found {}",
-                            count_line ? shown(*count_line) : "the end of the file"));
+                            count_line ? quotedExcerpt(*count_line) : "the end of the file"));
   }
   PartChecksums checksums;
   for (uint64_t i = 0; i < *count; ++i) {
@@ -911,15 +900,15 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
     }
     if (!size || !hash) {
       return fail(
-          fmt::format("expected '<name>\\t<size>\\t<32 hex digits>', found {}", shown(*line)));
+          fmt::format("expected '<name>\\t<size>\\t<32 hex digits>', found {}", quotedExcerpt(*line)));
     }
     if (name.empty() || name == "." || name == ".." ||
         name.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos) {
-      return fail(fmt::format("{} is not a file name", shown(name)));
+      return fail(fmt::format("{} is not a file name", quotedExcerpt(name)));
     }
     if (!checksums.files.empty() && name <= checksums.files.back().name) {
-      return fail(fmt::format("file {} is not after {} (names are sorted and unique)", shown(name),
-                              shown(checksums.files.back().name)));
+      return fail(fmt::format("file {} is not after {} (names are sorted and unique)", quotedExcerpt(name),
+                              quotedExcerpt(checksums.files.back().name)));
     }
     checksums.files.push_back(File{std::string(name), *size, *hash});
   }
@@ -928,7 +917,7 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
   if (total_line && total_line->starts_with("total: ")) total = parseHashHex(total_line->substr(7));
   if (!total) {
     return fail(fmt::format("expected 'total: <32 hex digits>', found {}",
-                            total_line ? shown(*total_line) : "the end of the file"));
+                            total_line ? quotedExcerpt(*total_line) : "the end of the file"));
   }
   checksums.total = totalOf(checksums.files);
   if (*total != checksums.total) {
@@ -937,7 +926,7 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
   }
   if (next != lines.size()) {
     ++next;
-    return fail(fmt::format("unexpected text after the total: {}", shown(lines[next - 1])));
+    return fail(fmt::format("unexpected text after the total: {}", quotedExcerpt(lines[next - 1])));
   }
   return checksums;
 }

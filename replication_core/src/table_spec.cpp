@@ -150,6 +150,7 @@ TableSpec parse(const YAML::Node& root) {
     Fields replication(spec.node("replication"), "replication");
     if (replication.has("secretFile")) {
       const std::string file = replication.string("secretFile");
+      result.interserver_secret_file = file;
       std::ifstream in(file);
       std::stringstream text;
       if (in) text << in.rdbuf();
@@ -219,6 +220,64 @@ std::expected<TableSpec, std::string> TableSpec::load(const std::filesystem::pat
   auto spec = parseYaml(text.str());
   if (!spec) return std::unexpected(fmt::format("{}: {}", file.string(), spec.error()));
   return spec;
+}
+
+std::string TableSpec::formatYaml() const {
+  // The order and layout of the fields are those of the file's comment in table_spec.h.
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "table" << YAML::Value << table;
+  out << YAML::Key << "uid" << YAML::Value << uid;
+  out << YAML::Key << "columns" << YAML::Value << YAML::BeginSeq;
+  for (const auto& column : schema.columns()) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << column.name
+        << YAML::Key << "type" << YAML::Value << column.type.name() << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "partitionBy" << YAML::Value << schema.partitionBy().format();
+  out << YAML::Key << "orderBy" << YAML::Value << YAML::Flow << schema.orderBy();
+  out << YAML::Key << "deduplication" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "window" << YAML::Value << deduplication.max_ids;
+  out << YAML::Key << "windowSeconds" << YAML::Value << deduplication.max_age.count();
+  out << YAML::EndMap;
+  out << YAML::Key << "zookeeper" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "connect" << YAML::Value << zookeeper_connect;
+  out << YAML::Key << "root" << YAML::Value << zookeeper_root;
+  out << YAML::Key << "sessionTimeoutMs" << YAML::Value << zookeeper_session_timeout.count();
+  out << YAML::EndMap;
+  out << YAML::Key << "replica" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << replica;
+  out << YAML::Key << "host" << YAML::Value << replica_host;
+  out << YAML::EndMap;
+  out << YAML::Key << "dataDir" << YAML::Value << data_dir.string();
+  out << YAML::Key << "listen" << YAML::Value << listen_address;
+  out << YAML::Key << "ports" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "http" << YAML::Value << http_port;
+  out << YAML::Key << "metrics" << YAML::Value << metrics_port;
+  out << YAML::EndMap;
+  out << YAML::Key << "replication" << YAML::Value << YAML::BeginMap;
+  if (!interserver_secret_file.empty()) {
+    out << YAML::Key << "secretFile" << YAML::Value << interserver_secret_file.string();
+  }
+  out << YAML::Key << "fetchThreads" << YAML::Value << fetch_threads;
+  out << YAML::Key << "mergeThreads" << YAML::Value << merge_threads;
+  out << YAML::Key << "minLogsToKeep" << YAML::Value << min_logs_to_keep;
+  out << YAML::Key << "maxLogsToKeep" << YAML::Value << max_logs_to_keep;
+  out << YAML::Key << "cleanupPeriodSeconds" << YAML::Value << cleanup_period.count();
+  out << YAML::EndMap;
+  out << YAML::Key << "inserts" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "quorum" << YAML::Value;
+  if (insert_quorum_auto) {
+    out << "auto";
+  } else {
+    out << insert_quorum;
+  }
+  if (insert_quorum_timeout != kDefaultInsertQuorumTimeout) {
+    out << YAML::Key << "quorumTimeoutMs" << YAML::Value << insert_quorum_timeout.count();
+  }
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
 }
 
 std::string TableSpec::metadataText() const {

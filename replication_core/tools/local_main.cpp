@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/log_entry.h"
 #include "rtable/replication_core/testing/local_replica.h"
@@ -43,7 +45,7 @@ constexpr const char* kDemoRows =
     "{\"d\":\"2026-12-02\",\"user\":\"bob\",\"clicks\":1,\"score\":null}\n"
     "{\"d\":\"2026-11-30\",\"user\":\"cy\",\"clicks\":7,\"score\":2.25}\n";
 
-std::string show(const std::expected<testing::HttpResponse, std::string>& response) {
+std::string show(const std::expected<rtable::common::testing::HttpResponse, std::string>& response) {
   if (!response) return "(no answer: " + response.error() + ")";
   std::string body = response->body;
   while (!body.empty() && body.back() == '\n') body.pop_back();
@@ -204,7 +206,7 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
 
   fmt::print("\n$ rtable-inspect --zookeeper {} --root /\n", (*zk)->connectString());
   std::fflush(stdout);
-  auto inspected = testing::runCommand(
+  auto inspected = rtable::common::testing::runCommand(
       {RTABLE_INSPECT_BINARY, "--zookeeper", (*zk)->connectString(), "--root", "/"},
       std::chrono::seconds(60));
   if (!inspected) return std::unexpected(Failure{"rtable-inspect: " + inspected.error()});

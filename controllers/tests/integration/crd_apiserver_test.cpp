@@ -9,12 +9,12 @@
 #include <sstream>
 
 #include "../crd_examples.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
-#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::controllers {
 namespace {
@@ -102,7 +102,7 @@ class CrdApiServer : public ::testing::Test {
   }
 
   static bool waitEstablished() {
-    established_ = core::testing::waitFor(
+    established_ = common::testing::waitFor(
         [] {
           for (const char* name : {"replicatedtables.rtable.io", "clusterbackups.rtable.io", "backupschedules.rtable.io"}) {
             auto crd = client_->get(op::resources::customResourceDefinitions(), {"", name});
@@ -118,7 +118,7 @@ class CrdApiServer : public ::testing::Test {
         std::chrono::seconds(120));
     // Established serves the resources; kubectl also needs them in discovery, which follows a
     // moment later.
-    established_ = established_ && core::testing::waitFor(
+    established_ = established_ && common::testing::waitFor(
                                        [] {
                                          auto listed = plane_->kubectl({"get", "rt,cb,bs", "-A"});
                                          return listed && listed->exit_code == 0;

@@ -19,16 +19,16 @@
 #include <sstream>
 #include <vector>
 
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/controllers/replicated_table_reconciler.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
 #include "rtable/operator/testing/local_kubelet.h"
 #include "rtable/operator/testing/operator_log.h"
-#include "rtable/replication_core/testing/http_client.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/subprocess.h"
-#include "rtable/replication_core/testing/wait.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::controllers {
@@ -37,9 +37,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
-using core::testing::httpRequest;
+using common::testing::httpRequest;
 using core::testing::LocalZooKeeper;
-using core::testing::Subprocess;
+using common::testing::Subprocess;
 using op::testing::LocalControlPlane;
 using op::testing::LocalControlPlaneOptions;
 using op::testing::LocalImage;
@@ -51,7 +51,7 @@ constexpr const char* kNs = "analytics";
 
 // The apiserver and the replicas are asked at most 4 times a second.
 bool eventually(const std::function<bool()>& check, std::chrono::seconds timeout) {
-  return core::testing::waitFor(check, timeout, 250ms);
+  return common::testing::waitFor(check, timeout, 250ms);
 }
 
 class OperatorEndToEnd : public ::testing::Test {
@@ -66,7 +66,7 @@ class OperatorEndToEnd : public ::testing::Test {
     // helm install: the CRDs, the operator's ServiceAccount and least-privilege RBAC (its
     // Deployment's pod cannot run here: no image; the operator runs as a local process below,
     // with that ServiceAccount's token, so the chart's RBAC is what the scenario exercises).
-    auto installed = core::testing::runCommand(
+    auto installed = common::testing::runCommand(
         {(plane_->binDir() / "helm").string(), "install", "rtable", RTABLE_CHART_DIR, "--namespace",
          "rtable-system", "--create-namespace", "--kubeconfig", plane_->kubeconfigPath().string(),
          "--set", std::string("coreImage.repository=rtable/rtable,coreImage.tag=e2e")},
@@ -330,7 +330,7 @@ spec:
 
   // kill -9 of events-1's rtable-core: the kubelet restarts it, and it catches up on a row
   // inserted meanwhile.
-  auto killed = core::testing::runCommand({"pkill", "-9", "-f", "--", "--replica-name=events-1"}, 10s);
+  auto killed = common::testing::runCommand({"pkill", "-9", "-f", "--", "--replica-name=events-1"}, 10s);
   ASSERT_TRUE(killed && killed->exit_code == 0) << (killed ? killed->out + killed->err : killed.error());
   inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
                          R"({"d":"2026-12-03","user":"grace"})" "\n");

@@ -92,6 +92,28 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
   EXPECT_GE(with_quorum, 1) << "no example sets spec.insertQuorum";
 }
 
+// One TableSpec is written (coreTableSpec, TableSpec::formatYaml) and read back whole by
+// rtable-core's parser, its secret from the file the config names.
+TEST_F(CoreConfig, ReadsBackToTheSpecItWasWrittenFrom) {
+  auto examples = testing::loadExamples(testing::crdsDir() / "examples");
+  ASSERT_TRUE(examples) << examples.error();
+  for (const auto& file : *examples) {
+    for (const auto& object : file.documents) {
+      if (testing::kindOf(object) != "ReplicatedTable") continue;
+      SCOPED_TRACE(file.path.filename().string());
+      auto spec = ReplicatedTableSpec::parse(object["spec"]);
+      ASSERT_TRUE(spec) << spec.error().toString();
+      const CoreConfigContext c = context(object["metadata"]["name"]);
+      core::TableSpec written = coreTableSpec(*spec, c);
+      EXPECT_EQ(written.interserver_secret_file, secret_file_);
+      auto read = core::TableSpec::parseYaml(renderCoreConfig(*spec, c));
+      ASSERT_TRUE(read) << read.error();
+      written.interserver_secret = "s3cr3t";  // the operator names the file; the pod reads it
+      EXPECT_EQ(*read, written);
+    }
+  }
+}
+
 TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {
   auto spec = ReplicatedTableSpec::parse(
       {{"table", "t"}, {"columns", {{{"name", "id"}, {"type", "UInt64"}}}}, {"zookeeper", {{"connect", "zk:2181"}}}});
@@ -130,6 +152,54 @@ TEST_F(CoreConfig, ReplicasAgreeOnTheTableMetadata) {
   ASSERT_TRUE(core_a && core_b);
   EXPECT_EQ(core_a->metadataText(), core_b->metadataText());
   EXPECT_NE(core_a->metadataText().find("partition key: toYYYYMM(d)"), std::string::npos) << core_a->metadataText();
+}
+
+// The ConfigMap's bytes: a change rolls every replica pod (the config hash annotation), so the
+// text is pinned, not only what it parses to.
+TEST_F(CoreConfig, RendersTheSameBytes) {
+  auto object = yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
+  ASSERT_TRUE(object);
+  auto spec = ReplicatedTableSpec::parse(object->front()["spec"]);
+  ASSERT_TRUE(spec);
+  CoreConfigContext c;
+  c.name = "events";
+  c.ns = "analytics";
+  EXPECT_EQ(renderCoreConfig(*spec, c), R"(# rtable-core spec of ReplicatedTable analytics/events, rendered by rtable-operator (docs/rtable-core.md).
+# Each pod sets its own replica name and host with --replica-name and --replica-host.
+table: events
+uid: analytics.events
+columns:
+  - {name: d, type: Date}
+  - {name: user, type: String}
+  - {name: clicks, type: UInt32}
+  - {name: score, type: Nullable(Float64)}
+partitionBy: toYYYYMM(d)
+orderBy: [user, d]
+deduplication:
+  window: 10000
+  windowSeconds: 3600
+zookeeper:
+  connect: zk-0.zk:2181,zk-1.zk:2181,zk-2.zk:2181
+  root: /rtable/tables
+  sessionTimeoutMs: 30000
+replica:
+  name: set-by-replica-name-flag
+  host: set-by-replica-host-flag
+dataDir: /var/lib/rtable
+listen: 0.0.0.0
+ports:
+  http: 8123
+  metrics: 9363
+replication:
+  secretFile: /etc/rtable/interserver/secret
+  fetchThreads: 4
+  mergeThreads: 2
+  minLogsToKeep: 10
+  maxLogsToKeep: 1000
+  cleanupPeriodSeconds: 30
+inserts:
+  quorum: 0
+)");
 }
 
 TEST(TableUid, NamespaceDotName) { EXPECT_EQ(tableUid("analytics", "events"), "analytics.events"); }

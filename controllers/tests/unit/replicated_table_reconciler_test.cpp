@@ -140,6 +140,54 @@ TEST_F(Reconciler, AFailedApplyIsRetriedAndReported) {
   EXPECT_EQ(condition("Ready")["reason"], "ReplicasNotReady");
 }
 
+// The whole status as the apiserver stores it, field for field: what `kubectl get -o yaml`, the
+// printer columns and the scale subresource read.
+TEST_F(Reconciler, WritesTheWholeStatus) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  setReadyReplicas(2);
+  now_ += std::chrono::minutes(1);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json expected = json::parse(R"({
+    "observedGeneration": 1, "replicas": 3, "readyReplicas": 2, "ready": "2/3",
+    "selector": "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,app.kubernetes.io/name=rtable",
+    "conditions": [
+      {"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": "2/3 replicas ready",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
+      {"type": "Degraded", "status": "True", "reason": "ReplicasUnavailable",
+       "message": "1 of 3 replicas are not ready", "observedGeneration": 1,
+       "lastTransitionTime": "2026-12-02T00:01:00Z"}]})");
+  const json status = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(status, expected) << json::diff(expected, status).dump(1);
+
+  // A failed apply writes the generation and the Ready condition; the rest stays as it was.
+  client_.failNextForTest(op::testing::Verb::kPatch,
+                          op::KubeError::of(op::KubeErrorKind::kServerError, "etcdserver: request timed out"));
+  now_ += std::chrono::minutes(1);
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  json failed = expected;
+  failed["conditions"] = json::array(
+      {{{"type", "Ready"}, {"status", "False"}, {"reason", "ApplyFailed"},
+        {"message", "applying ConfigMap events-config: ServerError: etcdserver: request timed out"},
+        {"observedGeneration", 1}, {"lastTransitionTime", "2026-12-02T00:00:00Z"}}});
+  const json after = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(after, failed) << json::diff(failed, after).dump(1);
+}
+
+TEST_F(Reconciler, AnInvalidSpecWritesOnlyTheGenerationAndReady) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3, "toYYYYMM(user)")));
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  const json status = get(replicatedTables(), "events")["status"];
+  ASSERT_EQ(status.size(), 2u) << status.dump(1);
+  EXPECT_EQ(status["observedGeneration"], 1);
+  ASSERT_EQ(status["conditions"].size(), 1u) << status.dump(1);
+  json ready = status["conditions"][0];
+  EXPECT_NE(ready["message"].get<std::string>().find("spec.partitionBy"), std::string::npos) << ready;
+  ready.erase("message");
+  EXPECT_EQ(ready, json::parse(R"({"type": "Ready", "status": "False", "reason": "InvalidSpec",
+                                   "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"})"));
+}
+
 TEST_F(Reconciler, AGoneTableIsDone) {
   auto outcome = reconciler_->reconcile({"analytics", "nothing"});
   ASSERT_TRUE(outcome);
@@ -297,6 +345,32 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomAndAnUnreachableZooKeeperAreCondition
   EXPECT_EQ(condition("Replicating")["reason"], "ZooKeeperUnreachable");
   // The objects are there all the same: ZooKeeper is not needed to run the pods.
   EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
+}
+
+TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(session->create(replica("").logEntryPrefix(), "entry", core::CreateMode::kPersistentSequential));
+  }
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json expected = json::parse(R"json({
+    "observedGeneration": 1, "replicas": 0, "readyReplicas": 0, "ready": "0/1",
+    "selector": "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,app.kubernetes.io/name=rtable",
+    "zookeeperPath": "/rtable/tables/analytics.events", "activeGeneration": 1, "logMaxIndex": 4,
+    "logCounter": 5, "headroom": "100.00%",
+    "conditions": [
+      {"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": "0/1 replicas ready",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
+      {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": "",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
+      {"type": "HeadroomLow", "status": "False", "reason": "AboveThreshold",
+       "message": "2147483643 sequential log creates left (100.0000% of the int32 counter; threshold 5%)",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
+      {"type": "Replicating", "status": "True", "reason": "AsExpected", "message": "",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"}]})json");
+  const json status = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(status, expected) << json::diff(expected, status).dump(1);
 }
 
 // The tree exists before any pod runs, with exactly the metadata rtable-core's own parser gives

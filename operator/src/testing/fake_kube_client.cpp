@@ -1,6 +1,5 @@
 #include "rtable/operator/testing/fake_kube_client.h"
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,7 +9,8 @@
 #include <set>
 #include <thread>
 
-#include "../base64.h"
+#include "rtable/common/base64.h"
+#include "rtable/common/rfc3339.h"
 #include "rtable/operator/label_selector.h"
 
 namespace rtable::op::testing {
@@ -146,12 +146,6 @@ json withoutResourceVersion(json object) {
     object["metadata"].erase("resourceVersion");
   }
   return object;
-}
-
-std::string rfc3339Now() {
-  return fmt::format(
-      "{:%Y-%m-%dT%H:%M:%SZ}",
-      fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
 }
 
 std::optional<int64_t> parseVersion(std::string_view text) {
@@ -487,7 +481,7 @@ struct FakeOps {
     const ObjectKey key{ns, name};
     if (s.at(key) != nullptr) return std::unexpected(alreadyExists(type, name));
     metadata["uid"] = st.newUid();
-    metadata["creationTimestamp"] = rfc3339Now();
+    metadata["creationTimestamp"] = common::formatRfc3339(std::chrono::system_clock::now());
     metadata["generation"] = 1;
     metadata.erase("deletionTimestamp");
     metadata.erase("deletionGracePeriodSeconds");
@@ -618,7 +612,7 @@ KubeResult<ObjectList> FakeKubeClient::list(const ResourceType& type, std::strin
   std::string start_after;
   if (!options.continue_token.empty()) {
     std::optional<json> token;
-    if (auto decoded = base64Decode(options.continue_token)) {
+    if (auto decoded = common::base64Decode(options.continue_token)) {
       json parsed = json::parse(*decoded, nullptr, false);
       if (parsed.is_object() && parsed.contains("rv") && parsed.contains("start")) token = parsed;
     }
@@ -668,7 +662,7 @@ KubeResult<ObjectList> FakeKubeClient::list(const ResourceType& type, std::strin
     last_key = flat;
   }
   if (remaining > 0) {
-    out.continue_token = base64Encode(json{{"rv", at}, {"start", last_key}}.dump());
+    out.continue_token = common::base64Encode(json{{"rv", at}, {"start", last_key}}.dump());
     // The apiserver leaves remainingItemCount out when a selector made the count unknowable.
     if (labels->empty() && options.field_selector.empty()) out.remaining_item_count = remaining;
   }
@@ -871,7 +865,7 @@ KubeResult<DeleteResult> FakeKubeClient::remove(const ResourceType& type, const 
     const ObjectKey stored_key{type.namespaced ? key.ns : "", key.name};
     if (!finalizers.empty()) {
       json& metadata = metadataOf(next);
-      metadata["deletionTimestamp"] = rfc3339Now();
+      metadata["deletionTimestamp"] = common::formatRfc3339(std::chrono::system_clock::now());
       metadata["deletionGracePeriodSeconds"] = 0;
       metadata["generation"] = metadata.value("generation", int64_t{0}) + 1;
       if (options.dry_run) return DeleteResult{false, next};

@@ -10,17 +10,19 @@
 #include <thread>
 #include <utility>
 
-#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/common/base64.h"
+#include "rtable/common/testing/http_client.h"
 
 namespace rtable::op::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using core::testing::findFreeLoopbackPort;
-using core::testing::httpRequest;
-using core::testing::runCommand;
-using core::testing::Subprocess;
-using core::testing::tailOfFile;
+using common::base64Encode;
+using common::testing::findFreeLoopbackPort;
+using common::testing::httpRequest;
+using common::testing::runCommand;
+using common::testing::Subprocess;
+using common::testing::tailOfFile;
 
 constexpr auto kToolTimeout = std::chrono::seconds(30);
 constexpr auto kPollInterval = std::chrono::milliseconds(250);
@@ -32,23 +34,6 @@ constexpr std::string_view kCompactRevKey = "compact_rev_key";
 // The service CIDR; its first address is the `kubernetes` Service's ClusterIP.
 constexpr std::string_view kServiceCidr = "10.0.0.0/24";
 constexpr std::string_view kServiceIp = "10.0.0.1";
-
-std::string base64(std::string_view data) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
-  for (std::size_t i = 0; i < data.size(); i += 3) {
-    uint32_t chunk = static_cast<uint8_t>(data[i]) << 16;
-    if (i + 1 < data.size()) chunk |= static_cast<uint8_t>(data[i + 1]) << 8;
-    if (i + 2 < data.size()) chunk |= static_cast<uint8_t>(data[i + 2]);
-    out += kAlphabet[(chunk >> 18) & 63];
-    out += kAlphabet[(chunk >> 12) & 63];
-    out += i + 1 < data.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
-    out += i + 2 < data.size() ? kAlphabet[chunk & 63] : '=';
-  }
-  return out;
-}
 
 std::expected<std::string, std::string> readFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -164,7 +149,7 @@ std::string kubeconfigYaml(const std::string& server, const std::string& ca_pem,
     credentials = fmt::format("    token: {}\n", user.token);
   } else {
     credentials = fmt::format("    client-certificate-data: {}\n    client-key-data: {}\n",
-                              base64(user.client_certificate), base64(user.client_key));
+                              base64Encode(user.client_certificate), base64Encode(user.client_key));
   }
   return fmt::format(
       "apiVersion: v1\n"
@@ -184,7 +169,7 @@ std::string kubeconfigYaml(const std::string& server, const std::string& ca_pem,
       "    cluster: rtable-test\n"
       "    user: {}\n"
       "current-context: {}\n",
-      server, base64(ca_pem), user.name, credentials, user.name, user.name, user.name);
+      server, base64Encode(ca_pem), user.name, credentials, user.name, user.name, user.name);
 }
 
 TestStatus writeCertKubeconfig(const fs::path& path, const fs::path& pki, const std::string& server,
@@ -543,14 +528,14 @@ std::expected<int64_t, std::string> LocalControlPlane::compactEtcd() const {
       return std::unexpected(fmt::format("etcd {}: not JSON: {}", path, response->body));
     return json;
   };
-  const std::string key = base64(kCompactRevKey);
+  const std::string key = base64Encode(kCompactRevKey);
   auto range = call("/v3/kv/range", {{"key", key}});
   if (!range) return std::unexpected(range.error());
   const auto revision = jsonInt64((*range)["header"]["revision"]);
   if (!revision)
     return std::unexpected("etcd /v3/kv/range: no header.revision in " + range->dump());
   // What kube-apiserver's compactor does (etcd3/compact.go): record the revision, then compact.
-  auto put = call("/v3/kv/put", {{"key", key}, {"value", base64(std::to_string(*revision))}});
+  auto put = call("/v3/kv/put", {{"key", key}, {"value", base64Encode(std::to_string(*revision))}});
   if (!put) return std::unexpected(put.error());
   auto compacted =
       call("/v3/kv/compaction", {{"revision", std::to_string(*revision)}, {"physical", true}});

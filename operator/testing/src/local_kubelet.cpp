@@ -27,12 +27,13 @@
 #include <thread>
 #include <utility>
 
+#include "rtable/common/rfc3339.h"
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/informer.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
-#include "rtable/replication_core/testing/http_client.h"
-#include "rtable/replication_core/testing/subprocess.h"
 
 namespace rtable::op::testing {
 namespace {
@@ -89,18 +90,10 @@ std::string uidOf(const json& object) { return stringOr(object["metadata"], "uid
 
 bool isDeleting(const json& object) { return object["metadata"].contains("deletionTimestamp"); }
 
-// MicroTime, as Lease.spec.renewTime wants it.
-std::string rfc3339MicroNow() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                          now.time_since_epoch()).count() % 1'000'000;
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", &tm);
-  return fmt::format("{}.{:06}Z", buffer, micros);
-}
+// The wall clock now as metav1.Time (status times) and as MicroTime (Lease.spec.renewTime).
+std::string rfc3339Now() { return common::formatRfc3339(std::chrono::system_clock::now()); }
+std::string rfc3339MicroNow() { return common::formatRfc3339Micros(std::chrono::system_clock::now()); }
+
 
 fs::path defaultSandbox() {
   if (const char* path = std::getenv("RTABLE_POD_SANDBOX"); path && *path) return path;
@@ -859,7 +852,7 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
     const int port = portOf(http->value("port", json()));
     std::string path = stringOr(*http, "path", "/");
     if (path.empty() || path[0] != '/') path = "/" + path;
-    auto response = core::testing::httpRequest(host, port, "GET", path, "", timeout);
+    auto response = common::testing::httpRequest(host, port, "GET", path, "", timeout);
     // kubelet: 200 <= code < 400 is success.
     return response && response->status >= 200 && response->status < 400;
   }
@@ -876,7 +869,7 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
       argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
     }
     if (argv.back() == "--") return false;
-    auto result = core::testing::runCommand(argv, timeout);
+    auto result = common::testing::runCommand(argv, timeout);
     return result && result->exit_code == 0;
   }
   return false;

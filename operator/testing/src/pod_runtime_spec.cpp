@@ -8,9 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <sstream>
+
+#include "rtable/common/base64.h"
 
 namespace rtable::op::testing {
 namespace {
@@ -23,32 +24,6 @@ constexpr std::string_view kDataDirName = "..data";
 constexpr std::string_view kNewDataDirName = "..data_tmp";
 constexpr std::string_view kHostsBegin = "# BEGIN rtable-local-kubelet";
 constexpr std::string_view kHostsEnd = "# END rtable-local-kubelet";
-
-std::optional<std::string> base64Decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  uint32_t buffer = 0;
-  int bits = 0;
-  for (char c : in) {
-    if (c == '=' || c == '\n' || c == '\r') continue;
-    const int v = value(c);
-    if (v < 0) return std::nullopt;
-    buffer = (buffer << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((buffer >> bits) & 0xff);
-    }
-  }
-  return out;
-}
 
 std::string stringOr(const json& object, const char* key, std::string fallback = {}) {
   auto it = object.find(key);
@@ -89,8 +64,8 @@ std::expected<std::map<std::string, std::string>, std::string> configMapData(con
   }
   if (auto it = cm.find("binaryData"); it != cm.end() && it->is_object()) {
     for (auto& [k, v] : it->items()) {
-      auto bytes = base64Decode(v.is_string() ? v.get<std::string>() : "");
-      if (!bytes) return std::unexpected(fmt::format("binaryData key {} is not base64", k));
+      auto bytes = common::base64Decode(v.is_string() ? v.get<std::string>() : "");
+      if (!bytes) return std::unexpected(fmt::format("binaryData key {} is not base64: {}", k, bytes.error()));
       out[k] = *bytes;
     }
   }
@@ -101,8 +76,8 @@ std::expected<std::map<std::string, std::string>, std::string> secretData(const 
   std::map<std::string, std::string> out;
   if (auto it = secret.find("data"); it != secret.end() && it->is_object()) {
     for (auto& [k, v] : it->items()) {
-      auto bytes = base64Decode(v.is_string() ? v.get<std::string>() : "");
-      if (!bytes) return std::unexpected(fmt::format("data key {} is not base64", k));
+      auto bytes = common::base64Decode(v.is_string() ? v.get<std::string>() : "");
+      if (!bytes) return std::unexpected(fmt::format("data key {} is not base64: {}", k, bytes.error()));
       out[k] = *bytes;
     }
   }
@@ -649,15 +624,6 @@ void PodIpAllocator::release(const std::string& ip) {
 std::size_t PodIpAllocator::inUse() const {
   std::lock_guard lock(mu_);
   return used_.size();
-}
-
-std::string rfc3339Now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm {};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
 }
 
 }  // namespace rtable::op::testing

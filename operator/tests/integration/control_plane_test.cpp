@@ -9,13 +9,13 @@
 #include <optional>
 #include <set>
 
+#include "rtable/common/testing/wait.h"
 #include "rtable/operator/testing/local_control_plane.h"
-#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::op::testing {
 namespace {
 
-using core::testing::waitFor;
+using common::testing::waitFor;
 using nlohmann::json;
 
 // Objects appear through controllers and watches: allow for a slow, shared machine.

@@ -14,16 +14,16 @@
 #include <mutex>
 #include <set>
 
+#include "rtable/common/testing/wait.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/fake_kube_client.h"
 #include "rtable/operator/testing/local_control_plane.h"
-#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::op {
 namespace {
 
-using core::testing::waitFor;
+using common::testing::waitFor;
 using nlohmann::json;
 using namespace std::chrono_literals;
 

@@ -20,14 +20,14 @@
 #include <sstream>
 #include <thread>
 
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
 #include "rtable/operator/testing/local_kubelet.h"
 #include "rtable/operator/testing/pod_runtime_spec.h"
 #include "rtable/operator/testing/sandbox_process.h"
-#include "rtable/replication_core/testing/http_client.h"
-#include "rtable/replication_core/testing/subprocess.h"
 
 namespace rtable::op::testing {
 namespace {
@@ -264,7 +264,7 @@ TEST(PodSandbox, MountsVolumesInItsOwnNamespaces) {
       {"env", json::array({"PATH=/usr/bin:/bin"})},
       {"pid_file", (dir / "pid").string()}};
   { std::ofstream(dir / "spec.json") << spec.dump(); }
-  auto result = core::testing::runCommand(
+  auto result = common::testing::runCommand(
       {defaultPodSandboxBinary().string(), (dir / "spec.json").string()}, 30s);
   ASSERT_TRUE(result) << result.error();
   EXPECT_EQ(result->exit_code, 7) << result->out << result->err;
@@ -489,7 +489,7 @@ class LocalKubeletTest : public ::testing::Test {
   }
 
   static json info(const std::string& ip, const std::string& path = "/info") {
-    auto response = core::testing::httpRequest(ip, 8080, "GET", path, "", 10s);
+    auto response = common::testing::httpRequest(ip, 8080, "GET", path, "", 10s);
     if (!response || response->status != 200) return json::object();
     json body = json::parse(response->body, nullptr, false);
     return body.is_object() ? body : json::object();
@@ -637,7 +637,7 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
 
   // Readiness follows the probe both ways.
   auto set_ready = [&](int value) {
-    auto answer = core::testing::httpRequest(ip0, 8080, "GET", fmt::format("/set-ready/{}", value));
+    auto answer = common::testing::httpRequest(ip0, 8080, "GET", fmt::format("/set-ready/{}", value));
     return answer && answer->status == 200;
   };
   ASSERT_TRUE(set_ready(0));

@@ -18,6 +18,7 @@
 
 #include "../unit/http_get.h"
 #include "../unit/runtime_test_support.h"
+#include "rtable/common/testing/files.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
@@ -34,7 +35,8 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-using core::testing::Subprocess;
+using common::testing::readFile;
+using common::testing::Subprocess;
 using test::httpGet;
 using testing::eventually;
 
@@ -43,13 +45,6 @@ constexpr auto kRenewDeadline = 3s;
 constexpr auto kRetry = 1s;
 const std::string kLeaseNamespace = "operator-election";
 const std::string kLeaseName = "rtable-operator-lock";
-
-std::string readFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 std::string hostName() {
   std::array<char, 256> host{};
@@ -163,7 +158,7 @@ class OperatorProcessTest : public ::testing::Test {
         30s);
     if (!listening) {
       return std::unexpected(fmt::format("{} did not report its ports:\n{}", name,
-                                         core::testing::tailOfFile(run.log)));
+                                         common::testing::tailOfFile(run.log)));
     }
     return run;
   }
@@ -271,13 +266,13 @@ TEST_F(OperatorProcessTest, TwoProcessesElectOneLeaderAndHandOver) {
 }
 
 TEST_F(OperatorProcessTest, ABadFlagExitsTwoNamingIt) {
-  auto result = core::testing::runCommand(
+  auto result = common::testing::runCommand(
       {RTABLE_OPERATOR_BINARY, "--leader-election-lease-duration=forever"}, 30s);
   ASSERT_TRUE(result) << result.error();
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_NE(result->err.find("--leader-election-lease-duration"), std::string::npos)
       << result->err;
-  result = core::testing::runCommand({RTABLE_OPERATOR_BINARY, "--no-such-flag"}, 30s);
+  result = common::testing::runCommand({RTABLE_OPERATOR_BINARY, "--no-such-flag"}, 30s);
   ASSERT_TRUE(result) << result.error();
   EXPECT_EQ(result->exit_code, 2);
   EXPECT_NE(result->err.find("--no-such-flag"), std::string::npos) << result->err;

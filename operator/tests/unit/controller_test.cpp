@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "rtable/operator/testing/fake_clock.h"
+#include "rtable/common/testing/fake_clock.h"
 #include "runtime_test_support.h"
 
 namespace rtable::op {
@@ -21,7 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::eventually;
-using testing::FakeClock;
+using common::testing::FakeClock;
 
 // The value of one sample: a counter or a gauge, or a histogram's sample count.
 double metricValue(prometheus::Registry& registry, const std::string& name,
@@ -54,7 +54,7 @@ double metricValue(prometheus::Registry& registry, const std::string& name,
 // Reconcile attempts with the simulated time at which each started.
 class Attempts {
  public:
-  explicit Attempts(const Clock& clock) : clock_(clock) {}
+  explicit Attempts(const common::Clock& clock) : clock_(clock) {}
   void record() {
     std::lock_guard lock(mu_);
     times_.push_back(clock_.now());
@@ -63,18 +63,18 @@ class Attempts {
     std::lock_guard lock(mu_);
     return times_.size();
   }
-  Clock::TimePoint at(std::size_t i) const {
+  common::Clock::TimePoint at(std::size_t i) const {
     std::lock_guard lock(mu_);
     return times_.at(i);
   }
 
  private:
-  const Clock& clock_;
+  const common::Clock& clock_;
   mutable std::mutex mu_;
-  std::vector<Clock::TimePoint> times_;
+  std::vector<common::Clock::TimePoint> times_;
 };
 
-ControllerOptions options(const std::string& name, const Clock& clock,
+ControllerOptions options(const std::string& name, const common::Clock& clock,
                           prometheus::Registry* registry = nullptr, int workers = 1) {
   ControllerOptions o;
   o.name = name;

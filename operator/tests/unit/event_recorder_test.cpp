@@ -12,7 +12,7 @@
 #include <mutex>
 #include <set>
 
-#include "rtable/operator/testing/fake_clock.h"
+#include "rtable/common/testing/fake_clock.h"
 #include "rtable/operator/testing/fake_event_recorder.h"
 #include "rtable/operator/testing/fake_kube_client.h"
 #include "runtime_test_support.h"
@@ -22,7 +22,7 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-using testing::FakeClock;
+using common::testing::FakeClock;
 using testing::FakeKubeClient;
 using testing::InterceptingKubeClient;
 using testing::Verb;

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <set>
 
+#include "rtable/common/testing/fake_clock.h"
 #include "rtable/operator/event_handlers.h"
-#include "rtable/operator/testing/fake_clock.h"
 #include "rtable/operator/testing/fake_kube_client.h"
 #include "runtime_test_support.h"
 
@@ -21,7 +21,7 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 using testing::eventually;
-using testing::FakeClock;
+using common::testing::FakeClock;
 using testing::FakeKubeClient;
 using testing::InterceptingKubeClient;
 

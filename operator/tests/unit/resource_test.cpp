@@ -39,14 +39,6 @@ TEST(ResourceTypeTest, Names) {
   EXPECT_TRUE(resources::statefulSets().status_subresource);
 }
 
-TEST(QueryTest, PercentEncoding) {
-  EXPECT_EQ(percentEncode("aZ09-_.~"), "aZ09-_.~");
-  EXPECT_EQ(percentEncode("a=b,c!=d"), "a%3Db%2Cc%21%3Dd");
-  EXPECT_EQ(percentEncode("x in (a, b)"), "x%20in%20%28a%2C%20b%29");
-  EXPECT_EQ(percentEncode("+/&?#%"), "%2B%2F%26%3F%23%25");
-  EXPECT_EQ(percentEncode("\xc3\xa9"), "%C3%A9");
-}
-
 TEST(QueryTest, List) {
   ListOptions o;
   EXPECT_EQ(withQuery("/p", listQuery(o)), "/p");

@@ -8,15 +8,15 @@
 #include <map>
 #include <thread>
 
-#include "rtable/operator/testing/fake_clock.h"
+#include "rtable/common/testing/fake_clock.h"
 
 namespace rtable::op {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::FakeClock;
+using common::testing::FakeClock;
 
-WorkQueue::Options options(const Clock& clock, std::unique_ptr<RateLimiter> limiter = nullptr) {
+WorkQueue::Options options(const common::Clock& clock, std::unique_ptr<RateLimiter> limiter = nullptr) {
   WorkQueue::Options o;
   o.name = "test";
   o.clock = &clock;
@@ -25,7 +25,7 @@ WorkQueue::Options options(const Clock& clock, std::unique_ptr<RateLimiter> limi
 }
 
 // get() that must not block: the key is ready now.
-std::optional<std::string> getNow(WorkQueue& q, const Clock& clock) {
+std::optional<std::string> getNow(WorkQueue& q, const common::Clock& clock) {
   return q.getUntil(clock.now());
 }
 

@@ -8,10 +8,15 @@
 #include <sstream>
 #include <thread>
 
-#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/common/testing/http_client.h"
 
 namespace rtable::core::testing {
 namespace {
+
+using common::testing::findFreeLoopbackPort;
+using common::testing::httpRequest;
+using common::testing::runCommand;
+using common::testing::tailOfFile;
 
 void replaceAll(std::string& text, const std::string& from, const std::string& to) {
   for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {

@@ -11,6 +11,10 @@
 
 namespace rtable::core::testing {
 
+using common::testing::findFreeLoopbackPort;
+using common::testing::httpRequest;
+using common::testing::tailOfFile;
+
 std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(LocalReplicaOptions options) {
   std::unique_ptr<LocalReplica> replica(new LocalReplica(std::move(options)));
   auto& o = replica->options_;

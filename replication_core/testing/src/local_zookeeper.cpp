@@ -11,6 +11,10 @@
 namespace rtable::core::testing {
 namespace {
 
+using common::testing::findFreeLoopbackPort;
+using common::testing::runCommand;
+using common::testing::tailOfFile;
+
 constexpr auto kStartTimeout = std::chrono::seconds(60);
 
 std::string javaBinary() {

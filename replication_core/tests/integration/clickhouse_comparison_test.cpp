@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/replication_core/log_entry.h"
 #include "rtable/replication_core/part_name.h"
 #include "rtable/replication_core/testing/local_clickhouse.h"
@@ -47,7 +48,7 @@ class ClickHouseComparison : public ::testing::Test {
   }
 
   nlohmann::json inspectedTable() {
-    auto run = testing::runCommand({RTABLE_INSPECT_BINARY, "--zookeeper", zk_->connectString(),
+    auto run = common::testing::runCommand({RTABLE_INSPECT_BINARY, "--zookeeper", zk_->connectString(),
                                     "--root", "/clickhouse", "--format", "json"},
                                    std::chrono::seconds(60));
     EXPECT_TRUE(run) << run.error();

@@ -6,18 +6,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/table_paths.h"
-#include "rtable/replication_core/testing/http_client.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/subprocess.h"
-#include "rtable/replication_core/testing/wait.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
 namespace {
 
 using nlohmann::json;
-using testing::runCommand;
+using common::testing::runCommand;
 
 class CoreFlags : public ::testing::Test {
  protected:
@@ -62,26 +62,26 @@ TEST_F(CoreFlags, FlagsOverrideTheSpecFilesIdentityAddressAndDataDir) {
   ZooKeeperClient::silenceLibraryLog();  // its connection attempts while the server starts
   auto zookeeper = testing::LocalZooKeeper::start();
   ASSERT_TRUE(zookeeper) << zookeeper.error();
-  auto http_port = testing::findFreeLoopbackPort();
-  auto metrics_port = testing::findFreeLoopbackPort();
+  auto http_port = common::testing::findFreeLoopbackPort();
+  auto metrics_port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(http_port && metrics_port);
   const auto spec = writeSpec((*zookeeper)->connectString(), *http_port, *metrics_port);
   const auto data_dir = dir_ / "pod-data";
   // Both forms, --flag=value and --flag value.
-  auto process = testing::Subprocess::start(
+  auto process = common::testing::Subprocess::start(
       {RTABLE_CORE_BINARY, "--config", spec.string(), "--replica-name=flags-2", "--replica-host",
        "flags-2.flags-headless.default.svc", "--listen=127.0.0.1", "--data-dir", data_dir.string()},
       dir_ / "core.log");
   ASSERT_TRUE(process) << process.error();
-  ASSERT_TRUE(testing::waitFor(
+  ASSERT_TRUE(common::testing::waitFor(
       [&] {
-        auto ready = testing::httpRequest("127.0.0.1", *http_port, "GET", "/readyz", "", std::chrono::seconds(2));
+        auto ready = common::testing::httpRequest("127.0.0.1", *http_port, "GET", "/readyz", "", std::chrono::seconds(2));
         return ready && ready->status == 200;
       },
       std::chrono::seconds(60)))
-      << testing::tailOfFile(dir_ / "core.log");
+      << common::testing::tailOfFile(dir_ / "core.log");
 
-  auto replica = testing::httpRequest("127.0.0.1", *http_port, "GET", "/replica");
+  auto replica = common::testing::httpRequest("127.0.0.1", *http_port, "GET", "/replica");
   ASSERT_TRUE(replica && replica->status == 200);
   EXPECT_EQ(json::parse(replica->body)["replica"], "flags-2");
   EXPECT_TRUE(std::filesystem::is_directory(data_dir));

@@ -14,18 +14,19 @@
 #include <random>
 #include <thread>
 
+#include "rtable/common/percent_encoding.h"
+#include "rtable/common/testing/files.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/table_paths.h"
-#include "rtable/replication_core/testing/files.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::core {
 namespace {
 
 using testing::LocalReplica;
 using testing::LocalZooKeeper;
-using testing::waitFor;
+using common::testing::waitFor;
 using nlohmann::json;
 
 LocalZooKeeper& zookeeper() {
@@ -135,7 +136,7 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
   auto tsv = insert("3\t2026-11-04\tu3\t\\N\n", "format=TSV");
   EXPECT_EQ(tsv["deduplicated_blocks"], 1);
 
-  auto selected = replica_->get("/select?where=" + testing::urlEncode("id >= 2 AND score IS NOT NULL"));
+  auto selected = replica_->get("/select?where=" + common::percentEncode("id >= 2 AND score IS NOT NULL"));
   ASSERT_TRUE(selected);
   EXPECT_EQ(selected->body, R"({"id":2,"d":"2026-12-03","user":"u2","score":1})" "\n");
   auto by_partition = replica_->get("/count?partition=202611");
@@ -345,7 +346,7 @@ TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
   for (const auto& [id, n] : ids) EXPECT_EQ(n, 1) << "row " << id;
   // The kills fell between checkpoints: small parts committed since the last one existed only in
   // memory and in the part journal, and the restarts wrote them out from there.
-  const std::string log = testing::readFile(replica_->logFile());
+  const std::string log = common::testing::readFile(replica_->logFile());
   std::size_t from_journal = 0;
   for (std::size_t at = 0; (at = log.find("written again from the part journal", at)) != std::string::npos; ++at) ++from_journal;
   EXPECT_GT(from_journal, 0u);

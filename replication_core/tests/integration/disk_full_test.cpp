@@ -21,7 +21,7 @@ namespace {
 
 using nlohmann::json;
 using testing::LocalReplica;
-using testing::waitFor;
+using common::testing::waitFor;
 
 constexpr std::size_t kRowBytes = 24 << 10;  // about the rows of the report in issue 26
 constexpr auto kConvergeWithin = std::chrono::seconds(120);

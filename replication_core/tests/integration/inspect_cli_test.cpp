@@ -4,12 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
 
 namespace rtable::core {
 namespace {
 
-using testing::CommandResult;
+using common::testing::CommandResult;
 using testing::LocalZooKeeper;
 
 class InspectCli : public ::testing::Test {
@@ -32,7 +33,7 @@ class InspectCli : public ::testing::Test {
 
   static CommandResult inspect(std::vector<std::string> args) {
     args.insert(args.begin(), RTABLE_INSPECT_BINARY);
-    auto result = testing::runCommand(args, std::chrono::seconds(60));
+    auto result = common::testing::runCommand(args, std::chrono::seconds(60));
     EXPECT_TRUE(result) << result.error();
     return result ? *result : CommandResult{};
   }
@@ -102,7 +103,7 @@ TEST_F(InspectCli, BadFlagsGiveOneLineAndExitTwo) {
 }
 
 TEST_F(InspectCli, UnreachableZooKeeperAndMissingRootExitTwo) {
-  auto port = testing::findFreeLoopbackPort();
+  auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);
   const std::string nowhere = fmt::format("127.0.0.1:{}", *port);
   auto unreachable = inspect({"--zookeeper", nowhere, "--timeout-ms", "500"});

@@ -7,11 +7,11 @@
 #include <mutex>
 #include <thread>
 
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/sequential_counter.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/wait.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
@@ -19,7 +19,7 @@ namespace {
 
 using testing::FakeKeeperServer;
 using testing::LocalZooKeeper;
-using testing::waitFor;
+using common::testing::waitFor;
 
 class KeeperEnvironment {
  public:
@@ -492,7 +492,7 @@ TEST(RealZooKeeper, RequestsFailAtConnectionLevelWhileTheServerIsDownAndTheSessi
 }
 
 TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {
-  auto port = testing::findFreeLoopbackPort();
+  auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);
   const auto started = std::chrono::steady_clock::now();
   auto client = ZooKeeperClient::connect(ZooKeeperConfig{

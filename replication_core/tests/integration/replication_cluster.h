@@ -18,9 +18,9 @@
 #include <string>
 #include <thread>
 
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/wait.h"
 
 #ifndef RTABLE_CORE_BINARY
 #error "RTABLE_CORE_BINARY must name the rtable-core binary (see replication_core/tests/CMakeLists.txt)"
@@ -118,7 +118,7 @@ orderBy: [id]
   // checksums) and rows; returns that common content.
   ReplicaContents expectConverged(std::chrono::seconds timeout = std::chrono::seconds(90)) {
     std::map<std::string, std::optional<ReplicaContents>> last;
-    const bool converged = testing::waitFor([&] {
+    const bool converged = common::testing::waitFor([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // 3 requests per replica a round
       last.clear();
       for (auto& [name, replica] : replicas_) {

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "replication_cluster.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
-#include "rtable/replication_core/testing/wait.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
@@ -30,7 +30,7 @@ namespace {
 
 using nlohmann::json;
 using testing::LocalReplica;
-using testing::waitFor;
+using common::testing::waitFor;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -358,7 +358,7 @@ class ReplicationFaults : public ReplicationCluster {
            << replica << "'s is_active did not come back within 30 s of the expiry of session "
            << fmt::format("{:x}", old_session) << "; process "
            << (process.running() ? "running" : "DEAD") << "; log tail:\n"
-           << testing::tailOfFile(process.logFile(), 1500);
+           << common::testing::tailOfFile(process.logFile(), 1500);
   }
 
   static void note(const std::string& what) {

@@ -9,15 +9,15 @@
 #include <set>
 
 #include "replication_cluster.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/testing/local_replica.h"
-#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::core {
 namespace {
 
 using nlohmann::json;
 using testing::LocalReplica;
-using testing::waitFor;
+using common::testing::waitFor;
 
 class Replication : public ReplicationCluster {};
 
@@ -38,7 +38,7 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
 
   // The replication metrics (DESIGN.md 4) of a replica that fetched and merged. Gauges follow
   // the queue as entries finish: wait for the drained state to show.
-  std::expected<testing::HttpResponse, std::string> metrics;
+  std::expected<common::testing::HttpResponse, std::string> metrics;
   auto value = [&](const std::string& name) -> double {
     const auto at = metrics->body.find("\n" + name + "{");
     if (at == std::string::npos) return -1;

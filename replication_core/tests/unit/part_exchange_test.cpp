@@ -14,23 +14,20 @@
 #include <random>
 #include <thread>
 
+#include "rtable/common/testing/files.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/table_replica.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
-#include "rtable/replication_core/testing/subprocess.h"
 
 namespace rtable::core {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Kind = FetchError::Kind;
+using common::testing::readFile;
 
 constexpr std::string_view kSecret = "shared-by-the-replicas-7f3a";
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 void flipByte(const fs::path& path, std::size_t offset) {
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -231,7 +228,7 @@ dataDir: {}
     table_ = std::move(*opened);
     // findFreeLoopbackPort may race with another process taking the port: a few tries.
     for (int attempt = 0; attempt < 5 && !server_; ++attempt) {
-      auto port = testing::findFreeLoopbackPort();
+      auto port = common::testing::findFreeLoopbackPort();
       ASSERT_TRUE(port) << port.error();
       auto started =
           ReplicaHttpServer::start(*table_, "127.0.0.1", static_cast<uint16_t>(*port), workers);
@@ -561,7 +558,7 @@ TEST_F(ScriptedTransferTest, SizesAndNamesFromTheWireAreNotTrusted) {
 }
 
 TEST_F(PartExchangeTest, ARefusedConnectionIsATransferError) {
-  auto port = testing::findFreeLoopbackPort();
+  auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);
   auto fetched = fetchPart(FetchSource{"gone", "127.0.0.1", static_cast<uint16_t>(*port)},
                            std::string(kSecret), "all_1_1_0", dest_, makeSpec(true).schema, FetchTimeouts{2s, 2s});

@@ -11,15 +11,15 @@
 #include <random>
 #include <set>
 
+#include "rtable/common/testing/files.h"
 #include "rtable/replication_core/hash128.h"
-#include "rtable/replication_core/testing/files.h"
 
 namespace rtable::core {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::readFile;
-using testing::writeFile;
+using common::testing::readFile;
+using common::testing::writeFile;
 
 DataType type(std::string_view text) {
   auto parsed = DataType::parse(text);

@@ -7,14 +7,14 @@
 #include <set>
 #include <thread>
 
-#include "rtable/replication_core/testing/files.h"
+#include "rtable/common/testing/files.h"
 
 namespace rtable::core {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::readFile;
-using testing::writeFile;
+using common::testing::readFile;
+using common::testing::writeFile;
 
 class PartJournalTest : public ::testing::Test {
  protected:

@@ -16,19 +16,18 @@
 #include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/table_replica.h"
+#include "rtable/common/testing/files.h"
+#include "rtable/common/testing/subprocess.h"
+#include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
-#include "rtable/replication_core/testing/files.h"
 #include "rtable/replication_core/testing/hooked_keeper.h"
-#include "rtable/replication_core/testing/http_client.h"
-#include "rtable/replication_core/testing/subprocess.h"
-#include "rtable/replication_core/testing/wait.h"
 
 namespace rtable::core {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using testing::waitFor;
+using common::testing::waitFor;
 
 constexpr std::string_view kSecret = "fault-secret";
 
@@ -72,7 +71,7 @@ class ReplicaFaults : public ::testing::Test {
     char pattern[] = "/tmp/rtable-faults-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     root_ = pattern;
-    testing::writeFile(root_ / "secret", std::string(kSecret) + "\n");
+    common::testing::writeFile(root_ / "secret", std::string(kSecret) + "\n");
   }
   void TearDown() override {
     clearFaultsForTest();
@@ -105,7 +104,7 @@ replication: {{secretFile: {}}}
     options.replication.fetch_timeouts = FetchTimeouts{1s, 2s};
     TableReplica* opened = nullptr;
     for (int attempt = 0; attempt < 5 && !opened; ++attempt) {
-      auto port = testing::findFreeLoopbackPort();
+      auto port = common::testing::findFreeLoopbackPort();
       EXPECT_TRUE(port) << port.error();
       if (!port) break;
       auto server = server_;
@@ -287,10 +286,10 @@ TEST_F(ReplicaFaults, AFetchOfACorruptPartFailsUntilTheSourceIsWholeAgain) {
   TableReplica& r1 = open("r1", source, /*hooked=*/false);
   insert(r1, 1);
   const fs::path file = root_ / "r1" / "202612_0_0_0" / "x.bin";
-  const std::string original = testing::readFile(file);
+  const std::string original = common::testing::readFile(file);
   std::string damaged = original;
   damaged[damaged.size() / 2] ^= 0x5a;
-  testing::writeFile(file, damaged);
+  common::testing::writeFile(file, damaged);
   TableReplicaOptions options;
   options.replication.merge_min_parts = 1000;
   TableReplica& r2 = open("r2", options, /*hooked=*/true);
@@ -300,7 +299,7 @@ TEST_F(ReplicaFaults, AFetchOfACorruptPartFailsUntilTheSourceIsWholeAgain) {
       return e.num_tries >= 2 && e.last_exception.find("corrupt") != std::string::npos;
     });
   }, 20s)) << "the corrupt transfer was not refused twice";
-  testing::writeFile(file, original);
+  common::testing::writeFile(file, original);
   expectRecovered(r2);
   EXPECT_EQ(partsOf(r2), partsOf(r1));
 }

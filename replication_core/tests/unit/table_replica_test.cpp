@@ -8,12 +8,12 @@
 #include <set>
 #include <thread>
 
+#include "rtable/common/testing/files.h"
 #include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/part_journal.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
-#include "rtable/replication_core/testing/files.h"
 #include "rtable/replication_core/testing/hooked_keeper.h"
 
 namespace rtable::core {
@@ -385,7 +385,7 @@ TEST_F(TableReplicaTest, AnAllocationLostWithTheConnectionGivesItsBlockLockUp) {
 uint64_t journalBytes(const fs::path& data_dir) {
   uint64_t bytes = 0;
   for (const auto& entry : fs::directory_iterator(data_dir / "journal")) {
-    for (const auto& part : decodeJournal(testing::readFile(entry.path())).parts) bytes += part.encodeRecord().size();
+    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts) bytes += part.encodeRecord().size();
   }
   return bytes;
 }
@@ -472,7 +472,7 @@ TEST_F(TableReplicaTest, PartImagesAnEarlierVersionLeftInZooKeeperAreWrittenOutO
   // The journal records are the images' format.
   std::map<std::string, std::string> images;
   for (const auto& entry : fs::directory_iterator(dir_ / "journal")) {
-    for (const auto& part : decodeJournal(testing::readFile(entry.path())).parts) {
+    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts) {
       images[part.name] = part.encodeRecord();
     }
   }
@@ -531,7 +531,7 @@ TEST_F(TableReplicaTest, AFailedCheckpointKeepsThePartsHeldAndTheMetricsShowIt) 
   ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
   // Where the checkpoint writes held parts before renaming them in: a file in its way.
   fs::remove_all(dir_ / "staging");
-  testing::writeFile(dir_ / "staging", "in the way");
+  common::testing::writeFile(dir_ / "staging", "in the way");
   ASSERT_TRUE(fs::is_regular_file(dir_ / "staging"));
 
   table_->runBackgroundRoundForTest();
@@ -634,7 +634,7 @@ TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJour
   checkpoints.join();
   std::set<std::string> journaled;
   for (const auto& entry : fs::directory_iterator(dir_ / "journal")) {
-    for (const auto& part : decodeJournal(testing::readFile(entry.path())).parts) journaled.insert(part.name);
+    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts) journaled.insert(part.name);
   }
   const auto active = table_->activeParts();
   EXPECT_EQ(active.size(), 120u);

@@ -138,6 +138,77 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
             std::string::npos) << zero.error();
 }
 
+// The operator writes the file with formatYaml and rtable-core reads it with parseYaml: every field
+// survives, defaults and all, and the secret is read again from the file formatYaml names.
+TEST(TableSpec, FormatYamlRoundTripsEveryField) {
+  const auto file = std::filesystem::temp_directory_path() / "rtable-spec-test-round-trip-secret";
+  std::ofstream(file) << "s3cret\n";
+  auto spec = TableSpec::parseYaml(std::string(kSpec) +
+                                   "replication: {secretFile: " + file.string() +
+                                   ", fetchThreads: 8, mergeThreads: 1, minLogsToKeep: 3, maxLogsToKeep: 7,"
+                                   " cleanupPeriodSeconds: 2}\n"
+                                   "inserts: {quorum: 2, quorumTimeoutMs: 1500}\n");
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->interserver_secret_file, file);
+  const std::string text = spec->formatYaml();
+  auto again = TableSpec::parseYaml(text);
+  ASSERT_TRUE(again) << again.error() << "\n" << text;
+  EXPECT_EQ(*again, *spec) << text;
+  EXPECT_EQ(again->formatYaml(), text);
+  EXPECT_EQ(text.find("s3cret"), std::string::npos) << "the secret stays in its file:\n" << text;
+
+  // `auto` quorum, no secret, and every default.
+  auto defaults = TableSpec::parseYaml("table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\n"
+                                       "replica: {name: r1}\ndataDir: /d\ninserts: {quorum: auto}\n");
+  ASSERT_TRUE(defaults) << defaults.error();
+  auto defaults_again = TableSpec::parseYaml(defaults->formatYaml());
+  ASSERT_TRUE(defaults_again) << defaults_again.error() << "\n" << defaults->formatYaml();
+  EXPECT_EQ(*defaults_again, *defaults);
+  EXPECT_TRUE(defaults_again->insert_quorum_auto);
+  std::filesystem::remove(file);
+}
+
+TEST(TableSpec, FormatYamlWritesTheDocumentedLayout) {
+  TableSpec spec = *TableSpec::parseYaml(kSpec);
+  spec.interserver_secret_file = "/etc/rtable/interserver/secret";
+  EXPECT_EQ(spec.formatYaml(), R"(table: events
+uid: 3f2a9c1e
+columns:
+  - {name: d, type: Date}
+  - {name: user, type: String}
+  - {name: n, type: Nullable(UInt32)}
+partitionBy: toYYYYMM(d)
+orderBy: [user, d]
+deduplication:
+  window: 100
+  windowSeconds: 60
+zookeeper:
+  connect: 127.0.0.1:2181
+  root: /rtable/tables
+  sessionTimeoutMs: 10000
+replica:
+  name: events-0
+  host: 127.0.0.2
+dataDir: /tmp/x
+listen: 127.0.0.2
+ports:
+  http: 18123
+  metrics: 19363
+replication:
+  secretFile: /etc/rtable/interserver/secret
+  fetchThreads: 4
+  mergeThreads: 2
+  minLogsToKeep: 10
+  maxLogsToKeep: 1000
+  cleanupPeriodSeconds: 30
+inserts:
+  quorum: 0
+)");
+  spec.insert_quorum_timeout = std::chrono::milliseconds(1500);
+  EXPECT_NE(spec.formatYaml().find("inserts:\n  quorum: 0\n  quorumTimeoutMs: 1500\n"), std::string::npos)
+      << spec.formatYaml();
+}
+
 TEST(TableSpec, ErrorsNameTheField) {
   const std::string base = "table: t\nzookeeper: {connect: zk}\nreplica: {name: r1}\ndataDir: /d\n";
   const std::vector<std::pair<std::string, std::string>> cases = {

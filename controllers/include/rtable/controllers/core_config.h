@@ -1,6 +1,7 @@
-// The rtable-core spec (docs/rtable-core.md) a ReplicatedTable's replicas run with: the YAML that
-// goes into the table's ConfigMap. The table fields come from the ReplicatedTableSpec 1:1; the
-// rest (ZooKeeper identity, paths inside the pod, ports) from the context below.
+// The rtable-core spec (docs/rtable-core.md) a ReplicatedTable's replicas run with, as rtable-core's
+// own TableSpec, and its YAML (TableSpec::formatYaml) for the table's ConfigMap. The table fields
+// come from the ReplicatedTableSpec 1:1; the rest (ZooKeeper identity, paths inside the pod,
+// ports) from the context below.
 //
 // One ConfigMap serves every pod of the StatefulSet, so each pod passes its own identity on the
 // command line (`--replica-name=$(POD_NAME) --replica-host=$(POD_NAME).<headless>.<ns>.svc`),
@@ -13,6 +14,7 @@
 #include <string_view>
 
 #include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/replication_core/table_spec.h"
 
 namespace rtable::controllers {
 
@@ -37,7 +39,11 @@ struct CoreConfigContext {
 // "<namespace>.<name>": unique in a cluster (a namespace has no dots) and readable in ZooKeeper.
 std::string tableUid(std::string_view ns, std::string_view name);
 
-// The YAML text; rtable-core's TableSpec::parseYaml reads it back to the same fields.
+// The replicas' spec. Its interserver secret is only named (context.secret_file): the pods have it.
+core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigContext& context);
+
+// coreTableSpec's YAML under a comment naming the table; rtable-core's TableSpec::parseYaml reads
+// it back to the same spec (the secret read from its file).
 std::string renderCoreConfig(const ReplicatedTableSpec& spec, const CoreConfigContext& context);
 
 }  // namespace rtable::controllers

@@ -9,9 +9,10 @@
 //   and the key is not retried until the table changes (a terminal error).
 // - The interserver Secret's value is generated once and then read back, never rotated by a
 //   reconcile (replicas would stop trusting each other mid-flight).
-// - Status: observedGeneration, replicas, readyReplicas, "ready" (x/y, the printer column), the
-//   pods' selector (for the scale subresource), and conditions Ready and Degraded with reason,
-//   message and lastTransitionTime (changed only when a condition's status changes).
+// - Status (ReplicatedTableStatus): observedGeneration, replicas, readyReplicas, "ready" (x/y, the
+//   printer column), the pods' selector (for the scale subresource), and conditions Ready and
+//   Degraded with reason, message and lastTransitionTime (changed only when a condition's status
+//   changes).
 //
 // - ZooKeeper (when `keeper_for` is given): the status carries the active generation, the log's
 //   max index, counter and headroom (HeadroomLow below spec.headroom.thresholdPercent), and
@@ -39,6 +40,7 @@
 #include <string>
 
 #include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/controllers/replicated_table_status.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
@@ -73,7 +75,10 @@ class ReplicatedTableReconciler {
   op::ReconcileOutcome reconcile(const op::ObjectKey& key);
 
  private:
-  op::ReconcileOutcome patchStatus(const nlohmann::json& table, nlohmann::json status);
+  // Merge-patches `status` (its fields that are set) into the table's, its conditions stamped with
+  // the table's generation and, where their status changed, `now` (stampConditions).
+  op::ReconcileOutcome patchStatus(const nlohmann::json& table, ReplicatedTableStatus status,
+                                   const std::string& now);
   // The deletion path: pods gone, then the ZooKeeper subtree, then the finalizer.
   op::ReconcileOutcome finalize(const op::ObjectKey& key, const nlohmann::json& table);
   // Adds kZooKeeperFinalizer if missing; an error message when the patch failed.
@@ -84,14 +89,13 @@ class ReplicatedTableReconciler {
                                                           const nlohmann::json& table);
   void event(const nlohmann::json& table, op::EventType type, std::string_view reason,
              const std::string& message);
-  // Fills the ZooKeeper part of `status` and removes scaled-down replicas, given the table's
-  // active generation (ensureZooKeeperTree); an error message when ZooKeeper could not be asked.
+  // Fills the ZooKeeper part of `status` (fields and conditions) and removes scaled-down replicas,
+  // given the table's active generation (ensureZooKeeperTree); an error message when ZooKeeper
+  // could not be asked.
   std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table, const op::ObjectKey& key,
                                                 const ReplicatedTableSpec& spec,
                                                 const std::expected<int64_t, std::string>& tree,
-                                                nlohmann::json& status, const nlohmann::json& previous,
-                                                nlohmann::json& conditions, int64_t generation,
-                                                const std::string& now);
+                                                ReplicatedTableStatus& status);
 
   op::KubeClient& client_;
   ReplicatedTableReconcilerOptions options_;

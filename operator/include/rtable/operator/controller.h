@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 #include "rtable/operator/rate_limiter.h"
 #include "rtable/operator/resource.h"
 #include "rtable/operator/work_queue.h"
@@ -42,10 +42,10 @@ struct ReconcileResult {
   // Reconcile again after the rate limiter's backoff, without counting as an error.
   bool requeue = false;
   // > 0: reconcile again after this long (wins over `requeue`), e.g. to poll an external state.
-  Clock::Duration requeue_after = Clock::Duration::zero();
+  common::Clock::Duration requeue_after = common::Clock::Duration::zero();
 
   static ReconcileResult done() { return {}; }
-  static ReconcileResult after(Clock::Duration delay) { return {false, delay}; }
+  static ReconcileResult after(common::Clock::Duration delay) { return {false, delay}; }
 };
 
 struct ReconcileError {
@@ -65,7 +65,7 @@ using ReconcileFunc = std::function<ReconcileOutcome(const ObjectKey& key)>;
 struct ControllerOptions {
   std::string name;  // the `controller` label and the queue's `name` label
   int max_concurrent_reconciles = 1;
-  const Clock* clock = nullptr;               // null: SteadyClock; must outlive the controller
+  const common::Clock* clock = nullptr;               // null: SteadyClock; must outlive the controller
   std::unique_ptr<RateLimiter> rate_limiter;  // null: defaultControllerRateLimiter
   prometheus::Registry* registry = nullptr;   // optional; must outlive the controller
 };
@@ -96,7 +96,7 @@ class Controller {
 
   const std::string name_;
   const int workers_;
-  const Clock& clock_;
+  const common::Clock& clock_;
   ReconcileFunc reconcile_;
   std::unique_ptr<Metrics> metrics_;
   WorkQueue queue_;

@@ -36,7 +36,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 #include "rtable/operator/kube_client.h"
 
 namespace rtable::op {
@@ -71,13 +71,13 @@ struct KubeEventRecorderOptions {
   std::string component = "rtable-operator";  // source.component and reportingComponent
   std::string instance;  // reportingInstance (e.g. the leader identity); "" leaves it out
   std::size_t queue_capacity = 1000;
-  Clock::Duration aggregation_window = std::chrono::minutes(10);
+  common::Clock::Duration aggregation_window = std::chrono::minutes(10);
   std::size_t cache_size = 4096;  // client-go's maxLruCacheEntries
   int spam_burst = 25;
-  Clock::Duration spam_refill = std::chrono::minutes(5);  // one token per this
+  common::Clock::Duration spam_refill = std::chrono::minutes(5);  // one token per this
   int max_tries = 12;                                     // client-go's maxTriesPerEvent
-  Clock::Duration retry_delay = std::chrono::seconds(10);
-  const Clock* clock = nullptr;  // windows, tokens and retries; null: SteadyClock
+  common::Clock::Duration retry_delay = std::chrono::seconds(10);
+  const common::Clock* clock = nullptr;  // windows, tokens and retries; null: SteadyClock
   // firstTimestamp/lastTimestamp and the Event's name; null: system_clock.
   std::function<std::chrono::system_clock::time_point()> wall_clock;
 };
@@ -103,7 +103,7 @@ class KubeEventRecorder final : public EventRecorder {
   // Posts what is queued for at most `grace` (by the clock), then stops; what is left and what
   // comes later is dropped. A request in flight ends first (the client's timeout bounds it).
   // Idempotent.
-  void shutdown(Clock::Duration grace);
+  void shutdown(common::Clock::Duration grace);
   // Waits (real time) until everything recorded so far was handled; false on timeout.
   bool flush(std::chrono::milliseconds timeout);
 
@@ -116,7 +116,7 @@ class KubeEventRecorder final : public EventRecorder {
     EventType type;
     std::string reason;
     std::string message;
-    Clock::TimePoint when;
+    common::Clock::TimePoint when;
     std::chrono::system_clock::time_point wall;
   };
   struct Seen {  // one posted (or counted) event, by its key
@@ -124,12 +124,12 @@ class KubeEventRecorder final : public EventRecorder {
     std::string ns;
     int64_t count = 0;
     std::string first_timestamp;
-    Clock::TimePoint last_seen;
+    common::Clock::TimePoint last_seen;
     std::list<std::string>::iterator lru;
   };
   struct Bucket {
     double tokens;
-    Clock::TimePoint refilled;
+    common::Clock::TimePoint refilled;
     std::list<std::string>::iterator lru;
   };
 
@@ -140,12 +140,12 @@ class KubeEventRecorder final : public EventRecorder {
   // `not_found_is_an_answer`: a patch of an Event that is gone).
   bool post(const std::function<KubeResult<nlohmann::json>()>& send, const std::string& what,
             KubeError* last_error, bool not_found_is_an_answer = false);
-  bool sleepForRetry(Clock::TimePoint until);
+  bool sleepForRetry(common::Clock::TimePoint until);
   std::string uniqueName(const Pending& pending);
 
   KubeClient& client_;
   KubeEventRecorderOptions options_;
-  const Clock& clock_;
+  const common::Clock& clock_;
 
   // Used by the poster thread only.
   std::unordered_map<std::string, Seen> seen_;
@@ -159,7 +159,7 @@ class KubeEventRecorder final : public EventRecorder {
   std::deque<Pending> queue_;
   bool busy_ = false;
   bool stopping_ = false;
-  Clock::TimePoint drain_deadline_{};
+  common::Clock::TimePoint drain_deadline_{};
   EventRecorderStats stats_;
   std::mutex lifecycle_mu_;
   std::thread thread_;

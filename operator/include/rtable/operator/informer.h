@@ -38,7 +38,7 @@
 #include <thread>
 #include <vector>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 #include "rtable/operator/kube_client.h"
 #include "rtable/operator/store.h"
 
@@ -59,15 +59,15 @@ struct InformerOptions {
   std::string field_selector;
   // Items per LIST page; client-go's pager uses 500.
   int64_t page_size = 500;
-  const Clock* clock = nullptr;  // null: SteadyClock; must outlive the informer
+  const common::Clock* clock = nullptr;  // null: SteadyClock; must outlive the informer
   // The watch's timeoutSeconds, asked before every watch. Null: uniform in [5, 10) min, as
   // client-go's reflector, so that many watches do not restart at once.
   std::function<std::chrono::seconds()> watch_timeout;
   // Retry delays: immediate after a quiet period, then initial doubling up to max (client-go's
   // reflector: 800 ms .. 30 s, reset after 2 min without a failure).
-  Clock::Duration backoff_initial = std::chrono::milliseconds(800);
-  Clock::Duration backoff_max = std::chrono::seconds(30);
-  Clock::Duration backoff_reset = std::chrono::minutes(2);
+  common::Clock::Duration backoff_initial = std::chrono::milliseconds(800);
+  common::Clock::Duration backoff_max = std::chrono::seconds(30);
+  common::Clock::Duration backoff_reset = std::chrono::minutes(2);
   // Called on the informer's thread for every failed list or watch, including a 410.
   std::function<void(const KubeError& error)> on_error;
   std::string name;  // for logs; default the type's groupResource
@@ -118,7 +118,7 @@ class Informer {
   void run();
   bool list();
   WatchOutcome watchOnce(bool& retry_watch);
-  WatchOutcome consume(uint64_t generation, Clock::TimePoint started);
+  WatchOutcome consume(uint64_t generation, common::Clock::TimePoint started);
   void handleEvent(WatchEvent event);
   void recordFailure(const KubeError& error);
   bool sleepBackoff();
@@ -131,7 +131,7 @@ class Informer {
 
   KubeClient& client_;
   InformerOptions options_;
-  const Clock& clock_;
+  const common::Clock& clock_;
   Store store_;
   std::vector<ResourceEventHandlers> handlers_;
   std::mt19937_64 random_;
@@ -147,7 +147,7 @@ class Informer {
   std::string resource_version_;
   std::optional<KubeError> last_error_;
   int failures_ = 0;
-  Clock::TimePoint last_failure_{};
+  common::Clock::TimePoint last_failure_{};
 
   std::atomic<bool> synced_{false};
   std::atomic<int64_t> lists_{0};

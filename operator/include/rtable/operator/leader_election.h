@@ -31,7 +31,7 @@
 #include <string>
 #include <thread>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 #include "rtable/operator/kube_client.h"
 
 namespace rtable::op {
@@ -40,16 +40,16 @@ struct LeaderElectionOptions {
   ObjectKey lease;       // namespace and name of the Lease
   std::string identity;  // empty: defaultLeaderIdentity()
   // controller-runtime's defaults.
-  Clock::Duration lease_duration = std::chrono::seconds(15);
-  Clock::Duration renew_deadline = std::chrono::seconds(10);
-  Clock::Duration retry_period = std::chrono::seconds(2);
+  common::Clock::Duration lease_duration = std::chrono::seconds(15);
+  common::Clock::Duration renew_deadline = std::chrono::seconds(10);
+  common::Clock::Duration retry_period = std::chrono::seconds(2);
   // Candidates retry after retry_period * (1 + jitter * U[0,1)) (client-go: 1.2) so that they do
   // not all ask at once; the leader renews every retry_period exactly.
   double acquire_jitter = 1.2;
   // On stop(), a leader clears the holder so that the next leader need not wait for expiry
   // (controller-runtime's LeaderElectionReleaseOnCancel; off there by default).
   bool release_on_cancel = false;
-  const Clock* clock = nullptr;  // null: SteadyClock; must outlive the elector
+  const common::Clock* clock = nullptr;  // null: SteadyClock; must outlive the elector
   // Stamps acquireTime and renewTime (for people and tools; decisions never read them).
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   std::function<void()> on_started_leading;
@@ -71,9 +71,6 @@ struct LeaseRecord {
   void toLease(nlohmann::json& lease) const;
   friend bool operator==(const LeaseRecord&, const LeaseRecord&) = default;
 };
-
-// "2024-05-01T12:00:00.123456Z", the format of metav1.MicroTime.
-std::string formatMicroTime(std::chrono::system_clock::time_point time);
 
 // "<hostname>_<pid>": unique per process, and readable in `kubectl get lease`.
 std::string defaultLeaderIdentity();
@@ -108,18 +105,18 @@ class LeaderElector {
   bool tryAcquireOrRenewForTest();
   // While the loop sleeps: until when. nullopt while it works (or before start()). After a clock
   // advance, `sleepingUntil > now` means the elector has caught up.
-  std::optional<Clock::TimePoint> sleepingUntilForTest() const;
+  std::optional<common::Clock::TimePoint> sleepingUntilForTest() const;
 
  private:
   void run();
   bool tryAcquireOrRenew();
   void release();
-  bool sleepUntil(Clock::TimePoint deadline);
+  bool sleepUntil(common::Clock::TimePoint deadline);
   std::chrono::system_clock::time_point wallNow() const;
 
   KubeClient& client_;
   LeaderElectionOptions options_;
-  const Clock& clock_;
+  const common::Clock& clock_;
   std::mt19937_64 random_;
 
   std::mutex lifecycle_mu_;
@@ -131,10 +128,10 @@ class LeaderElector {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool leading_ = false;
-  Clock::TimePoint last_renew_{};
-  std::optional<Clock::TimePoint> sleeping_until_;
+  common::Clock::TimePoint last_renew_{};
+  std::optional<common::Clock::TimePoint> sleeping_until_;
   LeaseRecord observed_record_;
-  Clock::TimePoint observed_time_{};
+  common::Clock::TimePoint observed_time_{};
   std::optional<KubeError> last_error_;
 };
 

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 
 namespace rtable::op {
 
@@ -36,12 +36,12 @@ struct OperatorFlags {
   bool leader_elect = true;
   std::string leader_election_namespace;  // empty: the kubeconfig context's or the pod's
   std::string leader_election_id = "rtable-operator-lock";
-  Clock::Duration lease_duration = std::chrono::seconds(15);
-  Clock::Duration renew_deadline = std::chrono::seconds(10);
-  Clock::Duration retry_period = std::chrono::seconds(2);
+  common::Clock::Duration lease_duration = std::chrono::seconds(15);
+  common::Clock::Duration renew_deadline = std::chrono::seconds(10);
+  common::Clock::Duration retry_period = std::chrono::seconds(2);
   std::string health_probe_bind_address = ":8081";
   std::string metrics_bind_address = ":8080";
-  Clock::Duration graceful_shutdown_timeout = std::chrono::seconds(30);
+  common::Clock::Duration graceful_shutdown_timeout = std::chrono::seconds(30);
   std::string log_level = "info";
   bool help = false;
 };
@@ -58,7 +58,7 @@ std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std
 std::string operatorUsage();
 
 // A Go duration ("15s", "1m30s", "500ms", "2h"): what controller-runtime's flags take.
-std::expected<Clock::Duration, std::string> parseGoDuration(std::string_view text);
+std::expected<common::Clock::Duration, std::string> parseGoDuration(std::string_view text);
 
 // Adds controllers, informers and checks to the process before it starts; an error aborts the
 // start (exit 1).

@@ -40,7 +40,7 @@
 #include <thread>
 #include <vector>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
 #include "rtable/operator/leader_election.h"
@@ -78,14 +78,14 @@ struct OperatorProcessOptions {
   std::string metrics_bind_address = ":8080";       // "0": no metrics server
   // How long stopping the leader tasks may take on a requested shutdown (controller-runtime's
   // GracefulShutdownTimeout default).
-  Clock::Duration graceful_shutdown_timeout = std::chrono::seconds(30);
+  common::Clock::Duration graceful_shutdown_timeout = std::chrono::seconds(30);
   // How long they may take after the Lease was lost: 0, as controller-runtime (tests raise it to
   // check that a clean stop is possible).
-  Clock::Duration leadership_lost_grace = Clock::Duration::zero();
+  common::Clock::Duration leadership_lost_grace = common::Clock::Duration::zero();
   // Retry period of the apiserver probe behind the "apiserver" readiness check.
-  Clock::Duration api_probe_interval = std::chrono::seconds(1);
+  common::Clock::Duration api_probe_interval = std::chrono::seconds(1);
   // How long queued Events may still be posted at shutdown.
-  Clock::Duration event_flush_timeout = std::chrono::seconds(5);
+  common::Clock::Duration event_flush_timeout = std::chrono::seconds(5);
   KubeEventRecorderOptions events;  // component and instance are filled in
   std::shared_ptr<prometheus::Registry> registry;  // null: a new one
 };
@@ -139,7 +139,7 @@ class OperatorProcess {
   struct StopGroup;  // leader tasks being stopped, shared with the threads that stop them
   void probeApiServer();
   // Stops the leader tasks; true when all stopped within `grace`.
-  bool stopLeaderTasks(Clock::Duration grace);
+  bool stopLeaderTasks(common::Clock::Duration grace);
   void stopCommon();
 
   KubeClient& client_;

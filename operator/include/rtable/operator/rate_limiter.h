@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 
 namespace rtable::op {
 
 class RateLimiter {
  public:
-  using Duration = Clock::Duration;
+  using Duration = common::Clock::Duration;
   virtual ~RateLimiter() = default;
   // How long `key` should wait before its next attempt; counts one more failure of it.
   virtual Duration when(const std::string& key) = 0;
@@ -53,18 +53,18 @@ class BucketRateLimiter final : public RateLimiter {
   static constexpr double kDefaultQps = 10;
   static constexpr int kDefaultBurst = 100;
 
-  BucketRateLimiter(const Clock& clock, double qps = kDefaultQps, int burst = kDefaultBurst);
+  BucketRateLimiter(const common::Clock& clock, double qps = kDefaultQps, int burst = kDefaultBurst);
   Duration when(const std::string& key) override;
   void forget(const std::string&) override {}
   int numRequeues(const std::string&) const override { return 0; }
 
  private:
-  const Clock& clock_;
+  const common::Clock& clock_;
   const double qps_;
   const double burst_;
   std::mutex mu_;
   double tokens_;
-  Clock::TimePoint last_;
+  common::Clock::TimePoint last_;
 };
 
 // The longest wait of its parts; failures are counted by all of them.
@@ -80,6 +80,6 @@ class MaxOfRateLimiter final : public RateLimiter {
 };
 
 // controller-runtime's default: max(exponential 5 ms..1000 s, bucket 10 qps burst 100).
-std::unique_ptr<RateLimiter> defaultControllerRateLimiter(const Clock& clock);
+std::unique_ptr<RateLimiter> defaultControllerRateLimiter(const common::Clock& clock);
 
 }  // namespace rtable::op

@@ -56,9 +56,6 @@ struct ObjectKey {
   friend auto operator<=>(const ObjectKey&, const ObjectKey&) = default;
 };
 
-// Percent-encodes everything except RFC 3986 unreserved characters.
-std::string percentEncode(std::string_view value);
-
 // "/api/v1/namespaces/ns/pods", "/apis/apps/v1/statefulsets" (empty ns of a namespaced type: all
 // namespaces).
 std::string collectionPath(const ResourceType& type, std::string_view ns);

@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 #include "rtable/operator/rate_limiter.h"
 
 namespace prometheus {
@@ -29,11 +29,11 @@ namespace rtable::op {
 
 class WorkQueue {
  public:
-  using Duration = Clock::Duration;
+  using Duration = common::Clock::Duration;
 
   struct Options {
     std::string name;                           // the `name` label of the metrics
-    const Clock* clock = nullptr;               // null: SteadyClock; must outlive the queue
+    const common::Clock* clock = nullptr;               // null: SteadyClock; must outlive the queue
     std::unique_ptr<RateLimiter> rate_limiter;  // null: defaultControllerRateLimiter(clock)
     // Optional: workqueue_* metrics with label name=<name> (client-go names).
     prometheus::Registry* registry = nullptr;
@@ -60,7 +60,7 @@ class WorkQueue {
   // passed to done().
   std::optional<std::string> get();
   // Like get() but gives up at `deadline` on the queue's clock (nullopt).
-  std::optional<std::string> getUntil(Clock::TimePoint deadline);
+  std::optional<std::string> getUntil(common::Clock::TimePoint deadline);
   void done(const std::string& key);
 
   // Wakes every waiter; later adds are ignored.
@@ -76,11 +76,11 @@ class WorkQueue {
 
  private:
   struct State;
-  bool addLocked(const std::string& key, Clock::TimePoint now);
-  std::optional<std::string> getImpl(std::optional<Clock::TimePoint> deadline);
+  bool addLocked(const std::string& key, common::Clock::TimePoint now);
+  std::optional<std::string> getImpl(std::optional<common::Clock::TimePoint> deadline);
   void refreshMetricsLoop();
 
-  const Clock& clock_;
+  const common::Clock& clock_;
   std::unique_ptr<RateLimiter> rate_limiter_;
   std::unique_ptr<Metrics> metrics_;
   const Duration metrics_refresh_;

@@ -20,6 +20,7 @@ struct DedupWindow {
   // replicated_deduplication_window_seconds = 3600 (PR #87414).
   std::size_t max_ids = 10000;
   std::chrono::seconds max_age{3600};
+  friend bool operator==(const DedupWindow&, const DedupWindow&) = default;
 };
 
 struct DedupCleanupResult {

@@ -1,6 +1,8 @@
 // The table spec one rtable-core process serves: the schema and settings a ReplicatedTable custom
 // resource carries, plus this replica's identity, ZooKeeper, storage and ports. Read from YAML at
 // start-up; a bad spec is refused with the field's path ("columns[2].type: unknown type 'Foo'").
+// The file's one writer and its one reader are both here: rtable-operator renders a table's config
+// with formatYaml(), rtable-core reads it with parseYaml() (docs/rtable-core.md).
 //
 //   table: events                 # the table's name
 //   uid: 3f2a9c1e                 # ZooKeeper identity (default: the name); the operator sets it
@@ -54,8 +56,10 @@ struct TableSpec {
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;
   // Replicas fetch parts from each other only with this secret; without one a replica serves no
-  // parts and fetches none.
+  // parts and fetches none. parseYaml() reads it from interserver_secret_file
+  // (replication.secretFile).
   std::string interserver_secret;
+  std::filesystem::path interserver_secret_file;  // empty: no secret
   std::size_t fetch_threads = 4;  // the fetch pool (I/O)
   std::size_t merge_threads = 2;  // the merge pool (CPU, disk); 2 cores here
   // Log trimming by the leader (ClickHouse's min/max_replicated_logs_to_keep, cleanup_delay_period).
@@ -65,15 +69,23 @@ struct TableSpec {
   // The table's insert_quorum for inserts whose request gives none (a request's own, even 0, wins).
   std::size_t insert_quorum = 0;
   bool insert_quorum_auto = false;
-  std::chrono::milliseconds insert_quorum_timeout{600000};  // ClickHouse's default
+  static constexpr std::chrono::milliseconds kDefaultInsertQuorumTimeout{600000};  // ClickHouse's
+  std::chrono::milliseconds insert_quorum_timeout = kDefaultInsertQuorumTimeout;
 
+  // Also reads the secret file, so that a spec that parses is one the replica can serve with.
   static std::expected<TableSpec, std::string> parseYaml(const std::string& text);
   static std::expected<TableSpec, std::string> load(const std::filesystem::path& file);
+  // Every field (defaults too) but the secret itself, which stays in its file: parseYaml gives the
+  // same spec back. inserts.quorumTimeoutMs is left out at its default, so that configs rendered
+  // before it was written keep their bytes (the operator rolls the pods when the config changes).
+  std::string formatYaml() const;
 
   // The ZooKeeper tree's root for this table: <zookeeper_root>/<uid>.
   std::string tableRoot() const { return zookeeper_root + "/" + uid; }
   // The text stored in <generation>/metadata: replicas of one table must agree on it.
   std::string metadataText() const;
+
+  friend bool operator==(const TableSpec&, const TableSpec&) = default;
 };
 
 }  // namespace rtable::core

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/common/testing/subprocess.h"
 
 namespace rtable::op::testing {
 
-using core::testing::CommandResult;
-using core::testing::TestStatus;
+using common::testing::CommandResult;
+using common::testing::TestStatus;
 
 struct LocalControlPlaneOptions {
   // Where certificates, kubeconfigs, etcd's data and the logs go. Empty: a new folder under the

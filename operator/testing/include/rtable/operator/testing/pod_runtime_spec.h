@@ -140,7 +140,4 @@ class PodIpAllocator {
   std::map<std::string, int> index_of_;
 };
 
-// RFC 3339 UTC with seconds, as metav1.Time: "2025-01-02T03:04:05Z".
-std::string rfc3339Now();
-
 }  // namespace rtable::op::testing

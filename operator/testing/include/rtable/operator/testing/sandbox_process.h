@@ -11,7 +11,7 @@
 namespace rtable::op::testing {
 
 // A container's supervisor process (rtable-pod-sandbox), as LocalKubelet starts it. Unlike
-// core::testing::Subprocess it keeps the exit status. PR_SET_PDEATHSIG fires when the *thread*
+// common::testing::Subprocess it keeps the exit status. PR_SET_PDEATHSIG fires when the *thread*
 // that forked exits, so a pod worker thread never ends while one of its processes runs.
 //
 // The signals the sandbox forwards (TERM, INT, HUP, QUIT, USR1, USR2) are blocked in the child

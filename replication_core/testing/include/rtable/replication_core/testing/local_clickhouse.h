@@ -11,9 +11,12 @@
 #include <optional>
 #include <string>
 
-#include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/common/testing/subprocess.h"
 
 namespace rtable::core::testing {
+
+using common::testing::Subprocess;
+using common::testing::TestStatus;
 
 struct LocalClickHouseOptions {
   std::string zookeeper_host = "127.0.0.1";

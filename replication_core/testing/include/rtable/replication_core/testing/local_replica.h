@@ -9,10 +9,14 @@
 #include <optional>
 #include <string>
 
-#include "rtable/replication_core/testing/http_client.h"
-#include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/subprocess.h"
 
 namespace rtable::core::testing {
+
+using common::testing::HttpResponse;
+using common::testing::Subprocess;
+using common::testing::TestStatus;
 
 struct LocalReplicaOptions {
   std::filesystem::path binary;        // rtable-core

@@ -9,10 +9,13 @@
 #include <optional>
 #include <string>
 
-#include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/common/testing/subprocess.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core::testing {
+
+using common::testing::Subprocess;
+using common::testing::TestStatus;
 
 struct LocalZooKeeperOptions {
   // Where conf/, data/ and zookeeper.log go. Empty: a new folder under the system temp dir,

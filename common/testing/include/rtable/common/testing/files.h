@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 
 // The file's bytes; empty when it cannot be read.
 inline std::string readFile(const std::filesystem::path& path) {
@@ -21,4 +21,4 @@ inline void writeFile(const std::filesystem::path& path, std::string_view bytes)
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

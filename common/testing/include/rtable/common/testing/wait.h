@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 
 // Polls `predicate` every `interval` until it holds or `timeout` passes; returns its last value.
 // A predicate that asks a server (an apiserver, a process's HTTP API) wants a longer interval.
@@ -19,4 +19,4 @@ bool waitFor(Predicate predicate, std::chrono::milliseconds timeout = std::chron
   return predicate();
 }
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

@@ -1,4 +1,4 @@
-#include "rtable/replication_core/testing/subprocess.h"
+#include "rtable/common/testing/subprocess.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <thread>
 #include <utility>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 namespace {
 
 std::vector<char*> toArgv(const std::vector<std::string>& args) {
@@ -189,4 +189,4 @@ std::string tailOfFile(const std::filesystem::path& path, std::size_t max_bytes)
   return text.size() > max_bytes ? text.substr(text.size() - max_bytes) : text;
 }
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

@@ -7,9 +7,9 @@
 
 #include <atomic>
 
-#include "rtable/operator/clock.h"
+#include "rtable/common/clock.h"
 
-namespace rtable::op::testing {
+namespace rtable::common::testing {
 
 class FakeClock final : public Clock {
  public:
@@ -23,4 +23,4 @@ class FakeClock final : public Clock {
   std::atomic<Duration::rep> now_;
 };
 
-}  // namespace rtable::op::testing
+}  // namespace rtable::common::testing

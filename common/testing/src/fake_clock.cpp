@@ -1,6 +1,6 @@
-#include "rtable/operator/testing/fake_clock.h"
+#include "rtable/common/testing/fake_clock.h"
 
-namespace rtable::op::testing {
+namespace rtable::common::testing {
 
 namespace {
 // Far from zero, so that `now() - delay` never reaches before the clock's epoch.
@@ -17,4 +17,4 @@ void FakeClock::waitUntil(std::condition_variable& cv, std::unique_lock<std::mut
   cv.wait_for(lock, kPollSlice);
 }
 
-}  // namespace rtable::op::testing
+}  // namespace rtable::common::testing

@@ -6,7 +6,7 @@
 #include <expected>
 #include <string>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 
 struct HttpResponse {
   int status = 0;
@@ -22,7 +22,4 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
                                                      const std::string& body = "",
                                                      std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
-// Percent-encodes a query parameter value.
-std::string urlEncode(const std::string& value);
-
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

@@ -1,4 +1,4 @@
-#include "rtable/replication_core/testing/http_client.h"
+#include "rtable/common/testing/http_client.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -7,10 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 namespace {
 
 class Socket {
@@ -33,18 +34,6 @@ bool waitFor(int fd, short events, std::chrono::steady_clock::time_point deadlin
 }
 
 }  // namespace
-
-std::string urlEncode(const std::string& value) {
-  std::string out;
-  for (unsigned char c : value) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
 
 std::expected<HttpResponse, std::string> httpRequest(const std::string& host, int port,
                                                      const std::string& method,
@@ -105,4 +94,4 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
   return response;
 }
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

@@ -1,12 +1,13 @@
-// Clock: the operator's one source of monotonic time, so that backoff, rate limits and delays can
-// be tested with simulated time (testing::FakeClock). Implementations are thread-safe.
+// Clock: the one source of monotonic time for the operator and the core, so that backoff, rate
+// limits and delays can be tested with simulated time (testing::FakeClock in common_testing).
+// Implementations are thread-safe.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 
-namespace rtable::op {
+namespace rtable::common {
 
 class Clock {
  public:
@@ -33,4 +34,4 @@ class SteadyClock final : public Clock {
   static SteadyClock& instance();
 };
 
-}  // namespace rtable::op
+}  // namespace rtable::common

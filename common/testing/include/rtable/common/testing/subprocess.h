@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace rtable::core::testing {
+namespace rtable::common::testing {
 
 using TestStatus = std::expected<void, std::string>;
 
@@ -52,4 +52,4 @@ std::expected<int, std::string> findFreeLoopbackPort();
 // The last `max_bytes` of a file, for error messages about a server that would not start.
 std::string tailOfFile(const std::filesystem::path& path, std::size_t max_bytes = 2000);
 
-}  // namespace rtable::core::testing
+}  // namespace rtable::common::testing

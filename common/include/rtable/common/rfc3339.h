@@ -1,0 +1,15 @@
+// RFC 3339 timestamps in UTC, the two forms Kubernetes writes: metav1.Time (whole seconds,
+// "2025-01-02T03:04:05Z": creationTimestamp, a condition's lastTransitionTime, an Event's times)
+// and metav1.MicroTime ("2025-01-02T03:04:05.123456Z": a Lease's renewTime, events.k8s.io
+// eventTime). Both round down. Pure functions: thread-safe.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace rtable::common {
+
+std::string formatRfc3339(std::chrono::system_clock::time_point time);
+std::string formatRfc3339Micros(std::chrono::system_clock::time_point time);
+
+}  // namespace rtable::common

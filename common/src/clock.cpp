@@ -1,0 +1,10 @@
+#include "rtable/common/clock.h"
+
+namespace rtable::common {
+
+SteadyClock& SteadyClock::instance() {
+  static SteadyClock clock;
+  return clock;
+}
+
+}  // namespace rtable::common

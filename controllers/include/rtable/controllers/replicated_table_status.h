@@ -1,0 +1,93 @@
+// ReplicatedTableStatus: the status of a ReplicatedTable custom resource
+// (crds/rtable.io_replicatedtables.yaml, docs/crds.md) as plain data, with its JSON beside it, as
+// kubebuilder's *_types.go keep a status struct and its tags together.
+//
+// Every field is optional because the reconciler writes a status as a JSON merge patch: a field it
+// leaves unset is one it does not manage in that call, and the server keeps it as it was.
+// toJson() writes only the fields that are set; parse() reads what toJson() wrote (and what the
+// apiserver returns), ignoring fields it does not know so that an older operator reads a newer
+// one's status. parse(toJson()) gives the same status back.
+//
+// Plain copyable values; no shared state: thread-safe as values are.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rtable/controllers/spec_error.h"
+
+namespace rtable::controllers {
+
+enum class ConditionStatus { kTrue, kFalse, kUnknown };
+
+// "True", "False", "Unknown": metav1.ConditionStatus.
+std::string_view conditionStatusName(ConditionStatus status);
+inline ConditionStatus conditionStatusOf(bool value) {
+  return value ? ConditionStatus::kTrue : ConditionStatus::kFalse;
+}
+
+// metav1.Condition: the CRD requires every field but observedGeneration.
+struct Condition {
+  std::string type;  // Ready, Degraded, Replicating, HeadroomLow, Recovering
+  ConditionStatus status = ConditionStatus::kUnknown;
+  std::string reason;   // CamelCase, for machines ("ReplicasNotReady")
+  std::string message;  // for people; may be empty
+  int64_t observed_generation = 0;  // the metadata.generation the condition was set for
+  // RFC 3339, as the apiserver returns it: since when `status` has held.
+  std::string last_transition_time;
+
+  nlohmann::json toJson() const;
+  // `path` names the condition in errors ("status.conditions[1]").
+  static std::expected<Condition, SpecError> parse(const nlohmann::json& condition,
+                                                   const std::string& path = "condition");
+  friend bool operator==(const Condition&, const Condition&) = default;
+};
+
+// status.recovery: the progress of a table swap to a new generation (DESIGN.md 2.6).
+struct RecoveryStatus {
+  std::optional<int64_t> from_generation;
+  std::optional<int64_t> to_generation;
+  std::optional<std::string> step;
+  std::optional<std::string> started_at;  // RFC 3339
+  std::optional<std::string> message;
+  friend bool operator==(const RecoveryStatus&, const RecoveryStatus&) = default;
+};
+
+struct ReplicatedTableStatus {
+  std::optional<int64_t> observed_generation;
+  std::vector<Condition> conditions;  // empty: left out
+  std::optional<int32_t> replicas;        // replica pods that exist (the scale subresource's)
+  std::optional<int32_t> ready_replicas;
+  std::optional<std::string> ready;       // "<readyReplicas>/<spec.replicas>", for kubectl get
+  std::optional<std::string> selector;    // the pods' label selector, for the scale subresource
+  std::optional<std::string> zookeeper_path;  // <zookeeper.root>/<uid>
+  std::optional<int64_t> active_generation;
+  std::optional<int64_t> log_max_index;
+  std::optional<int64_t> log_counter;
+  std::optional<double> headroom_ratio;   // creates left in the log counter / 2^31
+  std::optional<std::string> headroom;    // the ratio as a percentage, for kubectl get ("99.94%")
+  std::optional<double> exhaustion_seconds;
+  std::optional<RecoveryStatus> recovery;
+
+  nlohmann::json toJson() const;
+  // `status` is the object's .status; a null or absent one is an empty status.
+  static std::expected<ReplicatedTableStatus, SpecError> parse(const nlohmann::json& status);
+  friend bool operator==(const ReplicatedTableStatus&, const ReplicatedTableStatus&) = default;
+};
+
+// Sets `condition` in `conditions`: replaces the one of the same type, or appends it.
+void setCondition(std::vector<Condition>& conditions, Condition condition);
+
+// Finishes one reconcile's conditions as metav1 wants them: each gets `generation` as its
+// observedGeneration, and keeps the lastTransitionTime of the condition of its type in `previous`
+// while its status is the same there (kubectl and alerting read it as "since when"); a condition
+// whose status changed, or that is new, changed `now`.
+void stampConditions(std::vector<Condition>& conditions, const std::vector<Condition>& previous,
+                     int64_t generation, const std::string& now);
+
+}  // namespace rtable::controllers
