@@ -2,7 +2,9 @@
 // ZooKeeper 3.8 (its JVM run as in production, not with the tests' fast-starting flags), one
 // replica each, in one run:
 //   - sequential single-row inserts per second over HTTP keep-alive,
-//   - ZooKeeper write transactions per insert (the server's zxid delta over those inserts),
+//   - ZooKeeper write transactions per insert (the server's zxid delta over those inserts), and
+//     the bytes those transactions took in ZooKeeper's transaction log (what every server of an
+//     ensemble fsyncs and every follower receives),
 //   - rows per second of one 1,000,000-row JSONEachRow insert of a 5-column table,
 // after warming ZooKeeper up (below), in several rounds that alternate which system goes first
 // (new rows each round); prints each
@@ -20,6 +22,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "rtable/replication_core/insert_protocol.h"
@@ -70,6 +74,35 @@ int64_t lastZxid(int port) {
   close(fd);
   const auto at = out.find("Zxid: ");
   return at == std::string::npos ? -1 : std::stoll(out.substr(at + 6), nullptr, 16);
+}
+
+// Bytes of the transactions with zxid in (after, upto] in ZooKeeper's transaction log files under
+// `data_dir` (FileTxnLog: a 16-byte header, then per transaction a long checksum, an int length,
+// the serialized TxnHeader and record, and an end-of-record byte, all big-endian; a file's
+// preallocated rest is zeros). Each counted transaction is its whole record.
+uint64_t txnLogBytes(const std::filesystem::path& data_dir, int64_t after, int64_t upto) {
+  auto be = [](const unsigned char* p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
+    return v;
+  };
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir / "version-2", ec)) {
+    if (!entry.path().filename().string().starts_with("log.")) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+    for (std::size_t at = 16; at + 12 <= bytes.size();) {
+      const uint64_t length = be(data + at + 8, 4);
+      if (length == 0 || at + 12 + length + 1 > bytes.size()) break;
+      // TxnHeader: long clientId, int cxid, long zxid, ...
+      const auto zxid = static_cast<int64_t>(be(data + at + 12 + 12, 8));
+      if (zxid > after && zxid <= upto) total += 12 + length + 1;
+      at += 12 + length + 1;
+    }
+  }
+  return total;
 }
 
 // A keep-alive HTTP/1.1 client that sends each request in one write with TCP_NODELAY, so that
@@ -182,6 +215,7 @@ struct Figures {
   double bulk_seconds = 0;
   uint64_t bulk_rows = 0;
   double zk_writes_per_insert = 0;  // first round only: later ones overlap the other's background
+  double zk_log_bytes_per_insert = 0;  // the same transactions' bytes in ZooKeeper's log
   bool failed = false;
   double singlePerSecond() const { return singles / single_seconds; }
   double bulkRowsPerSecond() const { return static_cast<double>(bulk_rows) / bulk_seconds; }
@@ -196,8 +230,9 @@ struct Round {
 uint64_t firstId(int index) { return static_cast<uint64_t>(index) * 100'000'000; }
 
 // One round for one system: `single` sequential single-row inserts, then one bulk insert.
-Round measureRound(KeepAliveClient& target, int zk_port, int index, int single,
+Round measureRound(KeepAliveClient& target, const LocalZooKeeper& zk, int index, int single,
                    const std::string& bulk, uint64_t bulk_rows, Figures& total, bool count_zk) {
+  const int zk_port = zk.port();
   Round round;
   const uint64_t first_id = firstId(index);
   target.reconnect();
@@ -208,7 +243,12 @@ Round measureRound(KeepAliveClient& target, int zk_port, int index, int single,
     if (!target.post(row(first_id + i, index))) return total.failed = true, round;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (count_zk) total.zk_writes_per_insert = static_cast<double>(lastZxid(zk_port) - zxid_before) / single;
+  if (count_zk) {
+    const int64_t zxid_after = lastZxid(zk_port);
+    total.zk_writes_per_insert = static_cast<double>(zxid_after - zxid_before) / single;
+    total.zk_log_bytes_per_insert =
+        static_cast<double>(txnLogBytes(zk.dataDir(), zxid_before, zxid_after)) / single;
+  }
   const auto bulk_start = std::chrono::steady_clock::now();
   if (!target.post(bulk)) return total.failed = true, round;
   const double bulk_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - bulk_start).count();
@@ -319,11 +359,11 @@ int main(int argc, char** argv) {
     }
     Round rr, cr;
     if (round % 2 == 0) {
-      rr = measureRound(rtable, (*zk)->port(), round, single, bulk, bulk_rows, r, round == 0);
-      cr = measureRound(ch, (*zk)->port(), round, single, bulk, bulk_rows, c, round == 0);
+      rr = measureRound(rtable, **zk, round, single, bulk, bulk_rows, r, round == 0);
+      cr = measureRound(ch, **zk, round, single, bulk, bulk_rows, c, round == 0);
     } else {
-      cr = measureRound(ch, (*zk)->port(), round, single, bulk, bulk_rows, c, false);
-      rr = measureRound(rtable, (*zk)->port(), round, single, bulk, bulk_rows, r, false);
+      cr = measureRound(ch, **zk, round, single, bulk, bulk_rows, c, false);
+      rr = measureRound(rtable, **zk, round, single, bulk, bulk_rows, r, false);
     }
     if (r.failed || c.failed) return fmt::print(stderr, "an insert failed in round {}\n", round + 1), 1;
     fmt::print("{:<8} {:>21.2f}x {:>21.2f}x   {:.1f} / {:.1f}, {:.0f} / {:.0f}\n", round + 1,
@@ -338,6 +378,9 @@ int main(int argc, char** argv) {
              c.singlePerSecond(), r.singlePerSecond() / c.singlePerSecond());
   fmt::print("{:<46} {:>14.2f} {:>18.2f} {:>9.2f}x\n", "ZooKeeper write transactions per insert",
              r.zk_writes_per_insert, c.zk_writes_per_insert, r.zk_writes_per_insert / c.zk_writes_per_insert);
+  fmt::print("{:<46} {:>14.0f} {:>18.0f} {:>9.2f}x\n", "ZooKeeper log bytes per single-row insert",
+             r.zk_log_bytes_per_insert, c.zk_log_bytes_per_insert,
+             r.zk_log_bytes_per_insert / c.zk_log_bytes_per_insert);
   fmt::print("{:<46} {:>14.0f} {:>18.0f} {:>9.2f}x\n",
              fmt::format("bulk rows/s ({} rows, one insert per round)", bulk_rows), r.bulkRowsPerSecond(),
              c.bulkRowsPerSecond(), r.bulkRowsPerSecond() / c.bulkRowsPerSecond());
