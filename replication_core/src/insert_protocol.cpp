@@ -55,7 +55,8 @@ std::string tokenDedupId(const std::string& partition, const std::string& token,
   return formatDedupId(partition, hash128(fmt::format("{}_{}", token, n)));
 }
 
-BlockNumberAllocator::BlockNumberAllocator(TablePaths paths) : paths_(std::move(paths)) {
+BlockNumberAllocator::BlockNumberAllocator(TablePaths paths, const common::Clock& clock)
+    : paths_(std::move(paths)), clock_(clock) {
   std::random_device random;
   next_lock_tag_ = (static_cast<uint64_t>(random()) << 32) | random();
 }
@@ -97,7 +98,7 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
     const KeeperError& error = allocated.error();
     if (error.isConnectionLevel()) {
       std::lock_guard lock(mu_);
-      lost_.push_back(LostAllocation{keeper.sessionId(), partition, lock_data, std::chrono::steady_clock::now()});
+      lost_.push_back(LostAllocation{keeper.sessionId(), partition, lock_data, clock_.now()});
       return std::unexpected(error);
     }
     if (error.code == KeeperCode::kNodeExists && error.failed_op_index == 0u) {
@@ -148,25 +149,25 @@ void BlockNumberAllocator::finishReserving(int64_t session_id, const std::string
   std::lock_guard lock(mu_);
   reserving_.erase(partition);
   if (unknown_outcome) {
-    lost_.push_back(LostAllocation{session_id, partition, lock_data, std::chrono::steady_clock::now()});
+    lost_.push_back(LostAllocation{session_id, partition, lock_data, clock_.now()});
     return;
   }
   if (!created) return;
   auto number = sequenceNumber(*created);
   if (!number) {
     // Cannot happen with ZooKeeper's names; leave it to the session rather than guess.
-    lost_.push_back(LostAllocation{session_id, partition, lock_data, std::chrono::steady_clock::now()});
+    lost_.push_back(LostAllocation{session_id, partition, lock_data, clock_.now()});
     return;
   }
   reserved_[partition] = Reserve{session_id, BlockNumberLock{partition, *number, *created},
-                                 std::chrono::steady_clock::now()};
+                                 clock_.now()};
 }
 
 void BlockNumberAllocator::releaseIdleReserves(Keeper& keeper, std::chrono::steady_clock::duration idle) {
   std::vector<std::string> release;
   {
     std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_.now();
     for (auto it = reserved_.begin(); it != reserved_.end();) {
       if (it->second.session_id != keeper.sessionId()) {
         it = reserved_.erase(it);  // ephemeral: gone with its session
@@ -233,7 +234,7 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const L
     if (!removed && removed.error().code != KeeperCode::kNoNode) return std::unexpected(removed.error());
     return true;
   }
-  return std::chrono::steady_clock::now() - lost.lost_at > kLostRequestGrace;
+  return clock_.now() - lost.lost_at > kLostRequestGrace;
 }
 
 std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,

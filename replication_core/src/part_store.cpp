@@ -53,19 +53,21 @@ std::expected<Block, std::string> readDataPart(const DataPart& part, const Table
 }
 
 PartStore::PartStore(fs::path data_dir, const TableSchema& schema, PartStoreOptions options,
-                     metrics::ReplicaMetrics& metrics, std::unique_ptr<PartJournal> journal)
+                     metrics::ReplicaMetrics& metrics, const common::Clock& clock,
+                     std::unique_ptr<PartJournal> journal)
     : data_dir_(std::move(data_dir)),
       schema_(schema),
       options_(options),
       metrics_(metrics),
+      clock_(clock),
       journal_(std::move(journal)),
-      last_checkpoint_(std::chrono::steady_clock::now()) {}
+      last_checkpoint_(clock_.now()) {}
 
 PartStore::~PartStore() = default;
 
 std::expected<std::unique_ptr<PartStore>, std::string> PartStore::open(
     const fs::path& data_dir, const TableSchema& schema, PartStoreOptions options,
-    metrics::ReplicaMetrics& metrics) {
+    metrics::ReplicaMetrics& metrics, const common::Clock& clock) {
   if (auto made = makeDirectories(data_dir); !made) return std::unexpected(made.error());
   // Inserts that were still staging when the process stopped were never acknowledged.
   std::error_code ec;
@@ -73,7 +75,7 @@ std::expected<std::unique_ptr<PartStore>, std::string> PartStore::open(
   auto journal = PartJournal::open(data_dir / kJournalDir);
   if (!journal) return std::unexpected(journal.error());
   return std::unique_ptr<PartStore>(
-      new PartStore(data_dir, schema, options, metrics, std::move(*journal)));
+      new PartStore(data_dir, schema, options, metrics, clock, std::move(*journal)));
 }
 
 std::expected<std::vector<std::string>, std::string> PartStore::load(
@@ -450,7 +452,7 @@ void PartStore::checkpointIfDue() {
   bool due;
   {
     std::lock_guard lock(checkpoint_mu_);
-    due = wanted || std::chrono::steady_clock::now() - last_checkpoint_ >= options_.checkpoint_interval;
+    due = wanted || clock_.now() - last_checkpoint_ >= options_.checkpoint_interval;
   }
   bool held;
   {
@@ -471,7 +473,7 @@ void PartStore::checkpointIfDue() {
 
 std::expected<void, std::string> PartStore::checkpoint() {
   std::lock_guard checkpoint_lock(checkpoint_mu_);
-  last_checkpoint_ = std::chrono::steady_clock::now();
+  last_checkpoint_ = clock_.now();
   // Every record the rotation covers belongs to a part held by then (held before its append), or
   // to one that left the table: written out, all are durable after the sync without the records.
   PartJournal::Rotation rotation = journal_->rotate();

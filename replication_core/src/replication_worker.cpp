@@ -54,7 +54,7 @@ std::optional<FetchSource> parseReplicaAddress(const std::string& replica, const
 ReplicationWorker::ReplicationWorker(const TableSpec& spec, TablePaths paths,
                                      ReplicationOptions options, KeeperSession& session,
                                      PartStore& store, BlockNumberAllocator& allocator,
-                                     metrics::ReplicaMetrics& metrics)
+                                     metrics::ReplicaMetrics& metrics, const common::Clock& clock)
     : spec_(spec),
       paths_(std::move(paths)),
       options_(options),
@@ -62,6 +62,7 @@ ReplicationWorker::ReplicationWorker(const TableSpec& spec, TablePaths paths,
       store_(store),
       allocator_(allocator),
       metrics_(metrics),
+      clock_(clock),
       dedup_cleaner_(paths_, spec_.deduplication),
       queue_(QueueLimits{spec_.fetch_threads, spec_.merge_threads}),
       puller_(paths_) {}
@@ -215,7 +216,7 @@ bool ReplicationWorker::updateQueue(Keeper& keeper) {
   // (measured: 120-190 us added to every single-row insert, on average).
   std::lock_guard pull_lock(pull_mu_);
   std::unique_lock lock(queue_mu_);
-  last_pull_ = std::chrono::steady_clock::now();
+  last_pull_ = clock_.now();
   if (queue_needs_sync_) {
     // An entry in ZooKeeper's queue but not here would never run, and the leader would merge
     // across its part as if the block did not exist: every replica would lose its rows.
@@ -394,7 +395,7 @@ std::size_t ReplicationWorker::scheduleQueue(bool inline_execution) {
       const bool pools_full = queue_.executing(QueueAction::kFetch) >= spec_.fetch_threads &&
                               queue_.executing(QueueAction::kMerge) >= spec_.merge_threads;
       if (inline_execution || !pools_full) {
-        auto entry = queue_.selectEntryToProcess(store_.lookup(), readonly, std::chrono::steady_clock::now());
+        auto entry = queue_.selectEntryToProcess(store_.lookup(), readonly, clock_.now());
         if (entry) selected.emplace(*this, std::move(*entry), queue_epoch_);
       }
       metrics_.queue_size.Set(static_cast<double>(queue_.size()));
@@ -500,11 +501,11 @@ void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOu
         auto removed = queue_.finish(selected.node_name);
         pointless.insert(pointless.end(), removed.begin(), removed.end());
       } else if (done.error().gave_way) {
-        queue_.giveWay(selected.node_name, done.error().message, std::chrono::steady_clock::now());
+        queue_.giveWay(selected.node_name, done.error().message, clock_.now());
       } else {
         spdlog::warn("queue entry {} ({} {}): {}", selected.node_name, queueActionName(selected.action),
                      selected.entry.new_part_name, done.error().message);
-        queue_.fail(selected.node_name, done.error().message, std::chrono::steady_clock::now());
+        queue_.fail(selected.node_name, done.error().message, clock_.now());
       }
     }
     metrics_.queue_size.Set(static_cast<double>(queue_.size()));
@@ -520,7 +521,7 @@ void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOu
 void ReplicationWorker::noteFetchSource(const std::string& replica, bool failed) {
   std::lock_guard lock(sources_mu_);
   if (failed) {
-    failed_sources_[replica] = std::chrono::steady_clock::now();
+    failed_sources_[replica] = clock_.now();
   } else {
     failed_sources_.erase(replica);
   }
@@ -567,7 +568,7 @@ KeeperResult<std::vector<ReplicationWorker::FetchCandidate>> ReplicationWorker::
     std::lock_guard lock(sources_mu_);
     failed = failed_sources_;
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_.now();
   auto failedLately = [&](const FetchCandidate& c) {
     auto it = failed.find(c.source.replica);
     return it != failed.end() && now - it->second < kRemembered;
@@ -953,12 +954,12 @@ void ReplicationWorker::backgroundLoop() {
   // ephemeral, so it stays the leader as long as that session lives. 0: not the leader (ZooKeeper
   // never gives out session id 0).
   int64_t leader_session = 0;
-  auto last_cleanup = std::chrono::steady_clock::now();
+  auto last_cleanup = clock_.now();
   std::unique_lock lock(background_mu_);
   while (!stopping_) {
     wake_requested_ = false;
     lock.unlock();
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_.now();
     // Every round: an insert that finds the held parts full wakes us for an early checkpoint.
     store_.checkpointIfDue();
     if (now - last_full_round >= options_.background_period) {
@@ -1006,10 +1007,13 @@ void ReplicationWorker::backgroundLoop() {
     updateQueueMetrics();
     lock.lock();
     // A new log entry or a finished one wakes us, but pulls stay min_pull_interval apart.
-    background_wake_.wait_for(lock, options_.background_period,
-                              [this] { return stopping_ || wake_requested_; });
+    const auto round_ends = clock_.now() + options_.background_period;
+    while (!stopping_ && !wake_requested_ && clock_.now() < round_ends) {
+      clock_.waitUntil(background_wake_, lock, round_ends);
+    }
     if (!stopping_ && wake_requested_) {
-      background_wake_.wait_for(lock, options_.min_pull_interval, [this] { return stopping_; });
+      const auto pull_allowed = clock_.now() + options_.min_pull_interval;
+      while (!stopping_ && clock_.now() < pull_allowed) clock_.waitUntil(background_wake_, lock, pull_allowed);
     }
   }
 }

@@ -72,8 +72,9 @@ TableReplica::TableReplica(TableSpec spec, KeeperFactory factory, prometheus::Re
       options_(options),
       paths_{spec_.tableRoot(), options_.generation, spec_.replica},
       metrics_(registry, metrics::ReplicaLabels{spec_.table, spec_.replica, options_.generation}),
+      clock_(options_.clock ? *options_.clock : common::SteadyClock::instance()),
       session_(std::move(factory), metrics_),
-      allocator_(paths_) {}
+      allocator_(paths_, clock_) {}
 
 std::expected<std::unique_ptr<TableReplica>, std::string> TableReplica::open(
     const TableSpec& spec, KeeperFactory keeper_factory, prometheus::Registry& registry,
@@ -95,11 +96,11 @@ KeeperStatus TableReplica::activate(Keeper& keeper) {
 }
 
 std::expected<void, std::string> TableReplica::start() {
-  auto store = PartStore::open(spec_.data_dir, spec_.schema, options_.parts, metrics_);
+  auto store = PartStore::open(spec_.data_dir, spec_.schema, options_.parts, metrics_, clock_);
   if (!store) return std::unexpected(store.error());
   store_ = std::move(*store);
   worker_ = std::make_unique<ReplicationWorker>(spec_, paths_, options_.replication, session_, *store_,
-                                                allocator_, metrics_);
+                                                allocator_, metrics_, clock_);
   inserts_ = std::make_unique<InsertCommit>(spec_, paths_, options_.max_part_rows, session_, *store_,
                                             allocator_, *worker_, metrics_);
 

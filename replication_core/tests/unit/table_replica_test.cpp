@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "rtable/common/testing/fake_clock.h"
 #include "rtable/common/testing/files.h"
 #include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/insert_protocol.h"
@@ -972,6 +973,30 @@ TEST_F(TableReplicaTest, AfterAFailedSyncTheNextCheckpointWritesTheHeldPartsAgai
   open(options);
   EXPECT_EQ(table_->rowCount(), 2u);
   EXPECT_TRUE(table_->state().broken_parts.empty());
+}
+
+// Time is a seam: checkpoints and reserves follow the injected clock, not the machine's.
+TEST_F(TableReplicaTest, CheckpointsAndReservesFollowTheInjectedClock) {
+  common::testing::FakeClock clock;
+  TableReplicaOptions options;
+  options.clock = &clock;
+  options.parts.checkpoint_interval = std::chrono::seconds(5);
+  options.replication.reserve_idle = std::chrono::seconds(1);
+  open(options);
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0, reserves block 1
+  const std::vector<std::string> reserve{"block-0000000001"};
+  EXPECT_EQ(observer_->children(paths_.blockNumbers("202612"))->names, reserve);
+  table_->runBackgroundRoundForTest();
+  EXPECT_GT(journalBytes(dir_), 0u) << "checkpointed before its interval";
+  EXPECT_EQ(observer_->children(paths_.blockNumbers("202612"))->names, reserve);
+  clock.advance(std::chrono::seconds(1));
+  table_->runBackgroundRoundForTest();
+  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty()) << "the idle reserve stayed";
+  EXPECT_GT(journalBytes(dir_), 0u);
+  clock.advance(std::chrono::seconds(4));
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(journalBytes(dir_), 0u) << "no checkpoint once its interval passed";
+  EXPECT_EQ(table_->rowCount(), 1u);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <variant>
 #include <vector>
 
+#include "rtable/common/clock.h"
 #include "rtable/replication_core/block.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/log_entry.h"
@@ -62,7 +63,9 @@ using Allocation = std::variant<BlockNumberLock, Duplicate>;
 // steady insert stream costs one request here. Thread-safe.
 class BlockNumberAllocator {
  public:
-  explicit BlockNumberAllocator(TablePaths paths);
+  // `clock` (which must outlive this) times reserves and lost allocations.
+  explicit BlockNumberAllocator(TablePaths paths,
+                                const common::Clock& clock = common::SteadyClock::instance());
 
   // A lock's data is the dedup id and a number unique to this allocator, so that an allocation
   // whose answer was lost can find its own lock.
@@ -108,6 +111,7 @@ class BlockNumberAllocator {
   std::string nextLockData(const std::string& dedup_id);  // mu_ held
 
   TablePaths paths_;
+  const common::Clock& clock_;
   mutable std::mutex mu_;
   std::set<std::string> known_partitions_;
   uint64_t next_lock_tag_;

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "rtable/common/clock.h"
 #include "rtable/metrics/replica_metrics.h"
 #include "rtable/replication_core/active_part_set.h"
 #include "rtable/replication_core/block.h"
@@ -91,9 +92,10 @@ struct NewPart {
 class PartStore {
  public:
   // Creates `data_dir`, removes what inserts left staging, opens the journal. Loads nothing yet.
+  // `metrics` and `clock` (which times checkpoints) must outlive the store.
   static std::expected<std::unique_ptr<PartStore>, std::string> open(
       const std::filesystem::path& data_dir, const TableSchema& schema, PartStoreOptions options,
-      metrics::ReplicaMetrics& metrics);
+      metrics::ReplicaMetrics& metrics, const common::Clock& clock);
   ~PartStore();
 
   const std::filesystem::path& dataDir() const { return data_dir_; }
@@ -184,7 +186,8 @@ class PartStore {
 
  private:
   PartStore(std::filesystem::path data_dir, const TableSchema& schema, PartStoreOptions options,
-            metrics::ReplicaMetrics& metrics, std::unique_ptr<PartJournal> journal);
+            metrics::ReplicaMetrics& metrics, const common::Clock& clock,
+            std::unique_ptr<PartJournal> journal);
 
   struct Held {
     std::shared_ptr<const PartImage> image;
@@ -210,6 +213,7 @@ class PartStore {
   const TableSchema schema_;
   const PartStoreOptions options_;
   metrics::ReplicaMetrics& metrics_;
+  const common::Clock& clock_;
   const std::unique_ptr<PartJournal> journal_;
   std::function<void()> wake_;
 

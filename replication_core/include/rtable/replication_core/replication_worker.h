@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "rtable/common/clock.h"
 #include "rtable/metrics/replica_metrics.h"
 #include "rtable/replication_core/dedup_window.h"
 #include "rtable/replication_core/insert_commit.h"
@@ -75,10 +76,11 @@ struct QueueState {
 
 class ReplicationWorker {
  public:
-  // `paths`: the generation replicated. The references must outlive this.
+  // `paths`: the generation replicated. The references must outlive this; `clock` times the
+  // background rounds, backoff, pulls, cleanup and failed sources.
   ReplicationWorker(const TableSpec& spec, TablePaths paths, ReplicationOptions options,
                     KeeperSession& session, PartStore& store, BlockNumberAllocator& allocator,
-                    metrics::ReplicaMetrics& metrics);
+                    metrics::ReplicaMetrics& metrics, const common::Clock& clock);
   ~ReplicationWorker();
 
   // --- Start-up and stop ---
@@ -207,6 +209,7 @@ class ReplicationWorker {
   PartStore& store_;
   BlockNumberAllocator& allocator_;
   metrics::ReplicaMetrics& metrics_;
+  const common::Clock& clock_;
   metrics::CounterRateEstimator counter_rate_;
   DedupWindowCleaner dedup_cleaner_;
   std::atomic<bool> lost_{false};

@@ -60,6 +60,9 @@ struct TableReplicaOptions {
   bool background = true;  // replication, merges, checkpoints and cleanup in threads
   // The generation served (<root>/<generation> in ZooKeeper, DESIGN.md 2.2).
   int64_t generation = 1;
+  // Times checkpoints, background rounds, backoff, reserves and cleanup (a test's FakeClock);
+  // must outlive the replica. Null: the steady clock.
+  const common::Clock* clock = nullptr;
 };
 
 class TableReplica {
@@ -120,6 +123,7 @@ class TableReplica {
   const TableReplicaOptions options_;
   const TablePaths paths_;
   metrics::ReplicaMetrics metrics_;
+  const common::Clock& clock_;
   KeeperSession session_;
   BlockNumberAllocator allocator_;
   std::unique_ptr<PartStore> store_;            // set by start()
