@@ -29,6 +29,8 @@ core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigC
   core.min_logs_to_keep = static_cast<std::size_t>(r.min_logs_to_keep);
   core.max_logs_to_keep = static_cast<std::size_t>(r.max_logs_to_keep);
   core.cleanup_period = std::chrono::seconds(r.cleanup_period_seconds);
+  core.fetch_connect_timeout = std::chrono::milliseconds(r.fetch_connect_timeout_ms);
+  core.fetch_receive_timeout = std::chrono::milliseconds(r.fetch_receive_timeout_ms);
   // spec.insertQuorum: the quorum of inserts that give none (a request's insert_quorum wins).
   core.insert_quorum = static_cast<std::size_t>(spec.insert_quorum);
   return core;

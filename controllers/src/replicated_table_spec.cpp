@@ -255,6 +255,10 @@ ReplicatedTableSpec parseSpec(const json& object) {
     r.min_logs_to_keep = replication.integer("minLogsToKeep", r.min_logs_to_keep, 1, 1'000'000);
     r.max_logs_to_keep = replication.integer("maxLogsToKeep", r.max_logs_to_keep, 1, 10'000'000);
     r.cleanup_period_seconds = replication.integer("cleanupPeriodSeconds", r.cleanup_period_seconds, 1, 3600);
+    r.fetch_connect_timeout_ms =
+        replication.integer("fetchConnectTimeoutMs", r.fetch_connect_timeout_ms, 10, 600'000);
+    r.fetch_receive_timeout_ms =
+        replication.integer("fetchReceiveTimeoutMs", r.fetch_receive_timeout_ms, 100, 3'600'000);
     if (r.max_logs_to_keep < r.min_logs_to_keep) {
       fail(replication.at("maxLogsToKeep"),
            fmt::format("{} is below minLogsToKeep ({})", r.max_logs_to_keep, r.min_logs_to_keep));
@@ -326,7 +330,9 @@ json ReplicatedTableSpec::toJson() const {
                          {"mergeThreads", replication.merge_threads},
                          {"minLogsToKeep", replication.min_logs_to_keep},
                          {"maxLogsToKeep", replication.max_logs_to_keep},
-                         {"cleanupPeriodSeconds", replication.cleanup_period_seconds}};
+                         {"cleanupPeriodSeconds", replication.cleanup_period_seconds},
+                         {"fetchConnectTimeoutMs", replication.fetch_connect_timeout_ms},
+                         {"fetchReceiveTimeoutMs", replication.fetch_receive_timeout_ms}};
   if (!pod_template.empty()) {
     json pod = json::object();
     const PodTemplateAdditions& p = pod_template;

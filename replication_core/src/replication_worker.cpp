@@ -630,7 +630,8 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
                              fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
     if (auto made = makeDirectories(staging.parent_path()); !made) return std::unexpected(made.error());
     auto fetched = fetchPart(candidate.source, spec_.interserver_secret, name, staging,
-                             spec_.schema, options_.fetch_timeouts);
+                             spec_.schema,
+                             FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout});
     if (!fetched) {
       // A corrupt or cut transfer, a source cut off: the next replica may do better. A failure
       // on our side (our disk) says nothing about the source.

@@ -175,6 +175,10 @@ TableSpec parse(const YAML::Node& root) {
     }
     result.cleanup_period = std::chrono::seconds(
         replication.number<int64_t>("cleanupPeriodSeconds", result.cleanup_period.count(), 1, 3600));
+    result.fetch_connect_timeout = std::chrono::milliseconds(replication.number<int64_t>(
+        "fetchConnectTimeoutMs", result.fetch_connect_timeout.count(), 10, 600'000));
+    result.fetch_receive_timeout = std::chrono::milliseconds(replication.number<int64_t>(
+        "fetchReceiveTimeoutMs", result.fetch_receive_timeout.count(), 100, 3'600'000));
     replication.rejectUnknown();
   }
   if (spec.has("inserts")) {
@@ -264,6 +268,12 @@ std::string TableSpec::formatYaml() const {
   out << YAML::Key << "minLogsToKeep" << YAML::Value << min_logs_to_keep;
   out << YAML::Key << "maxLogsToKeep" << YAML::Value << max_logs_to_keep;
   out << YAML::Key << "cleanupPeriodSeconds" << YAML::Value << cleanup_period.count();
+  if (fetch_connect_timeout != kDefaultFetchConnectTimeout) {
+    out << YAML::Key << "fetchConnectTimeoutMs" << YAML::Value << fetch_connect_timeout.count();
+  }
+  if (fetch_receive_timeout != kDefaultFetchReceiveTimeout) {
+    out << YAML::Key << "fetchReceiveTimeoutMs" << YAML::Value << fetch_receive_timeout.count();
+  }
   out << YAML::EndMap;
   out << YAML::Key << "inserts" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "quorum" << YAML::Value;

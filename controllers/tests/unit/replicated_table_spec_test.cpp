@@ -56,7 +56,9 @@ TEST(ReplicatedTableSpec, DefaultsAreFilledIn) {
                                        {"mergeThreads", 2},
                                        {"minLogsToKeep", 10},
                                        {"maxLogsToKeep", 1000},
-                                       {"cleanupPeriodSeconds", 30}}));
+                                       {"cleanupPeriodSeconds", 30},
+                                       {"fetchConnectTimeoutMs", 1000},
+                                       {"fetchReceiveTimeoutMs", 30000}}));
   EXPECT_FALSE(full.contains("podTemplate"));
   EXPECT_FALSE(full.contains("restoreFrom"));
 }

@@ -92,7 +92,7 @@ zookeeper: {{connect: fake}}
 replica: {{name: {}, host: 127.0.0.1}}
 ports: {{http: {}}}
 dataDir: {}
-replication: {{secretFile: {}}}
+replication: {{secretFile: {}, fetchConnectTimeoutMs: 1000, fetchReceiveTimeoutMs: 2000}}
 )", name, port, (root_ / name).string(), (root_ / "secret").string()));
     EXPECT_TRUE(parsed) << parsed.error();
     return *parsed;
@@ -101,7 +101,6 @@ replication: {{secretFile: {}}}
   // A replica with its HTTP server. Its sessions go through hooks_ (r2's) or directly (r1's).
   TableReplica& open(const std::string& name, TableReplicaOptions options, bool hooked) {
     options.parts.journal_part_bytes = 0;  // parts as files: every file step happens
-    options.replication.fetch_timeouts = FetchTimeouts{1s, 2s};
     TableReplica* opened = nullptr;
     for (int attempt = 0; attempt < 5 && !opened; ++attempt) {
       auto port = common::testing::findFreeLoopbackPort();

@@ -146,10 +146,13 @@ TEST(TableSpec, FormatYamlRoundTripsEveryField) {
   auto spec = TableSpec::parseYaml(std::string(kSpec) +
                                    "replication: {secretFile: " + file.string() +
                                    ", fetchThreads: 8, mergeThreads: 1, minLogsToKeep: 3, maxLogsToKeep: 7,"
-                                   " cleanupPeriodSeconds: 2}\n"
+                                   " cleanupPeriodSeconds: 2, fetchConnectTimeoutMs: 250,"
+                                   " fetchReceiveTimeoutMs: 5000}\n"
                                    "inserts: {quorum: 2, quorumTimeoutMs: 1500}\n");
   ASSERT_TRUE(spec) << spec.error();
   EXPECT_EQ(spec->interserver_secret_file, file);
+  EXPECT_EQ(spec->fetch_connect_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(spec->fetch_receive_timeout, std::chrono::milliseconds(5000));
   const std::string text = spec->formatYaml();
   auto again = TableSpec::parseYaml(text);
   ASSERT_TRUE(again) << again.error() << "\n" << text;

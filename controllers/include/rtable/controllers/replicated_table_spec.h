@@ -58,6 +58,8 @@ struct ReplicationSettings {
   int64_t min_logs_to_keep = 10;
   int64_t max_logs_to_keep = 1000;
   int64_t cleanup_period_seconds = 30;
+  int64_t fetch_connect_timeout_ms = 1000;
+  int64_t fetch_receive_timeout_ms = 30000;
   friend bool operator==(const ReplicationSettings&, const ReplicationSettings&) = default;
 };
 

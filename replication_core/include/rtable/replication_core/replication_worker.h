@@ -58,10 +58,6 @@ struct ReplicationOptions {
   // A new log entry wakes the replica, but pulls are at least this far apart: pulls then cover
   // several entries (fewer ZooKeeper writes per insert) at the price of this much delay.
   std::chrono::milliseconds min_pull_interval{100};
-  // A fetch gives up on a source it cannot connect to within `connect` (ClickHouse's
-  // connection timeout for fetches: 1 s), or that sends nothing for `receive`, and tries the next
-  // replica that has the part.
-  FetchTimeouts fetch_timeouts;
   // A block number reserved by a commit for the next insert into its partition (insert_protocol.h)
   // is given up after this long unused: until then merges cannot cover it.
   std::chrono::milliseconds reserve_idle{1000};

@@ -24,6 +24,8 @@
 //     minLogsToKeep: 10           # log entries always kept
 //     maxLogsToKeep: 1000         # an offline replica further behind is marked lost
 //     cleanupPeriodSeconds: 30
+//     fetchConnectTimeoutMs: 1000    # a source not connected by then: the next replica is tried
+//     fetchReceiveTimeoutMs: 30000   # a source that sends nothing for this long: the same
 //   inserts:                      # optional: defaults for inserts that do not set them
 //     quorum: 2                   # insert_quorum (0: off; "auto": a majority of the replicas)
 //     quorumTimeoutMs: 600000     # insert_quorum_timeout
@@ -66,6 +68,12 @@ struct TableSpec {
   std::size_t min_logs_to_keep = 10;
   std::size_t max_logs_to_keep = 1000;
   std::chrono::seconds cleanup_period{30};
+  // Part fetches (ClickHouse's connection timeout for fetches is 1 s; its receive timeout for
+  // HTTP is 30 s); written to the config only when they differ, so existing pods do not roll.
+  static constexpr std::chrono::milliseconds kDefaultFetchConnectTimeout{1000};
+  static constexpr std::chrono::milliseconds kDefaultFetchReceiveTimeout{30000};
+  std::chrono::milliseconds fetch_connect_timeout = kDefaultFetchConnectTimeout;
+  std::chrono::milliseconds fetch_receive_timeout = kDefaultFetchReceiveTimeout;
   // The table's insert_quorum for inserts whose request gives none (a request's own, even 0, wins).
   std::size_t insert_quorum = 0;
   bool insert_quorum_auto = false;
