@@ -10,7 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -79,6 +83,7 @@ class DiskFull : public ReplicationCluster {
       LocalReplica& target = *targets[attempt % 2];
       Outcome outcome = insertOnce(target, id);
       if (outcome.ok) {
+        std::lock_guard lock(mu_);
         acknowledged_.insert(id);
         return;
       }
@@ -106,10 +111,27 @@ class DiskFull : public ReplicationCluster {
     return ids;
   }
 
+  // Two clients at once, as in issue 26's report: ids `first`, `first + 2`, ... up to `end`, each
+  // started on r2 and r1 in turn, until `stop` says enough.
+  void twoClients(LocalReplica& r1, LocalReplica& r2, uint64_t first, uint64_t end,
+                  const std::function<bool()>& stop) {
+    std::vector<std::thread> clients;
+    for (uint64_t client = 0; client < 2; ++client) {
+      clients.emplace_back([&, client] {
+        for (uint64_t id = first + client; id < end && !stop(); id += 2) {
+          const bool on_r2 = (id / 2) % 2 == 0;
+          insertRetrying(on_r2 ? r2 : r1, on_r2 ? r1 : r2, id);
+        }
+      });
+    }
+    for (auto& client : clients) client.join();
+  }
+
   std::filesystem::path base_dir_;
   std::vector<std::filesystem::path> mounted_;
-  std::set<uint64_t> acknowledged_;
-  std::size_t refused_full_ = 0;
+  std::mutex mu_;
+  std::set<uint64_t> acknowledged_;  // guarded by mu_
+  std::atomic<std::size_t> refused_full_{0};
 };
 
 TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) {
@@ -139,8 +161,7 @@ TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) 
       while (out.write(kib.data(), kib.size()) && out.flush()) {
       }
     }
-    uint64_t id = 0;
-    for (; id < 3000 && refused_full_ < 5; ++id) insertRetrying(id % 2 ? r2 : r1, id % 2 ? r1 : r2, id);
+    twoClients(r1, r2, 0, 3000, [&] { return refused_full_ >= 5; });
     EXPECT_GE(refused_full_, 5u) << "r2's volume never filled";
     // r2 stayed up and says why it refuses.
     auto ready = r2.get("/replica");
@@ -149,7 +170,7 @@ TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) 
 
     std::filesystem::remove(ballast);
     const auto freed = std::chrono::steady_clock::now();
-    for (uint64_t more = id + 20; id < more; ++id) insertRetrying(r2, r1, id);
+    twoClients(r1, r2, 10'000, 10'040, [] { return false; });
     std::optional<ReplicaContents> c1, c2;
     const bool converged = waitFor([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
