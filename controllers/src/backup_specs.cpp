@@ -34,7 +34,8 @@ LabelSelectorSpec parseSelector(const json& value, const std::string& path) {
     requirement.op = expression.string("operator");
     const bool with_values = requirement.op == "In" || requirement.op == "NotIn";
     if (!with_values && requirement.op != "Exists" && requirement.op != "DoesNotExist") {
-      fail(expression.at("operator"), fmt::format("'{}' is not one of In, NotIn, Exists, DoesNotExist", requirement.op));
+      fail(expression.at("operator"),
+           fmt::format("'{}' is not one of In, NotIn, Exists, DoesNotExist", requirement.op));
     }
     const json& values = expression.array("values", 64);
     for (std::size_t v = 0; v < values.size(); ++v) {
@@ -42,7 +43,8 @@ LabelSelectorSpec parseSelector(const json& value, const std::string& path) {
       requirement.values.push_back(values[v].get<std::string>());
     }
     // metav1.LabelSelector's own rule.
-    if (with_values && requirement.values.empty()) fail(expression.at("values"), "In and NotIn need values");
+    if (with_values && requirement.values.empty())
+      fail(expression.at("values"), "In and NotIn need values");
     if (!with_values && !requirement.values.empty()) {
       fail(expression.at("values"), "Exists and DoesNotExist take no values");
     }
@@ -55,7 +57,8 @@ LabelSelectorSpec parseSelector(const json& value, const std::string& path) {
 
 json selectorJson(const LabelSelectorSpec& selector) {
   json result = json::object();
-  if (!selector.match_labels.empty()) result["matchLabels"] = detail::stringMapJson(selector.match_labels);
+  if (!selector.match_labels.empty())
+    result["matchLabels"] = detail::stringMapJson(selector.match_labels);
   if (!selector.match_expressions.empty()) {
     json list = json::array();
     for (const auto& r : selector.match_expressions) {
@@ -77,7 +80,8 @@ BackupDestination parseDestination(JsonFields& spec) {
     JsonFields filesystem(*fs, fields.at("filesystem"));
     std::string path = filesystem.string("path", 4096);
     if (path.size() < 2 || path.front() != '/' || path.back() == '/') {
-      fail(filesystem.at("path"), fmt::format("'{}' must be an absolute path without a trailing '/'", path));
+      fail(filesystem.at("path"),
+           fmt::format("'{}' must be an absolute path without a trailing '/'", path));
     }
     filesystem.rejectUnknown();
     destination.filesystem = BackupDestination::Filesystem{std::move(path)};
@@ -104,11 +108,13 @@ ClusterBackupSpec parseBackupSpec(const json& object, const std::string& path) {
   ClusterBackupSpec result;
   if (auto table = spec.optionalString("table", 52)) {
     if (!std::regex_match(*table, dns1035LabelPattern())) {
-      fail(spec.at("table"), fmt::format("'{}' is not a ReplicatedTable name (a DNS-1035 label)", *table));
+      fail(spec.at("table"),
+           fmt::format("'{}' is not a ReplicatedTable name (a DNS-1035 label)", *table));
     }
     result.table = std::move(*table);
   }
-  if (const json* selector = spec.find("selector")) result.selector = parseSelector(*selector, spec.at("selector"));
+  if (const json* selector = spec.find("selector"))
+    result.selector = parseSelector(*selector, spec.at("selector"));
   result.destination = parseDestination(spec);
   spec.rejectUnknown();
   if (result.table.has_value() == result.selector.has_value()) {
@@ -144,9 +150,11 @@ constexpr std::array<const char*, 12> kDayNames = {"SUN", "MON", "TUE", "WED", "
 std::expected<int, std::string> cronValue(std::string_view text, const CronField& field) {
   if (field.names && text.size() == 3) {
     std::string upper(text);
-    std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char c) { return std::toupper(c); });
     std::string lower(text);
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     // All upper or all lower case, as the CRD's pattern allows.
     if (text == upper || text == lower) {
       for (std::size_t i = 0; i < field.names->size() && (*field.names)[i]; ++i) {
@@ -161,7 +169,8 @@ std::expected<int, std::string> cronValue(std::string_view text, const CronField
   }
   const int value = std::stoi(std::string(text));
   if (value < field.min || value > field.max) {
-    return std::unexpected(fmt::format("{} {} is out of range {}-{}", field.name, value, field.min, field.max));
+    return std::unexpected(
+        fmt::format("{} {} is out of range {}-{}", field.name, value, field.min, field.max));
   }
   return value;
 }
@@ -180,8 +189,10 @@ std::expected<void, std::string> parseCronField(std::string_view text, const Cro
     if (auto slash = item.find('/'); slash != std::string_view::npos) {
       std::string_view step_text = item.substr(slash + 1);
       if (step_text.empty() || step_text.size() > 2 || step_text[0] == '0' ||
-          !std::all_of(step_text.begin(), step_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-        return std::unexpected(fmt::format("{} step '{}' is not a number from 1 to 99", field.name, step_text));
+          !std::all_of(step_text.begin(), step_text.end(),
+                       [](char c) { return c >= '0' && c <= '9'; })) {
+        return std::unexpected(
+            fmt::format("{} step '{}' is not a number from 1 to 99", field.name, step_text));
       }
       step = std::stoi(std::string(step_text));
       item = item.substr(0, slash);
@@ -199,7 +210,8 @@ std::expected<void, std::string> parseCronField(std::string_view text, const Cro
         if (!last) return std::unexpected(last.error());
         high = *last;
         if (high < low) {
-          return std::unexpected(fmt::format("{} range {}-{} ends before it starts", field.name, low, high));
+          return std::unexpected(
+              fmt::format("{} range {}-{} ends before it starts", field.name, low, high));
         }
       }
     }
@@ -216,7 +228,8 @@ std::string LabelSelectorSpec::toSelectorString() const {
   for (const auto& [key, value] : match_labels) terms.push_back(fmt::format("{}={}", key, value));
   for (const auto& r : match_expressions) {
     if (r.op == "In" || r.op == "NotIn") {
-      terms.push_back(fmt::format("{} {} ({})", r.key, r.op == "In" ? "in" : "notin", fmt::join(r.values, ",")));
+      terms.push_back(fmt::format("{} {} ({})", r.key, r.op == "In" ? "in" : "notin",
+                                  fmt::join(r.values, ",")));
     } else {
       terms.push_back(r.op == "Exists" ? r.key : "!" + r.key);
     }
@@ -224,7 +237,8 @@ std::string LabelSelectorSpec::toSelectorString() const {
   return fmt::format("{}", fmt::join(terms, ","));
 }
 
-std::expected<ClusterBackupSpec, SpecError> ClusterBackupSpec::parse(const json& spec, std::string_view path) {
+std::expected<ClusterBackupSpec, SpecError> ClusterBackupSpec::parse(const json& spec,
+                                                                     std::string_view path) {
   return catching<ClusterBackupSpec>([&] { return parseBackupSpec(spec, std::string(path)); });
 }
 
@@ -232,7 +246,8 @@ json ClusterBackupSpec::toJson() const {
   json spec = json::object();
   if (table) spec["table"] = *table;
   if (selector) spec["selector"] = selectorJson(*selector);
-  if (destination.filesystem) spec["destination"]["filesystem"]["path"] = destination.filesystem->path;
+  if (destination.filesystem)
+    spec["destination"]["filesystem"]["path"] = destination.filesystem->path;
   if (destination.persistent_volume_claim) {
     json claim = {{"claimName", destination.persistent_volume_claim->claim_name}};
     if (!destination.persistent_volume_claim->sub_path.empty()) {
@@ -268,8 +283,9 @@ std::expected<CronSchedule, std::string> CronSchedule::parse(std::string_view te
     while (i < text.size() && is_space(text[i])) ++i;
   }
   if (parts.size() != 5) {
-    return std::unexpected(fmt::format(
-        "'{}' has {} fields, expected 5 (minute hour day-of-month month day-of-week)", text, parts.size()));
+    return std::unexpected(
+        fmt::format("'{}' has {} fields, expected 5 (minute hour day-of-month month day-of-week)",
+                    text, parts.size()));
   }
   CronSchedule schedule;
   schedule.text_ = std::string(text);
@@ -281,11 +297,21 @@ std::expected<CronSchedule, std::string> CronSchedule::parse(std::string_view te
     for (std::size_t v = 0; v < bits.size(); ++v) {
       if (!bits[v]) continue;
       switch (f) {
-        case 0: schedule.minutes_.set(v); break;
-        case 1: schedule.hours_.set(v); break;
-        case 2: schedule.days_of_month_.set(v); break;
-        case 3: schedule.months_.set(v); break;
-        case 4: schedule.days_of_week_.set(v % 7); break;  // 7 is Sunday too
+        case 0:
+          schedule.minutes_.set(v);
+          break;
+        case 1:
+          schedule.hours_.set(v);
+          break;
+        case 2:
+          schedule.days_of_month_.set(v);
+          break;
+        case 3:
+          schedule.months_.set(v);
+          break;
+        case 4:
+          schedule.days_of_week_.set(v % 7);
+          break;  // 7 is Sunday too
       }
     }
   }
@@ -297,7 +323,8 @@ std::expected<CronSchedule, std::string> CronSchedule::parse(std::string_view te
 bool CronSchedule::matchesDay(std::chrono::year_month_day day) const {
   if (!months_.test(static_cast<unsigned>(day.month()))) return false;
   const bool dom = days_of_month_.test(static_cast<unsigned>(day.day()));
-  const bool dow = days_of_week_.test(std::chrono::weekday(std::chrono::sys_days(day)).c_encoding());
+  const bool dow =
+      days_of_week_.test(std::chrono::weekday(std::chrono::sys_days(day)).c_encoding());
   // Vixie cron: with both day fields restricted, either may match.
   if (day_of_month_any_ || day_of_week_any_) return dom && dow;
   return dom || dow;
@@ -323,9 +350,12 @@ std::optional<std::chrono::sys_seconds> CronSchedule::next(std::chrono::sys_seco
 
 std::string_view concurrencyPolicyName(ConcurrencyPolicy policy) {
   switch (policy) {
-    case ConcurrencyPolicy::kForbid: return "Forbid";
-    case ConcurrencyPolicy::kAllow: return "Allow";
-    case ConcurrencyPolicy::kReplace: return "Replace";
+    case ConcurrencyPolicy::kForbid:
+      return "Forbid";
+    case ConcurrencyPolicy::kAllow:
+      return "Allow";
+    case ConcurrencyPolicy::kReplace:
+      return "Replace";
   }
   return "Forbid";
 }
@@ -338,18 +368,30 @@ std::expected<std::chrono::seconds, std::string> parseRetentionAge(std::string_v
     const std::size_t start = i;
     while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
     if (i == start || i == text.size() || i - start > 9) {
-      return std::unexpected(fmt::format("'{}' is not a duration like 30d, 12h or 1w2d (units w, d, h, m, s)", text));
+      return std::unexpected(
+          fmt::format("'{}' is not a duration like 30d, 12h or 1w2d (units w, d, h, m, s)", text));
     }
     const int64_t amount = std::stoll(std::string(text.substr(start, i - start)));
     int64_t unit = 0;
     switch (text[i]) {
-      case 'w': unit = 7 * 86400; break;
-      case 'd': unit = 86400; break;
-      case 'h': unit = 3600; break;
-      case 'm': unit = 60; break;
-      case 's': unit = 1; break;
+      case 'w':
+        unit = 7 * 86400;
+        break;
+      case 'd':
+        unit = 86400;
+        break;
+      case 'h':
+        unit = 3600;
+        break;
+      case 'm':
+        unit = 60;
+        break;
+      case 's':
+        unit = 1;
+        break;
       default:
-        return std::unexpected(fmt::format("'{}' is not a duration like 30d, 12h or 1w2d (units w, d, h, m, s)", text));
+        return std::unexpected(fmt::format(
+            "'{}' is not a duration like 30d, 12h or 1w2d (units w, d, h, m, s)", text));
     }
     total += amount * unit;
     ++i;
@@ -388,9 +430,11 @@ std::expected<BackupScheduleSpec, SpecError> BackupScheduleSpec::parse(const jso
     if (const json* value = spec.find("retention")) {
       JsonFields retention(*value, spec.at("retention"));
       RetentionPolicy policy;
-      if (auto keep = retention.optionalInteger("keepLast", 1, 10000)) policy.keep_last = static_cast<int32_t>(*keep);
+      if (auto keep = retention.optionalInteger("keepLast", 1, 10000))
+        policy.keep_last = static_cast<int32_t>(*keep);
       if (auto age = retention.optionalString("maxAge", 64)) {
-        if (auto parsed = parseRetentionAge(*age); !parsed) fail(retention.at("maxAge"), parsed.error());
+        if (auto parsed = parseRetentionAge(*age); !parsed)
+          fail(retention.at("maxAge"), parsed.error());
         policy.max_age = std::move(*age);
       }
       retention.rejectUnknown();
@@ -404,7 +448,8 @@ std::expected<BackupScheduleSpec, SpecError> BackupScheduleSpec::parse(const jso
     } else if (policy == "Replace") {
       result.concurrency_policy = ConcurrencyPolicy::kReplace;
     } else {
-      fail(spec.at("concurrencyPolicy"), fmt::format("'{}' is not one of Forbid, Allow, Replace", policy));
+      fail(spec.at("concurrencyPolicy"),
+           fmt::format("'{}' is not one of Forbid, Allow, Replace", policy));
     }
     result.suspend = spec.boolean("suspend", false);
     spec.rejectUnknown();
@@ -416,8 +461,10 @@ json BackupScheduleSpec::toJson() const {
   json spec = json::object();
   spec["schedule"] = schedule.text();
   json templ = json::object();
-  if (!template_labels.empty()) templ["metadata"]["labels"] = detail::stringMapJson(template_labels);
-  if (!template_annotations.empty()) templ["metadata"]["annotations"] = detail::stringMapJson(template_annotations);
+  if (!template_labels.empty())
+    templ["metadata"]["labels"] = detail::stringMapJson(template_labels);
+  if (!template_annotations.empty())
+    templ["metadata"]["annotations"] = detail::stringMapJson(template_annotations);
   templ["spec"] = template_spec.toJson();
   spec["template"] = std::move(templ);
   if (retention) {

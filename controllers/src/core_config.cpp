@@ -4,7 +4,9 @@
 
 namespace rtable::controllers {
 
-std::string tableUid(std::string_view ns, std::string_view name) { return fmt::format("{}.{}", ns, name); }
+std::string tableUid(std::string_view ns, std::string_view name) {
+  return fmt::format("{}.{}", ns, name);
+}
 
 core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigContext& context) {
   core::TableSpec core;
@@ -38,8 +40,10 @@ core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigC
 
 std::string renderCoreConfig(const ReplicatedTableSpec& spec, const CoreConfigContext& context) {
   return fmt::format(
-             "# rtable-core spec of ReplicatedTable {}/{}, rendered by rtable-operator (docs/rtable-core.md).\n"
-             "# Each pod sets its own replica name and host with --replica-name and --replica-host.\n",
+             "# rtable-core spec of ReplicatedTable {}/{}, rendered by rtable-operator "
+             "(docs/rtable-core.md).\n"
+             "# Each pod sets its own replica name and host with --replica-name and "
+             "--replica-host.\n",
              context.ns, context.name) +
          coreTableSpec(spec, context).formatYaml();
 }

@@ -51,15 +51,17 @@ inline std::optional<int64_t> integralValue(const nlohmann::json& value) {
   return std::nullopt;
 }
 
-inline void checkPattern(const std::string& path, const std::string& value, const std::regex& pattern,
-                         std::string_view what) {
+inline void checkPattern(const std::string& path, const std::string& value,
+                         const std::regex& pattern, std::string_view what) {
   if (!std::regex_match(value, pattern)) fail(path, fmt::format("'{}' is not {}", value, what));
 }
 
 class JsonFields {
  public:
-  JsonFields(const nlohmann::json& object, std::string path) : object_(object), path_(std::move(path)) {
-    if (!object_.is_object()) fail(path_, fmt::format("expected an object, got {}", jsonTypeName(object_)));
+  JsonFields(const nlohmann::json& object, std::string path)
+      : object_(object), path_(std::move(path)) {
+    if (!object_.is_object())
+      fail(path_, fmt::format("expected an object, got {}", jsonTypeName(object_)));
   }
 
   const std::string& path() const { return path_; }
@@ -76,7 +78,8 @@ class JsonFields {
   std::optional<std::string> optionalString(const std::string& key, std::size_t max_length = 0) {
     const nlohmann::json* value = find(key);
     if (!value) return std::nullopt;
-    if (!value->is_string()) fail(at(key), fmt::format("expected a string, got {}", jsonTypeName(*value)));
+    if (!value->is_string())
+      fail(at(key), fmt::format("expected a string, got {}", jsonTypeName(*value)));
     std::string text = value->get<std::string>();
     if (max_length > 0 && text.size() > max_length) {
       fail(at(key), fmt::format("may not be longer than {} characters", max_length));
@@ -108,16 +111,19 @@ class JsonFields {
   double number(const std::string& key, double fallback, double min, double max) {
     const nlohmann::json* value = find(key);
     if (!value) return fallback;
-    if (!value->is_number()) fail(at(key), fmt::format("expected a number, got {}", jsonTypeName(*value)));
+    if (!value->is_number())
+      fail(at(key), fmt::format("expected a number, got {}", jsonTypeName(*value)));
     const double number = value->get<double>();
-    if (number < min || number > max) fail(at(key), fmt::format("must be from {} to {}, got {}", min, max, number));
+    if (number < min || number > max)
+      fail(at(key), fmt::format("must be from {} to {}, got {}", min, max, number));
     return number;
   }
 
   bool boolean(const std::string& key, bool fallback) {
     const nlohmann::json* value = find(key);
     if (!value) return fallback;
-    if (!value->is_boolean()) fail(at(key), fmt::format("expected true or false, got {}", jsonTypeName(*value)));
+    if (!value->is_boolean())
+      fail(at(key), fmt::format("expected true or false, got {}", jsonTypeName(*value)));
     return value->get<bool>();
   }
 
@@ -126,8 +132,10 @@ class JsonFields {
     static const nlohmann::json kEmpty = nlohmann::json::array();
     const nlohmann::json* value = find(key);
     if (!value) return kEmpty;
-    if (!value->is_array()) fail(at(key), fmt::format("expected a list, got {}", jsonTypeName(*value)));
-    if (value->size() > max_items) fail(at(key), fmt::format("may hold at most {} items", max_items));
+    if (!value->is_array())
+      fail(at(key), fmt::format("expected a list, got {}", jsonTypeName(*value)));
+    if (value->size() > max_items)
+      fail(at(key), fmt::format("may hold at most {} items", max_items));
     return *value;
   }
 
@@ -136,9 +144,11 @@ class JsonFields {
     std::map<std::string, std::string> result;
     const nlohmann::json* value = find(key);
     if (!value) return result;
-    if (!value->is_object()) fail(at(key), fmt::format("expected a map, got {}", jsonTypeName(*value)));
+    if (!value->is_object())
+      fail(at(key), fmt::format("expected a map, got {}", jsonTypeName(*value)));
     for (const auto& [name, item] : value->items()) {
-      if (!item.is_string()) fail(at(key) + "." + name, fmt::format("expected a string, got {}", jsonTypeName(item)));
+      if (!item.is_string())
+        fail(at(key) + "." + name, fmt::format("expected a string, got {}", jsonTypeName(item)));
       result.emplace(name, item.get<std::string>());
     }
     return result;

@@ -7,35 +7,42 @@
 
 namespace rtable::controllers {
 
-core::KeeperResult<std::shared_ptr<core::Keeper>> KeeperSessions::sessionFor(const std::string& connect) {
+core::KeeperResult<std::shared_ptr<core::Keeper>> KeeperSessions::sessionFor(
+    const std::string& connect) {
   std::lock_guard lock(mu_);
   auto& session = sessions_[connect];
   if (session && !session->expired()) return session;
   // Connecting under the lock: reconciles of tables on the same ZooKeeper wait for one session
   // instead of each opening their own.
-  auto made = core::ZooKeeperClient::connect(core::ZooKeeperConfig{connect, session_timeout_, connect_timeout_});
+  auto made = core::ZooKeeperClient::connect(
+      core::ZooKeeperConfig{connect, session_timeout_, connect_timeout_});
   if (!made) return std::unexpected(made.error());
   session = std::shared_ptr<core::Keeper>(std::move(*made));
   return session;
 }
 
-std::expected<void, std::string> addReplicatedTableController(op::OperatorProcess& process,
-                                                              ReplicatedTableControllerOptions options) {
-  if (options.workers < 1) return std::unexpected("the ReplicatedTable controller needs at least one worker");
+std::expected<void, std::string> addReplicatedTableController(
+    op::OperatorProcess& process, ReplicatedTableControllerOptions options) {
+  if (options.workers < 1)
+    return std::unexpected("the ReplicatedTable controller needs at least one worker");
   if (options.manage_zookeeper && !options.reconciler.keeper_for) {
     auto sessions = std::make_shared<KeeperSessions>();
     process.adopt(sessions);
-    options.reconciler.keeper_for = [sessions](const std::string& connect) { return sessions->sessionFor(connect); };
+    options.reconciler.keeper_for = [sessions](const std::string& connect) {
+      return sessions->sessionFor(connect);
+    };
   }
   if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();
 
-  auto reconciler = std::make_shared<ReplicatedTableReconciler>(process.client(), options.reconciler);
+  auto reconciler =
+      std::make_shared<ReplicatedTableReconciler>(process.client(), options.reconciler);
   op::ControllerOptions controller_options;
   controller_options.name = "replicatedtable";
   controller_options.max_concurrent_reconciles = options.workers;
   controller_options.registry = &process.registry();
   auto controller = std::make_shared<op::Controller>(
-      std::move(controller_options), [reconciler](const op::ObjectKey& key) { return reconciler->reconcile(key); });
+      std::move(controller_options),
+      [reconciler](const op::ObjectKey& key) { return reconciler->reconcile(key); });
 
   op::InformerOptions tables_options;
   tables_options.type = replicatedTables();
@@ -48,7 +55,8 @@ std::expected<void, std::string> addReplicatedTableController(op::OperatorProces
   sets_options.ns = options.watch_namespace;
   sets_options.label_selector = "app.kubernetes.io/managed-by=rtable-operator";
   auto sets = std::make_shared<op::Informer>(process.client(), sets_options);
-  sets->addHandlers(op::enqueueOwner(controller->queue(), op::OwnerFilter{"rtable.io", "ReplicatedTable"}));
+  sets->addHandlers(
+      op::enqueueOwner(controller->queue(), op::OwnerFilter{"rtable.io", "ReplicatedTable"}));
 
   process.addInformer(*tables);
   process.addInformer(*sets);

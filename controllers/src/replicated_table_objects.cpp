@@ -25,12 +25,17 @@ json objectMeta(const std::string& name, const TableObjectsContext& context) {
 }
 
 json servicePorts() {
-  return json::array({{{"name", "http"}, {"port", kHttpPort}, {"targetPort", "http"}, {"protocol", "TCP"}},
-                      {{"name", "metrics"}, {"port", kMetricsPort}, {"targetPort", "metrics"}, {"protocol", "TCP"}}});
+  return json::array(
+      {{{"name", "http"}, {"port", kHttpPort}, {"targetPort", "http"}, {"protocol", "TCP"}},
+       {{"name", "metrics"},
+        {"port", kMetricsPort},
+        {"targetPort", "metrics"},
+        {"protocol", "TCP"}}});
 }
 
 json envFromField(const std::string& name, const std::string& path) {
-  return {{"name", name}, {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", path}}}}}};
+  return {{"name", name},
+          {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", path}}}}}};
 }
 
 json httpProbe(const std::string& path, int period, int failures, int initial_delay) {
@@ -58,17 +63,22 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
                                         headlessServiceName(context.name)),
                             "--listen=$(POD_IP)"})},
       {"env", env},
-      {"ports", json::array({{{"name", "http"}, {"containerPort", kHttpPort}, {"protocol", "TCP"}},
-                             {{"name", "metrics"}, {"containerPort", kMetricsPort}, {"protocol", "TCP"}}})},
+      {"ports",
+       json::array({{{"name", "http"}, {"containerPort", kHttpPort}, {"protocol", "TCP"}},
+                    {{"name", "metrics"}, {"containerPort", kMetricsPort}, {"protocol", "TCP"}}})},
       // Ready: a ZooKeeper session and not shutting down. Alive: the process answers; generous,
       // since a replica loading many parts is slow to start and a restart would not help it.
       {"readinessProbe", httpProbe("/readyz", 5, 3, 2)},
       {"livenessProbe", httpProbe("/healthz", 10, 6, 10)},
-      {"volumeMounts", json::array({{{"name", "data"}, {"mountPath", kDataMountPath}},
-                                    {{"name", "config"}, {"mountPath", kConfigMountPath}, {"readOnly", true}},
-                                    {{"name", "interserver"}, {"mountPath", kSecretMountPath}, {"readOnly", true}}})},
+      {"volumeMounts",
+       json::array(
+           {{{"name", "data"}, {"mountPath", kDataMountPath}},
+            {{"name", "config"}, {"mountPath", kConfigMountPath}, {"readOnly", true}},
+            {{"name", "interserver"}, {"mountPath", kSecretMountPath}, {"readOnly", true}}})},
       {"securityContext",
-       {{"allowPrivilegeEscalation", false}, {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", {"ALL"}}}}}},
+       {{"allowPrivilegeEscalation", false},
+        {"readOnlyRootFilesystem", true},
+        {"capabilities", {{"drop", {"ALL"}}}}}},
   };
   if (!spec.resources.empty()) container["resources"] = spec.resources;
   return container;
@@ -95,29 +105,37 @@ json tableSelector(const std::string& name) {
           {"app.kubernetes.io/component", "replica"}};
 }
 
-std::string headlessServiceName(const std::string& name) { return name + "-headless"; }
+std::string headlessServiceName(const std::string& name) {
+  return name + "-headless";
+}
 
 std::string replicaHost(const std::string& pod, const std::string& name, const std::string& ns) {
   return fmt::format("{}.{}.{}.svc", pod, headlessServiceName(name), ns);
 }
 
-TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObjectsContext& context) {
+TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
+                                const TableObjectsContext& context) {
   TableObjects objects;
   const std::string& name = context.name;
 
-  objects.headless_service = {
-      {"apiVersion", "v1"},
-      {"kind", "Service"},
-      {"metadata", objectMeta(headlessServiceName(name), context)},
-      {"spec", {{"clusterIP", "None"}, {"publishNotReadyAddresses", true}, {"selector", tableSelector(name)},
-                {"ports", servicePorts()}}}};
-  objects.client_service = {
-      {"apiVersion", "v1"},
-      {"kind", "Service"},
-      {"metadata", objectMeta(name, context)},
-      {"spec", {{"type", "ClusterIP"}, {"selector", tableSelector(name)},
-                {"ports", json::array({{{"name", "http"}, {"port", kHttpPort}, {"targetPort", "http"},
-                                        {"protocol", "TCP"}}})}}}};
+  objects.headless_service = {{"apiVersion", "v1"},
+                              {"kind", "Service"},
+                              {"metadata", objectMeta(headlessServiceName(name), context)},
+                              {"spec",
+                               {{"clusterIP", "None"},
+                                {"publishNotReadyAddresses", true},
+                                {"selector", tableSelector(name)},
+                                {"ports", servicePorts()}}}};
+  objects.client_service = {{"apiVersion", "v1"},
+                            {"kind", "Service"},
+                            {"metadata", objectMeta(name, context)},
+                            {"spec",
+                             {{"type", "ClusterIP"},
+                              {"selector", tableSelector(name)},
+                              {"ports", json::array({{{"name", "http"},
+                                                      {"port", kHttpPort},
+                                                      {"targetPort", "http"},
+                                                      {"protocol", "TCP"}}})}}}};
 
   CoreConfigContext core;
   core.name = name;
@@ -149,9 +167,10 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObje
 
   json containers = json::array({coreContainer(spec, context)});
   for (const auto& extra : spec.pod_template.containers) containers.push_back(extra);
-  json volumes = json::array(
-      {{{"name", "config"}, {"configMap", {{"name", name + "-config"}}}},
-       {{"name", "interserver"}, {"secret", {{"secretName", name + "-interserver"}, {"defaultMode", 0400}}}}});
+  json volumes =
+      json::array({{{"name", "config"}, {"configMap", {{"name", name + "-config"}}}},
+                   {{"name", "interserver"},
+                    {"secret", {{"secretName", name + "-interserver"}, {"defaultMode", 0400}}}}});
   for (const auto& extra : spec.pod_template.volumes) volumes.push_back(extra);
 
   json pod_spec = {
@@ -159,7 +178,8 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObje
       {"volumes", volumes},
       // rtable-core finishes inserts in flight for up to 30 s after SIGTERM.
       {"terminationGracePeriodSeconds", 45},
-      {"securityContext", {{"runAsNonRoot", true}, {"runAsUser", 10001}, {"runAsGroup", 10001}, {"fsGroup", 10001}}},
+      {"securityContext",
+       {{"runAsNonRoot", true}, {"runAsUser", 10001}, {"runAsGroup", 10001}, {"fsGroup", 10001}}},
       // Replicas on different nodes where possible: a node failure takes one replica, not all.
       {"affinity",
        {{"podAntiAffinity",
@@ -169,13 +189,17 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObje
                           {{"topologyKey", "kubernetes.io/hostname"},
                            {"labelSelector", {{"matchLabels", tableSelector(name)}}}}}}})}}}}},
   };
-  if (!spec.pod_template.tolerations.empty()) pod_spec["tolerations"] = spec.pod_template.tolerations;
-  if (!spec.pod_template.node_selector.empty()) pod_spec["nodeSelector"] = spec.pod_template.node_selector;
-  if (spec.pod_template.priority_class_name) pod_spec["priorityClassName"] = *spec.pod_template.priority_class_name;
+  if (!spec.pod_template.tolerations.empty())
+    pod_spec["tolerations"] = spec.pod_template.tolerations;
+  if (!spec.pod_template.node_selector.empty())
+    pod_spec["nodeSelector"] = spec.pod_template.node_selector;
+  if (spec.pod_template.priority_class_name)
+    pod_spec["priorityClassName"] = *spec.pod_template.priority_class_name;
 
   json claim_spec = {{"accessModes", json::array({"ReadWriteOnce"})},
                      {"resources", {{"requests", {{"storage", spec.storage.size}}}}}};
-  if (spec.storage.storage_class_name) claim_spec["storageClassName"] = *spec.storage.storage_class_name;
+  if (spec.storage.storage_class_name)
+    claim_spec["storageClassName"] = *spec.storage.storage_class_name;
 
   objects.stateful_set = {
       {"apiVersion", "apps/v1"},
@@ -189,8 +213,11 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObje
         {"updateStrategy", {{"type", "RollingUpdate"}}},
         {"selector", {{"matchLabels", tableSelector(name)}}},
         // Scale-down keeps the PVCs (a replica's data), deletion of the table removes them.
-        {"persistentVolumeClaimRetentionPolicy", {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
-        {"template", {{"metadata", {{"labels", pod_labels}, {"annotations", annotations}}}, {"spec", pod_spec}}},
+        {"persistentVolumeClaimRetentionPolicy",
+         {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
+        {"template",
+         {{"metadata", {{"labels", pod_labels}, {"annotations", annotations}}},
+          {"spec", pod_spec}}},
         {"volumeClaimTemplates",
          json::array({{{"apiVersion", "v1"},
                        {"kind", "PersistentVolumeClaim"},

@@ -12,6 +12,8 @@
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/controllers/replicated_table_status.h"
+#include "rtable/replication_core/log_entry.h"
+#include "rtable/replication_core/replication_log.h"
 #include "rtable/replication_core/sequential_counter.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
@@ -71,7 +73,8 @@ std::string tableRoot(const ReplicatedTableSpec& spec, const op::ObjectKey& key)
 
 bool hasFinalizer(const json& table) {
   const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
-  return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) != finalizers.end();
+  return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) !=
+         finalizers.end();
 }
 
 // The metadata text rtable-core writes for this spec, from the same TableSpec the replicas' config
@@ -101,9 +104,11 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   auto table = client_.get(replicatedTables(), key);
   if (!table) {
     if (table.error().kind == op::KubeErrorKind::kNotFound) return op::ReconcileResult::done();
-    return std::unexpected(op::ReconcileError::retryable("reading the table: " + table.error().toString()));
+    return std::unexpected(
+        op::ReconcileError::retryable("reading the table: " + table.error().toString()));
   }
-  if (table->contains(json::json_pointer("/metadata/deletionTimestamp"))) return finalize(key, *table);
+  if (table->contains(json::json_pointer("/metadata/deletionTimestamp")))
+    return finalize(key, *table);
   const std::string now = common::formatRfc3339(options_.wall_clock());
 
   std::optional<SpecError> invalid = checkReplicatedTableName(key.name);
@@ -115,7 +120,8 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
     event(*table, op::EventType::kWarning, "InvalidSpec", invalid->toString());
     // Nothing to retry until the spec changes (which enqueues the key again).
-    return std::unexpected(op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
+    return std::unexpected(
+        op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
   }
 
   // The table's active generation in ZooKeeper, or why it could not be had.
@@ -140,7 +146,9 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
                                                          existing_secret.error().toString()));
   }
   const std::string kept =
-      existing_secret ? existing_secret->value(json::json_pointer(std::string("/data/") + kSecretKey), "") : "";
+      existing_secret
+          ? existing_secret->value(json::json_pointer(std::string("/data/") + kSecretKey), "")
+          : "";
   if (kept.empty()) context.interserver_secret = options_.generate_secret();
   TableObjects objects = renderTableObjects(*spec, context);
   if (!kept.empty()) {
@@ -163,7 +171,8 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     const std::string name = (*object)["metadata"]["name"];
     auto applied = client_.patch(type, {key.ns, name}, op::PatchType::kApply, *object, apply);
     if (!applied) {
-      const std::string message = fmt::format("applying {} {}: {}", type.kind, name, applied.error().toString());
+      const std::string message =
+          fmt::format("applying {} {}: {}", type.kind, name, applied.error().toString());
       ReplicatedTableStatus status;
       setCondition(status.conditions, condition("Ready", false, "ApplyFailed", message));
       (void)patchStatus(*table, std::move(status), now);
@@ -182,9 +191,11 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
                          fmt::format("{}/{} replicas ready", ready, desired)));
   // Degraded: some replicas are up but not all (a table with none up is simply not Ready).
   const bool degraded = ready > 0 && ready < desired;
-  setCondition(status.conditions,
-               condition("Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
-                         degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired) : ""));
+  setCondition(
+      status.conditions,
+      condition("Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
+                degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired)
+                         : ""));
   status.replicas = stateful_set.value(json::json_pointer("/status/replicas"), int32_t{0});
   status.ready_replicas = ready;
   status.ready = fmt::format("{}/{}", ready, desired);
@@ -203,12 +214,15 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
     const json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec,
     const std::expected<int64_t, std::string>& tree, ReplicatedTableStatus& status) {
   auto fail = [&](const std::string& message) {
-    setCondition(status.conditions, condition("Replicating", false, "ZooKeeperUnreachable", message));
+    setCondition(status.conditions,
+                 condition("Replicating", false, "ZooKeeperUnreachable", message));
     return std::optional<std::string>(message);
   };
   if (!tree) return fail(tree.error());
-  auto keeper = options_.keeper_for(spec.zookeeper.connect);  // the session ensureZooKeeperTree used
-  if (!keeper) return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
+  auto keeper =
+      options_.keeper_for(spec.zookeeper.connect);  // the session ensureZooKeeperTree used
+  if (!keeper)
+    return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
   const std::string root = tableRoot(spec, key);
   status.zookeeper_path = root;
   const int64_t active_generation = *tree;
@@ -219,12 +233,15 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
   status.log_max_index = log->maxIndex();
   status.log_counter = log->counter();
   status.headroom = fmt::format("{:.2f}%", log->headroomRatio() * 100.0);
-  const bool low = log->exhausted() || log->headroomRatio() * 100.0 < spec.headroom.threshold_percent;
-  setCondition(status.conditions,
-               condition("HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
-                         fmt::format("{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
-                                     log->createsLeft(), log->headroomRatio() * 100.0,
-                                     spec.headroom.threshold_percent)));
+  const bool low =
+      log->exhausted() || log->headroomRatio() * 100.0 < spec.headroom.threshold_percent;
+  setCondition(
+      status.conditions,
+      condition(
+          "HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
+          fmt::format(
+              "{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
+              log->createsLeft(), log->headroomRatio() * 100.0, spec.headroom.threshold_percent)));
 
   // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
   auto replicas = (*keeper)->children(paths.replicas());
@@ -234,7 +251,8 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
   for (const auto& replica : replicas->names) {
     const std::string prefix = key.name + "-";
     char* end = nullptr;
-    const long ordinal = replica.starts_with(prefix) ? std::strtol(replica.c_str() + prefix.size(), &end, 10) : -1;
+    const long ordinal =
+        replica.starts_with(prefix) ? std::strtol(replica.c_str() + prefix.size(), &end, 10) : -1;
     const bool ours = end != nullptr && end != replica.c_str() + prefix.size() && *end == '\0';
     if (ours && ordinal >= spec.replicas) {
       leaving.emplace_back(replica, ordinal);
@@ -250,18 +268,21 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
       waiting.push_back(replica);  // still terminating: its process may still serve it
       continue;
     }
-    if (pod.error().kind != op::KubeErrorKind::kNotFound) return fail("reading pod " + replica + ": " + pod.error().toString());
+    if (pod.error().kind != op::KubeErrorKind::kNotFound)
+      return fail("reading pod " + replica + ": " + pod.error().toString());
     // Removing its node would make its unreplicated parts unfetchable for good (their rows were
     // acknowledged): they stay on its volume until it runs again and the others fetch them.
     auto only = core::partsOnlyOn(**keeper, paths, replica, staying);
-    if (!only) return fail("reading the parts of replica " + replica + ": " + only.error().toString());
+    if (!only)
+      return fail("reading the parts of replica " + replica + ": " + only.error().toString());
     if (!only->empty()) {
       const std::size_t shown = std::min<std::size_t>(only->size(), 3);
       const std::string message = fmt::format(
           "scaled-down replica {} stopped holding {} part(s) no remaining replica has ({}{}); its "
           "ZooKeeper node is kept so that they are not lost: scale back to {} replicas or more "
           "until the others have fetched them",
-          replica, only->size(), fmt::join(only->begin(), only->begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+          replica, only->size(),
+          fmt::join(only->begin(), only->begin() + static_cast<std::ptrdiff_t>(shown), ", "),
           only->size() > shown ? ", ..." : "", ordinal + 1);
       holding.push_back(message);
       event(table, op::EventType::kWarning, "ReplicaHoldsUnreplicatedParts", message);
@@ -277,7 +298,8 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
     }
     if (*dropped == core::ReplicaRemoval::kRemoved) {
       event(table, op::EventType::kNormal, "ReplicaRemoved",
-            fmt::format("removed scaled-down replica {} from ZooKeeper ({})", replica, paths.replicas()));
+            fmt::format("removed scaled-down replica {} from ZooKeeper ({})", replica,
+                        paths.replicas()));
     }
   }
   if (!holding.empty()) {
@@ -285,14 +307,56 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
                                               fmt::format("{}", fmt::join(holding, "; "))));
     return std::optional<std::string>("scaled-down replicas hold parts no other replica has");
   }
-  setCondition(status.conditions,
-               condition("Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
-                         waiting.empty() ? "" : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
-                                                            fmt::join(waiting, ", "))));
+  // Each replica's queue: a replica that stays behind (its disk was full, a fetch hangs) shows
+  // here and in the Replicating condition, not only in its own metrics.
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             options_.wall_clock().time_since_epoch())
+                             .count();
+  std::vector<ReplicaQueueStatus> queues;
+  std::vector<std::string> stuck;
+  for (const auto& replica : staying) {
+    auto summary = core::summarizeReplicaQueue(**keeper, paths, replica);
+    if (!summary)
+      return fail("reading the queue of replica " + replica + ": " + summary.error().toString());
+    ReplicaQueueStatus queue{replica, summary->active, static_cast<int64_t>(summary->size), {}, {}};
+    if (summary->oldest_node) {
+      queue.oldest_entry =
+          summary->oldest_entry
+              ? fmt::format("{} {}", core::logEntryTypeName(summary->oldest_entry->type),
+                            summary->oldest_entry->new_part_name)
+              : *summary->oldest_node;
+      queue.oldest_waiting_seconds =
+          std::max<int64_t>(0, (now_ms - summary->oldest_queued_ms) / 1000);
+      if (*queue.oldest_waiting_seconds >= options_.queue_stuck_after.count()) {
+        stuck.push_back(fmt::format(
+            "replica {}{}: the oldest of its {} queue entries ({}) has waited {} s; GET /replica "
+            "on its pod shows the entry's last_exception",
+            replica, summary->active ? "" : " (not running)", summary->size, *queue.oldest_entry,
+            *queue.oldest_waiting_seconds));
+      }
+    }
+    queues.push_back(std::move(queue));
+  }
+  status.replica_queues = std::move(queues);
+  if (!stuck.empty()) {
+    const std::string message = fmt::format("{}", fmt::join(stuck, "; "));
+    setCondition(status.conditions,
+                 condition("Replicating", false, "ReplicaQueueNotProgressing", message));
+    event(table, op::EventType::kWarning, "ReplicaQueueNotProgressing", message);
+    return std::nullopt;
+  }
+  setCondition(
+      status.conditions,
+      condition("Replicating", waiting.empty(), waiting.empty() ? "AsExpected" : "RemovingReplicas",
+                waiting.empty()
+                    ? ""
+                    : fmt::format("waiting to remove scaled-down replicas from ZooKeeper: {}",
+                                  fmt::join(waiting, ", "))));
   return waiting.empty() ? std::nullopt : std::optional<std::string>("replicas still to remove");
 }
 
-op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, ReplicatedTableStatus update,
+op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table,
+                                                            ReplicatedTableStatus update,
                                                             const std::string& now) {
   // The status describes the generation this reconcile read.
   const int64_t generation = table.value(json::json_pointer("/metadata/generation"), int64_t{0});
@@ -312,7 +376,8 @@ op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, R
                                 table.value(json::json_pointer("/metadata/name"), "")},
                                op::PatchType::kMerge, json{{"status", status}}, options);
   if (!patched) {
-    return std::unexpected(op::ReconcileError::retryable("patching the status: " + patched.error().toString()));
+    return std::unexpected(
+        op::ReconcileError::retryable("patching the status: " + patched.error().toString()));
   }
   return op::ReconcileResult::done();
 }
@@ -321,8 +386,8 @@ op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table, R
 
 namespace rtable::controllers {
 
-void ReplicatedTableReconciler::event(const json& table, op::EventType type, std::string_view reason,
-                                      const std::string& message) {
+void ReplicatedTableReconciler::event(const json& table, op::EventType type,
+                                      std::string_view reason, const std::string& message) {
   if (options_.events && table.is_object()) {
     options_.events->record(op::ObjectReference::of(table), type, reason, message);
   }
@@ -332,29 +397,35 @@ std::optional<std::string> ReplicatedTableReconciler::ensureFinalizer(const op::
                                                                       const json& table) {
   if (hasFinalizer(table)) return std::nullopt;
   // The resourceVersion test makes this a compare-and-swap: never a lost concurrent edit.
-  json patch = json::array({{{"op", "test"},
-                             {"path", "/metadata/resourceVersion"},
-                             {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}}});
+  json patch =
+      json::array({{{"op", "test"},
+                    {"path", "/metadata/resourceVersion"},
+                    {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}}});
   if (table.contains(json::json_pointer("/metadata/finalizers"))) {
-    patch.push_back({{"op", "add"}, {"path", "/metadata/finalizers/-"}, {"value", kZooKeeperFinalizer}});
+    patch.push_back(
+        {{"op", "add"}, {"path", "/metadata/finalizers/-"}, {"value", kZooKeeperFinalizer}});
   } else {
-    patch.push_back({{"op", "add"}, {"path", "/metadata/finalizers"}, {"value", json::array({kZooKeeperFinalizer})}});
+    patch.push_back({{"op", "add"},
+                     {"path", "/metadata/finalizers"},
+                     {"value", json::array({kZooKeeperFinalizer})}});
   }
   auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
   if (!patched) return patched.error().toString();
   return std::nullopt;
 }
 
-std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTree(const op::ObjectKey& key,
-                                                                                   const ReplicatedTableSpec& spec,
-                                                                                   const json& table) {
+std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTree(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec, const json& table) {
   auto keeper = options_.keeper_for(spec.zookeeper.connect);
-  if (!keeper) return std::unexpected("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
+  if (!keeper)
+    return std::unexpected("ZooKeeper " + spec.zookeeper.connect + ": " +
+                           keeper.error().toString());
   const std::string root = tableRoot(spec, key);
   const core::TablePaths first{root, 1, ""};
   auto active = (*keeper)->get(first.activeGeneration());
   if (active) return std::strtoll(active->data.c_str(), nullptr, 10);
-  if (active.error().code != core::KeeperCode::kNoNode) return std::unexpected(active.error().toString());
+  if (active.error().code != core::KeeperCode::kNoNode)
+    return std::unexpected(active.error().toString());
   const std::string metadata = coreMetadataText(spec, key);
   core::KeeperStatus made = core::createAncestorsAndSelf(**keeper, spec.zookeeper.root);
   if (made) {
@@ -363,37 +434,46 @@ std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTr
     }
   }
   if (!made) {
-    const std::string message = fmt::format("creating the table's ZooKeeper tree {}: {}", root, made.error().toString());
+    const std::string message =
+        fmt::format("creating the table's ZooKeeper tree {}: {}", root, made.error().toString());
     event(table, op::EventType::kWarning, "ZooKeeperUnreachable", message);
     return std::unexpected(message);
   }
-  event(table, op::EventType::kNormal, "ZooKeeperTreeCreated", "created the table's ZooKeeper tree " + root);
+  event(table, op::EventType::kNormal, "ZooKeeperTreeCreated",
+        "created the table's ZooKeeper tree " + root);
   return first.generation;
 }
 
-op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& key, const json& table) {
-  if (!hasFinalizer(table)) return op::ReconcileResult::done();  // the garbage collector does the rest
+op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& key,
+                                                         const json& table) {
+  if (!hasFinalizer(table))
+    return op::ReconcileResult::done();  // the garbage collector does the rest
   auto spec = ReplicatedTableSpec::parse(table.value("spec", json::object()));
   if (!spec) {
     // Never valid, so nothing was created in ZooKeeper for it.
-    event(table, op::EventType::kWarning, "CleanupSkipped",
-          "the spec is not valid, so no ZooKeeper tree was made for it: " + spec.error().toString());
+    event(
+        table, op::EventType::kWarning, "CleanupSkipped",
+        "the spec is not valid, so no ZooKeeper tree was made for it: " + spec.error().toString());
   } else if (options_.keeper_for) {
     // Replicas still running would re-create what we remove: their pods go first.
     op::DeleteOptions background;
     background.propagation_policy = op::PropagationPolicy::kBackground;
     auto removed = client_.remove(op::resources::statefulSets(), key, background);
     if (!removed && removed.error().kind != op::KubeErrorKind::kNotFound) {
-      return std::unexpected(op::ReconcileError::retryable("deleting the StatefulSet: " + removed.error().toString()));
+      return std::unexpected(
+          op::ReconcileError::retryable("deleting the StatefulSet: " + removed.error().toString()));
     }
     op::ListOptions selector;
     selector.label_selector = selectorText(key.name);
     auto pods = client_.list(op::resources::pods(), key.ns, selector);
-    if (!pods) return std::unexpected(op::ReconcileError::retryable("listing the pods: " + pods.error().toString()));
+    if (!pods)
+      return std::unexpected(
+          op::ReconcileError::retryable("listing the pods: " + pods.error().toString()));
     if (!pods->items.empty()) {
       event(table, op::EventType::kNormal, "WaitingForPods",
-            fmt::format("{} replica pods still exist; the ZooKeeper tree is removed once they are gone",
-                        pods->items.size()));
+            fmt::format(
+                "{} replica pods still exist; the ZooKeeper tree is removed once they are gone",
+                pods->items.size()));
       return op::ReconcileResult::after(std::chrono::seconds(2));
     }
     const std::string root = tableRoot(*spec, key);
@@ -401,24 +481,29 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
     core::KeeperStatus gone = keeper ? core::removeRecursive(**keeper, root)
                                      : core::KeeperStatus(std::unexpected(keeper.error()));
     if (!gone) {
-      const std::string message = fmt::format("removing the table's ZooKeeper tree {} ({}): {}", root,
-                                              spec->zookeeper.connect, gone.error().toString());
+      const std::string message =
+          fmt::format("removing the table's ZooKeeper tree {} ({}): {}", root,
+                      spec->zookeeper.connect, gone.error().toString());
       event(table, op::EventType::kWarning, "CleanupFailed", message);
       return std::unexpected(op::ReconcileError::retryable(message));
     }
-    event(table, op::EventType::kNormal, "ZooKeeperTreeRemoved", "removed the table's ZooKeeper tree " + root);
+    event(table, op::EventType::kNormal, "ZooKeeperTreeRemoved",
+          "removed the table's ZooKeeper tree " + root);
   }
   json rest = json::array();
   const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
   for (const auto& finalizer : finalizers) {
     if (finalizer != std::string(kZooKeeperFinalizer)) rest.push_back(finalizer);
   }
-  const json patch = json::array(
-      {{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}},
-       {{"op", "replace"}, {"path", "/metadata/finalizers"}, {"value", rest}}});
+  const json patch =
+      json::array({{{"op", "test"},
+                    {"path", "/metadata/resourceVersion"},
+                    {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}},
+                   {{"op", "replace"}, {"path", "/metadata/finalizers"}, {"value", rest}}});
   auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
   if (!patched && patched.error().kind != op::KubeErrorKind::kNotFound) {
-    return std::unexpected(op::ReconcileError::retryable("removing the finalizer: " + patched.error().toString()));
+    return std::unexpected(
+        op::ReconcileError::retryable("removing the finalizer: " + patched.error().toString()));
   }
   return op::ReconcileResult::done();
 }

@@ -47,7 +47,9 @@ constexpr std::size_t kMaxColumns = 256;
 constexpr std::size_t kMaxOrderBy = 32;
 constexpr std::string_view kCoreContainer = "rtable-core";
 
-bool isDateLike(core::TypeId id) { return id == core::TypeId::kDate || id == core::TypeId::kDateTime; }
+bool isDateLike(core::TypeId id) {
+  return id == core::TypeId::kDate || id == core::TypeId::kDateTime;
+}
 
 std::vector<core::ColumnSpec> parseColumns(JsonFields& spec) {
   if (!spec.find("columns")) fail(spec.at("columns"), "required");
@@ -65,14 +67,16 @@ std::vector<core::ColumnSpec> parseColumns(JsonFields& spec) {
     if (!type) fail(column.at("type"), type.error());
     c.type = *type;
     column.rejectUnknown();
-    if (!names.insert(c.name).second) fail(column.at("name"), fmt::format("column '{}' is declared twice", c.name));
+    if (!names.insert(c.name).second)
+      fail(column.at("name"), fmt::format("column '{}' is declared twice", c.name));
     columns.push_back(std::move(c));
   }
   return columns;
 }
 
 // The same rules as TableSchema::create, with the field's path.
-core::PartitionKey parsePartitionKey(JsonFields& spec, const std::vector<core::ColumnSpec>& columns) {
+core::PartitionKey parsePartitionKey(JsonFields& spec,
+                                     const std::vector<core::ColumnSpec>& columns) {
   const std::string path = spec.at("partitionBy");
   const std::string text = spec.optionalString("partitionBy", 140).value_or("tuple()");
   auto key = core::PartitionKey::parse(text);
@@ -83,15 +87,17 @@ core::PartitionKey parsePartitionKey(JsonFields& spec, const std::vector<core::C
     if (c.name == key->column) column = &c;
   }
   if (!column) fail(path, fmt::format("{} names no column of the table", key->format()));
-  if (column->type.nullable) fail(path, fmt::format("partition key column '{}' must not be Nullable", column->name));
+  if (column->type.nullable)
+    fail(path, fmt::format("partition key column '{}' must not be Nullable", column->name));
   if (key->kind != core::PartitionKey::Kind::kColumn && !isDateLike(column->type.id)) {
-    fail(path, fmt::format("{} needs a Date or DateTime column, '{}' is {}", key->format(), column->name,
-                           column->type.name()));
+    fail(path, fmt::format("{} needs a Date or DateTime column, '{}' is {}", key->format(),
+                           column->name, column->type.name()));
   }
   return *key;
 }
 
-std::vector<std::string> parseOrderBy(JsonFields& spec, const std::vector<core::ColumnSpec>& columns) {
+std::vector<std::string> parseOrderBy(JsonFields& spec,
+                                      const std::vector<core::ColumnSpec>& columns) {
   const json& list = spec.array("orderBy", kMaxOrderBy);
   std::vector<std::string> order_by;
   for (std::size_t i = 0; i < list.size(); ++i) {
@@ -108,8 +114,10 @@ std::vector<std::string> parseOrderBy(JsonFields& spec, const std::vector<core::
 
 void checkQuantity(const std::string& path, const json& value) {
   if (value.is_number_integer()) return;
-  if (!value.is_string()) fail(path, fmt::format("expected a quantity, got {}", detail::jsonTypeName(value)));
-  detail::checkPattern(path, value.get<std::string>(), quantityPattern(), "a quantity (e.g. 500m, 2Gi)");
+  if (!value.is_string())
+    fail(path, fmt::format("expected a quantity, got {}", detail::jsonTypeName(value)));
+  detail::checkPattern(path, value.get<std::string>(), quantityPattern(),
+                       "a quantity (e.g. 500m, 2Gi)");
 }
 
 json parseResources(JsonFields& spec) {
@@ -120,15 +128,17 @@ json parseResources(JsonFields& spec) {
     const json* map = resources.find(key);
     if (!map) continue;
     if (!map->is_object()) fail(resources.at(key), "expected a map of quantities");
-    for (const auto& [name, quantity] : map->items()) checkQuantity(resources.at(key) + "." + name, quantity);
+    for (const auto& [name, quantity] : map->items())
+      checkQuantity(resources.at(key) + "." + name, quantity);
   }
   resources.rejectUnknown();
   return *value;
 }
 
 // Items of a pass-through list: objects with a unique `name` matching `name_pattern`.
-std::vector<json> parseNamedObjects(JsonFields& parent, const std::string& key, std::size_t max_items,
-                                    const std::regex* name_pattern, std::string_view pattern_text) {
+std::vector<json> parseNamedObjects(JsonFields& parent, const std::string& key,
+                                    std::size_t max_items, const std::regex* name_pattern,
+                                    std::string_view pattern_text) {
   const json& list = parent.array(key, max_items);
   std::vector<json> items;
   std::set<std::string> names;
@@ -158,7 +168,8 @@ PodTemplateAdditions parsePodTemplate(JsonFields& spec) {
     result.annotations = meta.stringMap("annotations");
     meta.rejectUnknown();
   }
-  result.containers = parseNamedObjects(pod, "containers", 16, &dns1123LabelPattern(), "a DNS-1123 label");
+  result.containers =
+      parseNamedObjects(pod, "containers", 16, &dns1123LabelPattern(), "a DNS-1123 label");
   for (std::size_t i = 0; i < result.containers.size(); ++i) {
     if (result.containers[i]["name"] == kCoreContainer) {
       fail(indexPath(pod.at("containers"), i) + ".name",
@@ -175,9 +186,11 @@ PodTemplateAdditions parsePodTemplate(JsonFields& spec) {
     if (auto op = toleration.optionalString("operator"); op && *op != "Exists" && *op != "Equal") {
       fail(toleration.at("operator"), fmt::format("'{}' is not one of Exists, Equal", *op));
     }
-    if (auto effect = toleration.optionalString("effect");
-        effect && *effect != "NoSchedule" && *effect != "PreferNoSchedule" && *effect != "NoExecute") {
-      fail(toleration.at("effect"), fmt::format("'{}' is not one of NoSchedule, PreferNoSchedule, NoExecute", *effect));
+    if (auto effect = toleration.optionalString("effect"); effect && *effect != "NoSchedule" &&
+                                                           *effect != "PreferNoSchedule" &&
+                                                           *effect != "NoExecute") {
+      fail(toleration.at("effect"),
+           fmt::format("'{}' is not one of NoSchedule, PreferNoSchedule, NoExecute", *effect));
     }
     toleration.optionalInteger("tolerationSeconds", INT64_MIN, INT64_MAX);
     toleration.rejectUnknown();
@@ -227,7 +240,8 @@ ReplicatedTableSpec parseSpec(const json& object) {
 
   if (const json* value = spec.find("deduplication")) {
     JsonFields dedup(*value, spec.at("deduplication"));
-    result.deduplication.window = dedup.integer("window", result.deduplication.window, 0, 10'000'000);
+    result.deduplication.window =
+        dedup.integer("window", result.deduplication.window, 0, 10'000'000);
     result.deduplication.window_seconds =
         dedup.integer("windowSeconds", result.deduplication.window_seconds, 0, 365 * 86400);
     dedup.rejectUnknown();
@@ -235,14 +249,16 @@ ReplicatedTableSpec parseSpec(const json& object) {
   result.insert_quorum = static_cast<int32_t>(spec.integer("insertQuorum", 0, 0, 100));
   if (result.insert_quorum > result.replicas) {
     fail(spec.at("insertQuorum"),
-         fmt::format("{} exceeds replicas ({}): the quorum could never be met", result.insert_quorum, result.replicas));
+         fmt::format("{} exceeds replicas ({}): the quorum could never be met",
+                     result.insert_quorum, result.replicas));
   }
 
   if (const json* value = spec.find("headroom")) {
     JsonFields headroom(*value, spec.at("headroom"));
-    result.headroom.threshold_percent = headroom.number("thresholdPercent", result.headroom.threshold_percent, 0, 100);
-    result.headroom.exhaustion_days =
-        static_cast<int32_t>(headroom.integer("exhaustionDays", result.headroom.exhaustion_days, 0, 3650));
+    result.headroom.threshold_percent =
+        headroom.number("thresholdPercent", result.headroom.threshold_percent, 0, 100);
+    result.headroom.exhaustion_days = static_cast<int32_t>(
+        headroom.integer("exhaustionDays", result.headroom.exhaustion_days, 0, 3650));
     result.headroom.auto_recover = headroom.boolean("autoRecover", result.headroom.auto_recover);
     headroom.rejectUnknown();
   }
@@ -250,11 +266,14 @@ ReplicatedTableSpec parseSpec(const json& object) {
   if (const json* value = spec.find("replication")) {
     JsonFields replication(*value, spec.at("replication"));
     ReplicationSettings& r = result.replication;
-    r.fetch_threads = static_cast<int32_t>(replication.integer("fetchThreads", r.fetch_threads, 1, 64));
-    r.merge_threads = static_cast<int32_t>(replication.integer("mergeThreads", r.merge_threads, 1, 64));
+    r.fetch_threads =
+        static_cast<int32_t>(replication.integer("fetchThreads", r.fetch_threads, 1, 64));
+    r.merge_threads =
+        static_cast<int32_t>(replication.integer("mergeThreads", r.merge_threads, 1, 64));
     r.min_logs_to_keep = replication.integer("minLogsToKeep", r.min_logs_to_keep, 1, 1'000'000);
     r.max_logs_to_keep = replication.integer("maxLogsToKeep", r.max_logs_to_keep, 1, 10'000'000);
-    r.cleanup_period_seconds = replication.integer("cleanupPeriodSeconds", r.cleanup_period_seconds, 1, 3600);
+    r.cleanup_period_seconds =
+        replication.integer("cleanupPeriodSeconds", r.cleanup_period_seconds, 1, 3600);
     r.fetch_connect_timeout_ms =
         replication.integer("fetchConnectTimeoutMs", r.fetch_connect_timeout_ms, 10, 600'000);
     r.fetch_receive_timeout_ms =
@@ -291,8 +310,8 @@ json namedListJson(const std::vector<json>& items) {
 }  // namespace
 
 bool PodTemplateAdditions::empty() const {
-  return labels.empty() && annotations.empty() && containers.empty() && env.empty() && volumes.empty() &&
-         tolerations.empty() && node_selector.empty() && !priority_class_name;
+  return labels.empty() && annotations.empty() && containers.empty() && env.empty() &&
+         volumes.empty() && tolerations.empty() && node_selector.empty() && !priority_class_name;
 }
 
 std::expected<ReplicatedTableSpec, SpecError> ReplicatedTableSpec::parse(const json& spec) {
@@ -321,7 +340,8 @@ json ReplicatedTableSpec::toJson() const {
   spec["zookeeper"] = {{"connect", zookeeper.connect},
                        {"root", zookeeper.root},
                        {"sessionTimeoutMs", zookeeper.session_timeout_ms}};
-  spec["deduplication"] = {{"window", deduplication.window}, {"windowSeconds", deduplication.window_seconds}};
+  spec["deduplication"] = {{"window", deduplication.window},
+                           {"windowSeconds", deduplication.window_seconds}};
   spec["insertQuorum"] = insert_quorum;
   spec["headroom"] = {{"thresholdPercent", headroom.threshold_percent},
                       {"exhaustionDays", headroom.exhaustion_days},
@@ -337,7 +357,8 @@ json ReplicatedTableSpec::toJson() const {
     json pod = json::object();
     const PodTemplateAdditions& p = pod_template;
     if (!p.labels.empty()) pod["metadata"]["labels"] = detail::stringMapJson(p.labels);
-    if (!p.annotations.empty()) pod["metadata"]["annotations"] = detail::stringMapJson(p.annotations);
+    if (!p.annotations.empty())
+      pod["metadata"]["annotations"] = detail::stringMapJson(p.annotations);
     if (!p.containers.empty()) pod["containers"] = namedListJson(p.containers);
     if (!p.env.empty()) pod["env"] = namedListJson(p.env);
     if (!p.volumes.empty()) pod["volumes"] = namedListJson(p.volumes);
@@ -360,11 +381,12 @@ core::TableSchema ReplicatedTableSpec::schema() const {
 std::optional<SpecError> checkReplicatedTableName(std::string_view name) {
   const std::string text(name);
   if (name.size() > 52 || !std::regex_match(text, dns1035LabelPattern())) {
-    return SpecError{"metadata.name",
-                     fmt::format("'{}' must be a DNS-1035 label (lower case letters, digits, '-', starting "
-                                 "with a letter) of at most 52 characters: it names the table's "
-                                 "StatefulSet, pods and Services",
-                                 name)};
+    return SpecError{
+        "metadata.name",
+        fmt::format("'{}' must be a DNS-1035 label (lower case letters, digits, '-', starting "
+                    "with a letter) of at most 52 characters: it names the table's "
+                    "StatefulSet, pods and Services",
+                    name)};
   }
   return std::nullopt;
 }
@@ -379,18 +401,24 @@ std::optional<SpecError> checkReplicatedTableUpdate(const ReplicatedTableSpec& o
   // Types first where the names line up, as the CRD's per-column rule reports them.
   for (std::size_t i = 0; i < new_spec.columns.size(); ++i) {
     for (const auto& old_column : old_spec.columns) {
-      if (old_column.name == new_spec.columns[i].name && old_column.type != new_spec.columns[i].type) {
-        return SpecError{indexPath("spec.columns", i) + ".type",
-                         fmt::format("a column's type is immutable ('{}' is {}, was {})", old_column.name,
-                                     new_spec.columns[i].type.name(), old_column.type.name())};
+      if (old_column.name == new_spec.columns[i].name &&
+          old_column.type != new_spec.columns[i].type) {
+        return SpecError{
+            indexPath("spec.columns", i) + ".type",
+            fmt::format("a column's type is immutable ('{}' is {}, was {})", old_column.name,
+                        new_spec.columns[i].type.name(), old_column.type.name())};
       }
     }
   }
   if (!same_names) {
-    return SpecError{"spec.columns", "columns cannot be added, removed or reordered (rtable-core has no ALTER TABLE)"};
+    return SpecError{
+        "spec.columns",
+        "columns cannot be added, removed or reordered (rtable-core has no ALTER TABLE)"};
   }
-  if (new_spec.partition_by != old_spec.partition_by) return SpecError{"spec.partitionBy", "partitionBy is immutable"};
-  if (new_spec.order_by != old_spec.order_by) return SpecError{"spec.orderBy", "orderBy is immutable"};
+  if (new_spec.partition_by != old_spec.partition_by)
+    return SpecError{"spec.partitionBy", "partitionBy is immutable"};
+  if (new_spec.order_by != old_spec.order_by)
+    return SpecError{"spec.orderBy", "orderBy is immutable"};
   if (new_spec.zookeeper.root != old_spec.zookeeper.root) {
     return SpecError{"spec.zookeeper.root", "zookeeper.root is immutable"};
   }

@@ -35,7 +35,8 @@ std::optional<int32_t> optionalInt32(JsonFields& fields, const std::string& key)
 
 ConditionStatus parseConditionStatus(JsonFields& fields) {
   const std::string text = fields.string("status");
-  for (ConditionStatus status : {ConditionStatus::kTrue, ConditionStatus::kFalse, ConditionStatus::kUnknown}) {
+  for (ConditionStatus status :
+       {ConditionStatus::kTrue, ConditionStatus::kFalse, ConditionStatus::kUnknown}) {
     if (text == conditionStatusName(status)) return status;
   }
   fail(fields.at("status"), fmt::format("expected True, False or Unknown, got '{}'", text));
@@ -64,6 +65,17 @@ RecoveryStatus parseRecovery(const json& object, const std::string& path) {
   return recovery;
 }
 
+ReplicaQueueStatus parseReplicaQueue(const json& object, const std::string& path) {
+  JsonFields fields(object, path);
+  ReplicaQueueStatus queue;
+  queue.replica = fields.string("replica");
+  queue.active = fields.boolean("active", false);
+  queue.queue_size = fields.integer("queueSize", 0, 0, kInt64Max);
+  queue.oldest_entry = fields.optionalString("oldestEntry");
+  queue.oldest_waiting_seconds = fields.optionalInteger("oldestWaitingSeconds", 0, kInt64Max);
+  return queue;
+}
+
 ReplicatedTableStatus parseStatus(const json& object) {
   ReplicatedTableStatus status;
   if (object.is_null()) return status;
@@ -71,7 +83,8 @@ ReplicatedTableStatus parseStatus(const json& object) {
   status.observed_generation = fields.optionalInteger("observedGeneration", 0, kInt64Max);
   const json& conditions = fields.array("conditions", std::numeric_limits<std::size_t>::max());
   for (std::size_t i = 0; i < conditions.size(); ++i) {
-    status.conditions.push_back(parseCondition(conditions[i], indexPath(fields.at("conditions"), i)));
+    status.conditions.push_back(
+        parseCondition(conditions[i], indexPath(fields.at("conditions"), i)));
   }
   status.replicas = optionalInt32(fields, "replicas");
   status.ready_replicas = optionalInt32(fields, "readyReplicas");
@@ -86,6 +99,14 @@ ReplicatedTableStatus parseStatus(const json& object) {
   status.exhaustion_seconds = optionalNumber(fields, "exhaustionSeconds");
   if (const json* recovery = fields.find("recovery")) {
     status.recovery = parseRecovery(*recovery, fields.at("recovery"));
+  }
+  if (fields.find("replicaQueues")) {
+    const json& queues = fields.array("replicaQueues", std::numeric_limits<std::size_t>::max());
+    status.replica_queues.emplace();
+    for (std::size_t i = 0; i < queues.size(); ++i) {
+      status.replica_queues->push_back(
+          parseReplicaQueue(queues[i], indexPath(fields.at("replicaQueues"), i)));
+    }
   }
   // Fields of a newer operator are not an error (see the header).
   return status;
@@ -130,7 +151,8 @@ json Condition::toJson() const {
           {"lastTransitionTime", last_transition_time}};
 }
 
-std::expected<Condition, SpecError> Condition::parse(const json& condition, const std::string& path) {
+std::expected<Condition, SpecError> Condition::parse(const json& condition,
+                                                     const std::string& path) {
   return catchFailures<Condition>([&] { return parseCondition(condition, path); });
 }
 
@@ -162,6 +184,17 @@ json ReplicatedTableStatus::toJson() const {
     putIfSet(object, "message", recovery->message);
     status["recovery"] = std::move(object);
   }
+  if (replica_queues) {
+    json list = json::array();
+    for (const auto& queue : *replica_queues) {
+      json object = {
+          {"replica", queue.replica}, {"active", queue.active}, {"queueSize", queue.queue_size}};
+      putIfSet(object, "oldestEntry", queue.oldest_entry);
+      putIfSet(object, "oldestWaitingSeconds", queue.oldest_waiting_seconds);
+      list.push_back(std::move(object));
+    }
+    status["replicaQueues"] = std::move(list);
+  }
   return status;
 }
 
@@ -185,7 +218,8 @@ void stampConditions(std::vector<Condition>& conditions, const std::vector<Condi
     condition.observed_generation = generation;
     condition.last_transition_time = now;
     for (const auto& old : previous) {
-      if (old.type == condition.type && old.status == condition.status && !old.last_transition_time.empty()) {
+      if (old.type == condition.type && old.status == condition.status &&
+          !old.last_transition_time.empty()) {
         condition.last_transition_time = old.last_transition_time;
       }
     }

@@ -29,7 +29,9 @@ struct ExampleFile {
   std::string expect_message;
 };
 
-inline std::filesystem::path crdsDir() { return RTABLE_CRDS_DIR; }
+inline std::filesystem::path crdsDir() {
+  return RTABLE_CRDS_DIR;
+}
 
 inline std::string readText(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -53,10 +55,12 @@ inline std::string commentValue(const std::string& text, const std::string& key)
 
 // The *.yaml files of `dir` (not recursive), sorted by name. An unreadable file ends the list
 // with an error.
-inline std::expected<std::vector<ExampleFile>, std::string> loadExamples(const std::filesystem::path& dir) {
+inline std::expected<std::vector<ExampleFile>, std::string> loadExamples(
+    const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> paths;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".yaml") paths.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".yaml")
+      paths.push_back(entry.path());
   }
   std::sort(paths.begin(), paths.end());
   std::vector<ExampleFile> files;
@@ -74,6 +78,8 @@ inline std::expected<std::vector<ExampleFile>, std::string> loadExamples(const s
   return files;
 }
 
-inline std::string kindOf(const nlohmann::json& object) { return object.value("kind", ""); }
+inline std::string kindOf(const nlohmann::json& object) {
+  return object.value("kind", "");
+}
 
 }  // namespace rtable::controllers::testing

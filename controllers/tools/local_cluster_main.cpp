@@ -28,8 +28,8 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 using rtable::common::testing::httpRequest;
-using rtable::core::testing::LocalZooKeeper;
 using rtable::common::testing::Subprocess;
+using rtable::core::testing::LocalZooKeeper;
 using rtable::op::testing::LocalControlPlane;
 using rtable::op::testing::LocalImage;
 using rtable::op::testing::LocalKubelet;
@@ -37,13 +37,16 @@ using rtable::op::testing::LocalKubeletOptions;
 
 constexpr const char* kUsage =
     "usage: rtable-local-cluster [--keep-running]\n"
-    "Starts a local Kubernetes control plane, ZooKeeper, a test kubelet and rtable-operator, applies a\n"
+    "Starts a local Kubernetes control plane, ZooKeeper, a test kubelet and rtable-operator, "
+    "applies a\n"
     "3-replica ReplicatedTable, inserts a row on one replica and reads it on all three.\n"
     "--keep-running leaves it all up (Ctrl-C to stop) and prints how to point kubectl at it.\n";
 constexpr const char* kImage = "rtable/rtable:local";
 
 volatile sig_atomic_t interrupted = 0;
-void onSignal(int) { interrupted = 1; }
+void onSignal(int) {
+  interrupted = 1;
+}
 
 bool eventually(const std::function<bool()>& check, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -106,7 +109,9 @@ int main(int argc, char** argv) {
   kubelet_options.kubeconfig = plane->kubeconfigPath();
   kubelet_options.images[kImage] = LocalImage{{RTABLE_CORE_BINARY}, {}, {}};
   kubelet_options.host_hosts_file = plane->workDir() / "host-hosts";
-  { std::ofstream(kubelet_options.host_hosts_file) << "127.0.0.1\tlocalhost\n"; }
+  {
+    std::ofstream(kubelet_options.host_hosts_file) << "127.0.0.1\tlocalhost\n";
+  }
   auto kubelet = LocalKubelet::start(kubelet_options);
   if (!kubelet) return fail("kubelet: " + kubelet.error());
 
@@ -133,15 +138,19 @@ spec:
   replicas: 3
   zookeeper: {{connect: "{}"}}
   storage: {{size: 1Gi}}
-)", (*zookeeper)->connectString());
+)",
+                                           (*zookeeper)->connectString());
   std::printf("== kubectl apply -f -\n%s", manifest.c_str());
-  if (auto applied = plane->apply(manifest); !applied) return fail("kubectl apply: " + applied.error());
+  if (auto applied = plane->apply(manifest); !applied)
+    return fail("kubectl apply: " + applied.error());
 
   auto status = [&](const std::string& pointer) {
     auto out = plane->kubectl({"get", "replicatedtable/events", "-o", "json"});
     if (!out || out->exit_code != 0) return json();
     const json table = json::parse(out->out, nullptr, false);
-    return table.is_object() && table.contains(json::json_pointer(pointer)) ? table.at(json::json_pointer(pointer)) : json();
+    return table.is_object() && table.contains(json::json_pointer(pointer))
+               ? table.at(json::json_pointer(pointer))
+               : json();
   };
   if (!eventually([&] { return status("/status/readyReplicas") == 3; }, 300s)) {
     std::printf("%s", run({"get", "replicatedtables,statefulsets,pods", "-o", "wide"}).c_str());
@@ -154,36 +163,47 @@ spec:
   };
   const std::string row = R"({"d":"2026-12-03","user":"ada","clicks":3})";
   std::printf("== insert on events-0 (%s): %s\n", podIp("events-0").c_str(), row.c_str());
-  auto inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow", row + "\n");
+  auto inserted =
+      httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow", row + "\n");
   if (!inserted || inserted->status != 200) {
     return fail("insert: " + (inserted ? inserted->body : inserted.error()));
   }
   std::printf("%s", inserted->body.c_str());
   for (const char* pod : {"events-0", "events-1", "events-2"}) {
     std::string body;
-    eventually([&] {
-      auto selected = httpRequest(podIp(pod), 8123, "GET", "/select?format=JSONEachRow", "", 5s);
-      body = selected && selected->status == 200 ? selected->body : "";
-      return !body.empty();
-    }, 60s);
+    eventually(
+        [&] {
+          auto selected =
+              httpRequest(podIp(pod), 8123, "GET", "/select?format=JSONEachRow", "", 5s);
+          body = selected && selected->status == 200 ? selected->body : "";
+          return !body.empty();
+        },
+        60s);
     if (body.empty()) return fail(std::string("the row did not reach ") + pod);
     std::printf("select on %s (%s): %s", pod, podIp(pod).c_str(), body.c_str());
   }
   // The operator reads the log from ZooKeeper every 15 s: wait for the insert to show.
-  eventually([&] { return status("/status/logMaxIndex").is_number() && status("/status/logMaxIndex").get<int64_t>() >= 0; }, 30s);
+  eventually(
+      [&] {
+        return status("/status/logMaxIndex").is_number() &&
+               status("/status/logMaxIndex").get<int64_t>() >= 0;
+      },
+      30s);
   std::printf("== kubectl get replicatedtables\n%s", run({"get", "replicatedtables"}).c_str());
   std::printf("== kubectl get pods -o wide\n%s", run({"get", "pods", "-o", "wide"}).c_str());
   std::printf("== up in %.0f s\n", elapsed());
 
   if (keep_running) {
-    std::printf("Running. Try:\n  export KUBECONFIG=%s\n  %s/kubectl get replicatedtables\n"
-                "Ctrl-C stops everything.\n",
-                plane->kubeconfigPath().c_str(), plane->binDir().c_str());
+    std::printf(
+        "Running. Try:\n  export KUBECONFIG=%s\n  %s/kubectl get replicatedtables\n"
+        "Ctrl-C stops everything.\n",
+        plane->kubeconfigPath().c_str(), plane->binDir().c_str());
     std::fflush(stdout);
     while (!interrupted) std::this_thread::sleep_for(200ms);
   }
-  std::printf("== kubectl delete replicatedtable events (the operator removes its ZooKeeper tree)\n%s",
-              run({"delete", "replicatedtable/events", "--timeout=120s"}).c_str());
+  std::printf(
+      "== kubectl delete replicatedtable events (the operator removes its ZooKeeper tree)\n%s",
+      run({"delete", "replicatedtable/events", "--timeout=120s"}).c_str());
   operator_process->stop(5s);
   return 0;
 }

@@ -4,10 +4,11 @@
 // Environment (as operators deployed by Helm commonly take them):
 //   RTABLE_CORE_IMAGE  the image of the replica pods (default rtable/rtable:dev)
 //   WATCH_NAMESPACE    only tables in this namespace (default: every namespace)
+#include "rtable/operator/operator_main.h"
+
 #include <cstdlib>
 
 #include "rtable/controllers/replicated_table_controller.h"
-#include "rtable/operator/operator_main.h"
 
 namespace {
 

@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "posix_file.h"
+#include "rtable/replication_core/http_server.h"
 #include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/row_filter.h"
 #include "rtable/replication_core/row_format.h"
-#include "posix_file.h"
-#include "rtable/replication_core/http_server.h"
 
 namespace rtable::core {
 namespace {
@@ -29,7 +29,8 @@ void replyJson(HttpExchange& request, int status, const json& body,
                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   HttpHeaders all = headers;
   all.emplace_back("Content-Type", "application/json; charset=utf-8");
-  request.respond(status, all, body.dump() + "\n");  // false: the client went away, nothing to tell it
+  request.respond(status, all,
+                  body.dump() + "\n");  // false: the client went away, nothing to tell it
 }
 
 void replyError(HttpExchange& request, int status, const std::string& code,
@@ -42,9 +43,12 @@ void replyError(HttpExchange& request, int status, const std::string& code,
 
 std::string contentType(RowFormat format) {
   switch (format) {
-    case RowFormat::kJSONEachRow: return "application/x-ndjson; charset=utf-8";
-    case RowFormat::kTabSeparated: return "text/tab-separated-values; charset=utf-8";
-    case RowFormat::kCSV: return "text/csv; charset=utf-8";
+    case RowFormat::kJSONEachRow:
+      return "application/x-ndjson; charset=utf-8";
+    case RowFormat::kTabSeparated:
+      return "text/tab-separated-values; charset=utf-8";
+    case RowFormat::kCSV:
+      return "text/csv; charset=utf-8";
   }
   return "text/plain";
 }
@@ -56,12 +60,14 @@ constexpr std::chrono::seconds kSocketTimeout{60};
 
 class ReplicaHttpServer::Impl {
  public:
-  Impl(TableReplica& table, std::size_t workers) : table_(table), workers_(std::max<std::size_t>(1, workers)) {}
+  Impl(TableReplica& table, std::size_t workers)
+      : table_(table), workers_(std::max<std::size_t>(1, workers)) {}
 
   std::expected<void, std::string> open(const std::string& address, uint16_t port) {
     HttpServerOptions options;
     options.socket_timeout = kSocketTimeout;
-    auto started = HttpServer::start(address, port, [this](HttpExchange& exchange) { handle(exchange); }, options);
+    auto started = HttpServer::start(
+        address, port, [this](HttpExchange& exchange) { handle(exchange); }, options);
     if (!started) return std::unexpected(started.error());
     server_ = std::move(*started);
     return {};
@@ -82,8 +88,9 @@ class ReplicaHttpServer::Impl {
     const bool part_transfer = request.request().path == kPartTransferPath;
     // Other replicas may still fetch this one's parts while it hands them off (drain).
     if (draining_ && !part_transfer) {
-      return replyError(request, 503, "SHUTTING_DOWN", "this replica is shutting down; retry on another replica",
-                        json::object(), {{"Retry-After", "1"}});
+      return replyError(request, 503, "SHUTTING_DOWN",
+                        "this replica is shutting down; retry on another replica", json::object(),
+                        {{"Retry-After", "1"}});
     }
     {
       std::unique_lock lock(mu_);
@@ -127,7 +134,8 @@ class ReplicaHttpServer::Impl {
     try {
       query = web::uri::split_query(web::uri::decode(request.request().query));
     } catch (const web::uri_exception& e) {
-      return replyError(request, 400, "BAD_QUERY", fmt::format("query string '{}': {}", request.request().query, e.what()));
+      return replyError(request, 400, "BAD_QUERY",
+                        fmt::format("query string '{}': {}", request.request().query, e.what()));
     }
     const auto method = request.request().method;
     auto param = [&](const std::string& name) -> std::string {
@@ -136,14 +144,15 @@ class ReplicaHttpServer::Impl {
     };
     const std::string table = param("table");
     if (!table.empty() && table != table_.spec().table) {
-      replyError(request, 404, "UNKNOWN_TABLE",
-                 fmt::format("this replica serves table '{}', not '{}'", table_.spec().table, table));
+      replyError(
+          request, 404, "UNKNOWN_TABLE",
+          fmt::format("this replica serves table '{}', not '{}'", table_.spec().table, table));
       return;
     }
     if (path == "/insert") {
       if (method != "POST") return methodNotAllowed(request, "POST");
-      return insert(request, param("format"), param("insert_deduplication_token"), param("insert_quorum"),
-                    param("insert_quorum_timeout"));
+      return insert(request, param("format"), param("insert_deduplication_token"),
+                    param("insert_quorum"), param("insert_quorum_timeout"));
     }
     if (path == "/drop_partition") {
       if (method != "POST") return methodNotAllowed(request, "POST");
@@ -158,7 +167,9 @@ class ReplicaHttpServer::Impl {
       return sync(request, param("timeout_seconds"));
     }
     if (method != "GET") return methodNotAllowed(request, "GET");
-    if (path == "/select") return select(request, param("format"), param("where"), param("partition"), param("limit"), false);
+    if (path == "/select")
+      return select(request, param("format"), param("where"), param("partition"), param("limit"),
+                    false);
     if (path == "/count") return select(request, "", param("where"), param("partition"), "", true);
     if (path == "/parts") return parts(request);
     if (path == "/replica") return replica(request);
@@ -166,8 +177,7 @@ class ReplicaHttpServer::Impl {
     if (path == "/healthz") return replyJson(request, 200, {{"status", "ok"}});
     if (path == "/readyz") {
       const bool ready = !draining_ && table_.writable();
-      return replyJson(request, ready ? 200 : 503,
-                       {{"status", ready ? "ready" : "not ready"}});
+      return replyJson(request, ready ? 200 : 503, {{"status", ready ? "ready" : "not ready"}});
     }
     replyError(request, 404, "NOT_FOUND", fmt::format("no endpoint {}", path));
   }
@@ -179,8 +189,8 @@ class ReplicaHttpServer::Impl {
                json::object(), {{"Allow", allowed}});
   }
 
-  void insert(HttpExchange& request, const std::string& format_name,
-              const std::string& token, const std::string& quorum, const std::string& quorum_timeout) {
+  void insert(HttpExchange& request, const std::string& format_name, const std::string& token,
+              const std::string& quorum, const std::string& quorum_timeout) {
     auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
     if (!format) return replyError(request, 400, "BAD_FORMAT", "format: " + format.error());
     InsertOptions options;
@@ -202,15 +212,19 @@ class ReplicaHttpServer::Impl {
       auto value = number(quorum, 1000);
       if (!value) {
         return replyError(request, 400, "BAD_QUORUM",
-                          fmt::format("insert_quorum '{}': expected a number of replicas (0 or 1: no quorum) or 'auto' (a majority)", quorum));
+                          fmt::format("insert_quorum '{}': expected a number of replicas (0 or 1: "
+                                      "no quorum) or 'auto' (a majority)",
+                                      quorum));
       }
       options.quorum = *value;
     }
     if (!quorum_timeout.empty()) {
       auto value = number(quorum_timeout, 86'400'000);
       if (!value) {
-        return replyError(request, 400, "BAD_QUORUM_TIMEOUT",
-                          fmt::format("insert_quorum_timeout '{}': expected milliseconds (at most a day)", quorum_timeout));
+        return replyError(
+            request, 400, "BAD_QUORUM_TIMEOUT",
+            fmt::format("insert_quorum_timeout '{}': expected milliseconds (at most a day)",
+                        quorum_timeout));
       }
       options.quorum_timeout = std::chrono::milliseconds(*value);
     }
@@ -247,8 +261,10 @@ class ReplicaHttpServer::Impl {
     if (!add_error.empty()) {
       if (isOutOfSpace(add_error)) {
         return replyError(request, 507, "INSUFFICIENT_STORAGE",
-                          "staging the insert: " + add_error + "; this replica's data volume is full, "
-                          "nothing was committed", json::object(), {{"Retry-After", "10"}});
+                          "staging the insert: " + add_error +
+                              "; this replica's data volume is full, "
+                              "nothing was committed",
+                          json::object(), {{"Retry-After", "10"}});
       }
       return replyError(request, 500, "INTERNAL", "staging the insert: " + add_error);
     }
@@ -257,17 +273,17 @@ class ReplicaHttpServer::Impl {
       const InsertError& error = result.error();
       switch (error.kind) {
         case InsertError::Kind::kUnavailable:
-          return replyError(request, 503, "UNAVAILABLE", error.message,
-                            json::object(), {{"Retry-After", "1"}});
+          return replyError(request, 503, "UNAVAILABLE", error.message, json::object(),
+                            {{"Retry-After", "1"}});
         case InsertError::Kind::kLogExhausted:
-          return replyError(request, 503, "LOG_COUNTER_EXHAUSTED",
-                            error.message, json::object(), {{"Retry-After", "60"}});
+          return replyError(request, 503, "LOG_COUNTER_EXHAUSTED", error.message, json::object(),
+                            {{"Retry-After", "60"}});
         case InsertError::Kind::kUnknownOutcome:
           return replyError(request, 500, "UNKNOWN_STATUS_OF_INSERT",
                             error.message + "; retrying the same insert is safe");
         case InsertError::Kind::kTooFewReplicas:
-          return replyError(request, 503, "TOO_FEW_LIVE_REPLICAS",
-                            error.message, json::object(), {{"Retry-After", "5"}});
+          return replyError(request, 503, "TOO_FEW_LIVE_REPLICAS", error.message, json::object(),
+                            {{"Retry-After", "5"}});
         case InsertError::Kind::kQuorumTimeout:
           return replyError(request, 500, "QUORUM_TIMEOUT", error.message);
         case InsertError::Kind::kBadRequest:
@@ -302,7 +318,8 @@ class ReplicaHttpServer::Impl {
     if (!filter) return replyError(request, 400, "BAD_WHERE", filter.error());
     std::size_t limit = SIZE_MAX;
     if (!limit_text.empty()) {
-      auto [ptr, ec] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+      auto [ptr, ec] =
+          std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
       if (ec != std::errc() || ptr != limit_text.data() + limit_text.size()) {
         return replyError(request, 400, "BAD_LIMIT",
                           fmt::format("limit: '{}' is not a whole number", limit_text));
@@ -370,7 +387,8 @@ class ReplicaHttpServer::Impl {
     if (!part_name || part_name->format() != name) {
       return replyError(request, 400, "BAD_PART_NAME",
                         part_name ? fmt::format("'{}' is not a part name as written (that would "
-                                                "be '{}')", name, part_name->format())
+                                                "be '{}')",
+                                                name, part_name->format())
                                   : part_name.error());
     }
     DataPartPtr part;
@@ -378,9 +396,9 @@ class ReplicaHttpServer::Impl {
       if (active->name == *part_name) part = std::move(active);
     }
     if (!part) {
-      return replyError(request, 404, "NOT_FOUND",
-                        fmt::format("part {} is not active on replica {}", name,
-                                    table_.spec().replica));
+      return replyError(
+          request, 404, "NOT_FOUND",
+          fmt::format("part {} is not active on replica {}", name, table_.spec().replica));
     }
     auto reader = part->image ? PartTransferReader::open(part->image, part->checksums)
                               : PartTransferReader::open(part->dir, part->checksums);
@@ -388,7 +406,9 @@ class ReplicaHttpServer::Impl {
       return replyError(request, 500, "BROKEN_PART", reader.error());
     }
 
-    if (!request.beginResponse(200, {{"Content-Type", "application/octet-stream"}}, reader->contentLength())) return;
+    if (!request.beginResponse(200, {{"Content-Type", "application/octet-stream"}},
+                               reader->contentLength()))
+      return;
     // A failure here ends the body short of its Content-Length (and the connection), which the
     // fetching replica reports as a failed transfer and retries elsewhere.
     std::vector<uint8_t> chunk(kBodyChunk);
@@ -399,7 +419,8 @@ class ReplicaHttpServer::Impl {
         break;
       }
       if (*n == 0) break;
-      // Blocks while the peer is slower than the disk; fails once it took nothing for kSocketTimeout.
+      // Blocks while the peer is slower than the disk; fails once it took nothing for
+      // kSocketTimeout.
       if (!request.writeBody(reinterpret_cast<const char*>(chunk.data()), *n)) break;
     }
   }
@@ -415,8 +436,8 @@ class ReplicaHttpServer::Impl {
       if (error.kind == InsertError::Kind::kBadRequest) {
         return replyError(request, 400, "BAD_PARTITION", error.message);
       }
-      return replyError(request, 503, "UNAVAILABLE", error.message,
-                        json::object(), {{"Retry-After", "1"}});
+      return replyError(request, 503, "UNAVAILABLE", error.message, json::object(),
+                        {{"Retry-After", "1"}});
     }
     const bool here = table_.syncQueue(std::chrono::seconds(30));
     replyJson(request, 200, {{"dropped_range", *dropped}, {"executed_here", here}});
@@ -425,8 +446,9 @@ class ReplicaHttpServer::Impl {
   // SYSTEM DROP REPLICA: removes a stopped replica's nodes from ZooKeeper.
   void dropReplica(HttpExchange& request, const std::string& name) {
     if (name.empty() || name.find('/') != std::string::npos) {
-      return replyError(request, 400, "BAD_REPLICA",
-                        name.empty() ? "name: required" : fmt::format("name '{}': not a replica name", name));
+      return replyError(
+          request, 400, "BAD_REPLICA",
+          name.empty() ? "name: required" : fmt::format("name '{}': not a replica name", name));
     }
     auto dropped = table_.dropReplica(name);
     if (!dropped) {
@@ -437,8 +459,8 @@ class ReplicaHttpServer::Impl {
       if (error.kind == InsertError::Kind::kNotFound) {
         return replyError(request, 404, "UNKNOWN_REPLICA", error.message);
       }
-      return replyError(request, 503, "UNAVAILABLE", error.message,
-                        json::object(), {{"Retry-After", "1"}});
+      return replyError(request, 503, "UNAVAILABLE", error.message, json::object(),
+                        {{"Retry-After", "1"}});
     }
     replyJson(request, 200, {{"removed_replica", name}});
   }
@@ -447,16 +469,20 @@ class ReplicaHttpServer::Impl {
   void sync(HttpExchange& request, const std::string& timeout_text) {
     int64_t seconds = 60;
     if (!timeout_text.empty()) {
-      auto [end, ec] = std::from_chars(timeout_text.data(), timeout_text.data() + timeout_text.size(), seconds);
-      if (ec != std::errc() || end != timeout_text.data() + timeout_text.size() || seconds < 0 || seconds > 3600) {
+      auto [end, ec] =
+          std::from_chars(timeout_text.data(), timeout_text.data() + timeout_text.size(), seconds);
+      if (ec != std::errc() || end != timeout_text.data() + timeout_text.size() || seconds < 0 ||
+          seconds > 3600) {
         replyError(request, 400, "BAD_TIMEOUT",
-                   fmt::format("timeout_seconds '{}': expected a whole number from 0 to 3600", timeout_text));
+                   fmt::format("timeout_seconds '{}': expected a whole number from 0 to 3600",
+                               timeout_text));
         return;
       }
     }
     if (!table_.syncQueue(std::chrono::seconds(seconds))) {
       replyError(request, 504, "SYNC_TIMEOUT",
-                 fmt::format("the replication queue did not drain within {} s (see GET /replica)", seconds));
+                 fmt::format("the replication queue did not drain within {} s (see GET /replica)",
+                             seconds));
       return;
     }
     replyJson(request, 200, {{"status", "synced"}});
@@ -488,10 +514,7 @@ class ReplicaHttpServer::Impl {
       const QueueEntry& e = state.queue[i];
       json entry = {{"position", i},
                     {"node_name", e.node_name},
-                    {"type", e.entry.type == LogEntry::Type::kGetPart      ? "GET_PART"
-                             : e.entry.type == LogEntry::Type::kMergeParts ? "MERGE_PARTS"
-                             : e.entry.type == LogEntry::Type::kDropRange  ? "DROP_RANGE"
-                                                                           : "ATTACH_PART"},
+                    {"type", std::string(logEntryTypeName(e.entry.type))},
                     {"new_part_name", e.entry.new_part_name},
                     {"source_replica", e.entry.source_replica},
                     {"parts_to_merge", e.entry.source_parts},
@@ -501,9 +524,9 @@ class ReplicaHttpServer::Impl {
                     {"last_exception", e.last_exception},
                     {"last_attempt_seconds_ago", ago(e.last_attempt_time)},
                     {"num_postponed", e.num_postponed},
-                    {"postpone_reason", e.postpone_reason
-                                            ? json(std::string(postponeReasonName(*e.postpone_reason)))
-                                            : json(nullptr)},
+                    {"postpone_reason",
+                     e.postpone_reason ? json(std::string(postponeReasonName(*e.postpone_reason)))
+                                       : json(nullptr)},
                     {"postpone_message", e.postpone_message},
                     {"last_postpone_seconds_ago", ago(e.last_postpone_time)}};
       queue.push_back(std::move(entry));
@@ -539,11 +562,13 @@ ReplicaHttpServer::~ReplicaHttpServer() {
 std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
     TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers) {
   auto impl = std::make_unique<Impl>(table, workers);
-  if (auto opened = impl->open(listen_address, port); !opened) return std::unexpected(opened.error());
+  if (auto opened = impl->open(listen_address, port); !opened)
+    return std::unexpected(opened.error());
   return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(impl)));
 }
 
-void ReplicaHttpServer::drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts) {
+void ReplicaHttpServer::drain(std::chrono::milliseconds grace,
+                              const std::function<void()>& while_serving_parts) {
   impl_->drain(grace, while_serving_parts);
 }
 

@@ -33,7 +33,8 @@ class LineReader {
   int lineNumber() const { return line_; }
 
   std::expected<std::string_view, std::string> next(std::string_view what) {
-    if (atEnd()) return std::unexpected(errorAhead(fmt::format("expected {}, found the end", what)));
+    if (atEnd())
+      return std::unexpected(errorAhead(fmt::format("expected {}, found the end", what)));
     const std::size_t end = text_.find('\n', pos_);
     if (end == std::string_view::npos) {
       return std::unexpected(errorAhead(fmt::format("expected {} ending in a newline", what)));
@@ -102,15 +103,32 @@ std::string escapeString(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '\0': out += "\\0"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\'': out += "\\'"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\0':
+        out += "\\0";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\'':
+        out += "\\'";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -126,15 +144,32 @@ std::expected<std::string, std::string> unescapeString(std::string_view text) {
     }
     if (++i == text.size()) return std::unexpected("a lone backslash at the end");
     switch (text[i]) {
-      case '\\': out += '\\'; break;
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case '0': out += '\0'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case '\'': out += '\''; break;
-      default: return std::unexpected(fmt::format("unknown escape '\\{}'", text[i]));
+      case '\\':
+        out += '\\';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case '0':
+        out += '\0';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      default:
+        return std::unexpected(fmt::format("unknown escape '\\{}'", text[i]));
     }
   }
   return out;
@@ -175,7 +210,8 @@ std::expected<LogEntry, std::string> LogEntry::parse(std::string_view text) {
   if (!version_number) return std::unexpected(version_number.error());
   // 2 added create_time, 3 block_id, 4 merge's deduplicate; 5+ carry fields rtable does not use.
   if (*version_number < 3 || *version_number > 4) {
-    return std::unexpected(reader.error(fmt::format("format version {} is not supported (3 or 4)", *version_number)));
+    return std::unexpected(
+        reader.error(fmt::format("format version {} is not supported (3 or 4)", *version_number)));
   }
   entry.format_version = *version_number;
 
@@ -252,6 +288,20 @@ std::expected<LogEntry, std::string> LogEntry::parse(std::string_view text) {
         reader.errorAhead(fmt::format("unexpected '{}' after the entry", reader.peek())));
   }
   return entry;
+}
+
+std::string_view logEntryTypeName(LogEntry::Type type) {
+  switch (type) {
+    case LogEntry::Type::kGetPart:
+      return "GET_PART";
+    case LogEntry::Type::kAttachPart:
+      return "ATTACH_PART";
+    case LogEntry::Type::kMergeParts:
+      return "MERGE_PARTS";
+    case LogEntry::Type::kDropRange:
+      return "DROP_RANGE";
+  }
+  return "UNKNOWN";
 }
 
 }  // namespace rtable::core

@@ -21,7 +21,9 @@ std::optional<int64_t> parseDecimal(std::string_view text) {
   return value;
 }
 
-std::string nodeName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+std::string nodeName(const std::string& path) {
+  return path.substr(path.rfind('/') + 1);
+}
 
 QueueEntry queueEntry(std::string node_name, LogEntry entry) {
   QueueEntry queued;
@@ -76,7 +78,7 @@ void LogPuller::remember(const std::string& entry_path, std::string data) {
 }
 
 KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const SkipEntry& skip,
-                                                       WatchCallback on_new_entries) {
+                                                      WatchCallback on_new_entries) {
   last_pull_multis_ = 0;
   last_pull_reads_ = 0;
   auto pointer_node = keeper.get(paths_.logPointer());
@@ -113,7 +115,8 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
     {
       std::lock_guard lock(remembered_mu_);
       for (std::size_t i = begin; i < end; ++i) {
-        if (auto known = remembered_.find(indexes[i]); known != remembered_.end()) datas[i - begin] = known->second;
+        if (auto known = remembered_.find(indexes[i]); known != remembered_.end())
+          datas[i - begin] = known->second;
       }
     }
     std::vector<std::string> to_read;
@@ -133,8 +136,10 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
       const std::string& data = *datas[i];
       auto entry = LogEntry::parse(data);
       if (!entry) {
-        return std::unexpected(KeeperError{KeeperCode::kBadArguments, entry_paths[i],
-                                           "log entry does not parse: " + entry.error(), {}});
+        return std::unexpected(KeeperError{KeeperCode::kBadArguments,
+                                           entry_paths[i],
+                                           "log entry does not parse: " + entry.error(),
+                                           {}});
       }
       if (skip && skip(*entry)) continue;
       ops.push_back(op::Create{paths_.queue() + "/" + std::string(kQueuePrefix), data,
@@ -142,7 +147,8 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
       entries.push_back(std::move(*entry));
     }
     // The version check makes two processes serving one replica unable to both pull.
-    ops.push_back(op::Set{paths_.logPointer(), std::to_string(indexes[end - 1] + 1), pointer_version});
+    ops.push_back(
+        op::Set{paths_.logPointer(), std::to_string(indexes[end - 1] + 1), pointer_version});
     auto done = keeper.multi(ops);
     if (!done) return std::unexpected(done.error());
     ++last_pull_multis_;
@@ -160,9 +166,12 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
 
 std::string_view missingPartName(MissingPart state) {
   switch (state) {
-    case MissingPart::kOnSomeReplica: return "on_some_replica";
-    case MissingPart::kMayStillBeMerged: return "may_still_be_merged";
-    case MissingPart::kLostForever: return "lost_forever";
+    case MissingPart::kOnSomeReplica:
+      return "on_some_replica";
+    case MissingPart::kMayStillBeMerged:
+      return "may_still_be_merged";
+    case MissingPart::kLostForever:
+      return "lost_forever";
   }
   return "unknown";
 }
@@ -194,7 +203,39 @@ KeeperResult<MissingPart> searchForMissingPart(Keeper& keeper, const TablePaths&
   return found_min && found_max ? MissingPart::kMayStillBeMerged : MissingPart::kLostForever;
 }
 
-KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths) {
+KeeperResult<ReplicaQueueSummary> summarizeReplicaQueue(Keeper& keeper, const TablePaths& paths,
+                                                        const std::string& replica) {
+  TablePaths of = paths;
+  of.replica = replica;
+  ReplicaQueueSummary summary;
+  auto active = keeper.exists(of.isActive());
+  if (!active) return std::unexpected(active.error());
+  summary.active = active->has_value();
+  auto lost = keeper.get(of.isLost());
+  if (!lost && lost.error().code != KeeperCode::kNoNode) return std::unexpected(lost.error());
+  summary.lost = lost && lost->data == "1";
+  auto queue = keeper.children(of.queue());
+  if (!queue) {
+    if (queue.error().code == KeeperCode::kNoNode) return summary;
+    return std::unexpected(queue.error());
+  }
+  summary.size = queue->names.size();
+  if (queue->names.empty()) return summary;
+  // Sequential names sort in the order they were pulled.
+  const std::string oldest = *std::min_element(queue->names.begin(), queue->names.end());
+  auto entry = keeper.get(of.queue() + "/" + oldest);
+  if (!entry) {
+    if (entry.error().code == KeeperCode::kNoNode) return summary;  // executed meanwhile
+    return std::unexpected(entry.error());
+  }
+  summary.oldest_node = oldest;
+  summary.oldest_queued_ms = entry->stat.ctime;
+  if (auto parsed = LogEntry::parse(entry->data)) summary.oldest_entry = std::move(*parsed);
+  return summary;
+}
+
+KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper,
+                                                           const TablePaths& paths) {
   auto replicas = keeper.children(paths.replicas());
   if (!replicas) return std::unexpected(replicas.error());
   std::optional<std::string> best;
@@ -245,8 +286,8 @@ KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
     auto lost = keeper.get(from.isLost());
     if (!lost) return std::unexpected(lost.error());
     if (lost->data == "1") {
-      return std::unexpected(KeeperError{KeeperCode::kBadVersion, from.isLost(),
-                                         "the clone source is lost itself", {}});
+      return std::unexpected(KeeperError{
+          KeeperCode::kBadVersion, from.isLost(), "the clone source is lost itself", {}});
     }
     auto queue = keeper.children(from.queue());
     if (!queue) return std::unexpected(queue.error());
@@ -401,8 +442,8 @@ KeeperResult<LogCleanupResult> clearOldLogs(Keeper& keeper, const TablePaths& pa
   for (const auto& candidate : to_mark_lost) {
     TablePaths other = paths;
     other.replica = candidate.name;
-    auto marked = keeper.multi({op::Check{other.host(), candidate.host_version},
-                                op::Set{other.isLost(), "1", -1}});
+    auto marked = keeper.multi(
+        {op::Check{other.host(), candidate.host_version}, op::Set{other.isLost(), "1", -1}});
     if (!marked) {
       // It came back (its host changed) or went away: keep its entries this round.
       min_pointer = std::min(min_pointer, candidate.pointer);
@@ -414,8 +455,7 @@ KeeperResult<LogCleanupResult> clearOldLogs(Keeper& keeper, const TablePaths& pa
   }
 
   // Never the newest min_entries, nothing at or after the lowest pointer still needed.
-  const int64_t keep_from =
-      std::min(min_pointer, indexes[indexes.size() - retention.min_entries]);
+  const int64_t keep_from = std::min(min_pointer, indexes[indexes.size() - retention.min_entries]);
   std::vector<int64_t> old;
   for (int64_t index : indexes) {
     if (index < keep_from) old.push_back(index);

@@ -7,16 +7,6 @@
 namespace rtable::core {
 namespace {
 
-std::string_view typeName(LogEntry::Type type) {
-  switch (type) {
-    case LogEntry::Type::kGetPart: return "GET_PART";
-    case LogEntry::Type::kAttachPart: return "ATTACH_PART";
-    case LogEntry::Type::kMergeParts: return "MERGE_PARTS";
-    case LogEntry::Type::kDropRange: return "DROP_RANGE";
-  }
-  return "UNKNOWN";
-}
-
 // Entries are checked when pulled, so a name that does not parse here is a bug upstream; such an
 // entry is treated as producing nothing.
 std::optional<PartName> partOf(const std::string& name) {
@@ -29,28 +19,41 @@ std::optional<PartName> partOf(const std::string& name) {
 
 std::string_view postponeReasonName(PostponeReason reason) {
   switch (reason) {
-    case PostponeReason::kCoveredByFuturePart: return "covered_by_future_part";
-    case PostponeReason::kMergeSourceMissing: return "merge_source_missing";
-    case PostponeReason::kIntersectsDropRange: return "intersects_drop_range";
-    case PostponeReason::kFetchPoolFull: return "fetch_pool_full";
-    case PostponeReason::kMergePoolFull: return "merge_pool_full";
-    case PostponeReason::kBackoffAfterFailure: return "backoff_after_failure";
-    case PostponeReason::kReplicaReadonly: return "replica_readonly";
+    case PostponeReason::kCoveredByFuturePart:
+      return "covered_by_future_part";
+    case PostponeReason::kMergeSourceMissing:
+      return "merge_source_missing";
+    case PostponeReason::kIntersectsDropRange:
+      return "intersects_drop_range";
+    case PostponeReason::kFetchPoolFull:
+      return "fetch_pool_full";
+    case PostponeReason::kMergePoolFull:
+      return "merge_pool_full";
+    case PostponeReason::kBackoffAfterFailure:
+      return "backoff_after_failure";
+    case PostponeReason::kReplicaReadonly:
+      return "replica_readonly";
   }
   return "unknown";
 }
 
 std::string_view queueActionName(QueueAction action) {
   switch (action) {
-    case QueueAction::kNothing: return "nothing";
-    case QueueAction::kFetch: return "fetch";
-    case QueueAction::kMerge: return "merge";
-    case QueueAction::kDropRange: return "drop_range";
+    case QueueAction::kNothing:
+      return "nothing";
+    case QueueAction::kFetch:
+      return "fetch";
+    case QueueAction::kMerge:
+      return "merge";
+    case QueueAction::kDropRange:
+      return "drop_range";
   }
   return "unknown";
 }
 
-void ReplicationQueue::addCurrentPart(const PartName& part) { (void)virtual_parts_.add(part); }
+void ReplicationQueue::addCurrentPart(const PartName& part) {
+  (void)virtual_parts_.add(part);
+}
 
 void ReplicationQueue::insert(QueueEntry entry) {
   if (auto part = partOf(entry.entry.new_part_name)) (void)virtual_parts_.add(*part);
@@ -98,7 +101,7 @@ ReplicationQueue::Decision ReplicationQueue::shouldExecute(const QueueEntry& que
                 fmt::format("Not executing log entry {} of type {} because recently it has failed. "
                             "According to exponential backoff policy, put aside this log entry for "
                             "{} ms.",
-                            queued.node_name, typeName(entry.type), backoff.count()));
+                            queued.node_name, logEntryTypeName(entry.type), backoff.count()));
   }
   for (const auto& [future, node] : future_parts_) {
     if (!future.isDisjoint(*part)) {
@@ -150,8 +153,8 @@ ReplicationQueue::Decision ReplicationQueue::shouldExecute(const QueueEntry& que
                       fmt::format("Not executing log entry {} of type {} for part {} because part "
                                   "{} is not ready yet (log entry for that part is being "
                                   "processed).",
-                                  queued.node_name, typeName(entry.type), entry.new_part_name,
-                                  source_name));
+                                  queued.node_name, logEntryTypeName(entry.type),
+                                  entry.new_part_name, source_name));
         }
       }
       // A source that no entry will bring is gone here for good: fetch the merged part instead.
@@ -160,7 +163,7 @@ ReplicationQueue::Decision ReplicationQueue::shouldExecute(const QueueEntry& que
         return wait(PostponeReason::kMergePoolFull,
                     fmt::format("Not executing log entry {} of type {} for part {} because {} "
                                 "merges already executing, max {}.",
-                                queued.node_name, typeName(entry.type), entry.new_part_name,
+                                queued.node_name, logEntryTypeName(entry.type), entry.new_part_name,
                                 executing(QueueAction::kMerge), limits_.merge_pool_size));
       }
       return act(QueueAction::kMerge);
@@ -270,7 +273,8 @@ bool ReplicationQueue::setActualPart(const std::string& node_name, const PartNam
     // Another entry's own small part inside it does not stop us (that entry will find the same
     // covering part and give way); another covering fetch, or a bigger part, does.
     auto other_actual = actual_parts_.find(node);
-    const bool is_other_actual = other_actual != actual_parts_.end() && other_actual->second == future;
+    const bool is_other_actual =
+        other_actual != actual_parts_.end() && other_actual->second == future;
     if (is_other_actual || !actual.contains(future)) return false;
   }
   forgetActualPart(node_name);
@@ -320,8 +324,8 @@ uint64_t ReplicationQueue::postponedCount(PostponeReason reason) const {
 }
 
 std::size_t ReplicationQueue::executing(QueueAction action) const {
-  return static_cast<std::size_t>(std::count_if(
-      executing_.begin(), executing_.end(), [&](const auto& e) { return e.second == action; }));
+  return static_cast<std::size_t>(std::count_if(executing_.begin(), executing_.end(),
+                                                [&](const auto& e) { return e.second == action; }));
 }
 
 bool ReplicationQueue::coveredByQueuedEntry(const PartName& part) const {

@@ -25,9 +25,12 @@ using op::ResourceType;
 using testing::ExampleFile;
 using testing::kindOf;
 
-const ResourceType kReplicatedTables{"rtable.io", "v1alpha1", "replicatedtables", "ReplicatedTable", true, true};
-const ResourceType kClusterBackups{"rtable.io", "v1alpha1", "clusterbackups", "ClusterBackup", true, true};
-const ResourceType kBackupSchedules{"rtable.io", "v1alpha1", "backupschedules", "BackupSchedule", true, true};
+const ResourceType kReplicatedTables{"rtable.io",       "v1alpha1", "replicatedtables",
+                                     "ReplicatedTable", true,       true};
+const ResourceType kClusterBackups{"rtable.io",     "v1alpha1", "clusterbackups",
+                                   "ClusterBackup", true,       true};
+const ResourceType kBackupSchedules{"rtable.io",      "v1alpha1", "backupschedules",
+                                    "BackupSchedule", true,       true};
 
 const ResourceType& typeOf(const json& object) {
   const std::string kind = kindOf(object);
@@ -83,7 +86,8 @@ class CrdApiServer : public ::testing::Test {
     // As a user installs them: kubectl apply of the folder (its files, not examples/).
     auto applied = plane_->kubectl({"apply", "-f", testing::crdsDir().string()});
     if (!applied || applied->exit_code != 0) {
-      start_error_ = "kubectl apply -f crds/: " + (applied ? applied->out + applied->err : applied.error());
+      start_error_ =
+          "kubectl apply -f crds/: " + (applied ? applied->out + applied->err : applied.error());
     }
   }
 
@@ -104,12 +108,14 @@ class CrdApiServer : public ::testing::Test {
   static bool waitEstablished() {
     established_ = common::testing::waitFor(
         [] {
-          for (const char* name : {"replicatedtables.rtable.io", "clusterbackups.rtable.io", "backupschedules.rtable.io"}) {
+          for (const char* name : {"replicatedtables.rtable.io", "clusterbackups.rtable.io",
+                                   "backupschedules.rtable.io"}) {
             auto crd = client_->get(op::resources::customResourceDefinitions(), {"", name});
             if (!crd) return false;
             bool established = false;
             for (const auto& condition : (*crd)["status"].value("conditions", json::array())) {
-              established = established || (condition["type"] == "Established" && condition["status"] == "True");
+              established = established ||
+                            (condition["type"] == "Established" && condition["status"] == "True");
             }
             if (!established) return false;
           }
@@ -129,9 +135,11 @@ class CrdApiServer : public ::testing::Test {
 
   // A namespace of the test's own, so the cases do not see each other's objects.
   std::string createNamespace(const std::string& name) {
-    auto created = client_->create(op::resources::namespaces(),
-                                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}});
-    EXPECT_TRUE(created || created.error().kind == KubeErrorKind::kAlreadyExists) << created.error().toString();
+    auto created = client_->create(
+        op::resources::namespaces(),
+        {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}});
+    EXPECT_TRUE(created || created.error().kind == KubeErrorKind::kAlreadyExists)
+        << created.error().toString();
     return name;
   }
 
@@ -187,10 +195,12 @@ TEST_F(CrdApiServer, EveryValidExampleIsAcceptedWithTheDefaultsFilledIn) {
   auto listed = plane_->kubectl({"get", "rt,cb,bs", "-n", ns, "-o", "name"});
   ASSERT_TRUE(listed && listed->exit_code == 0) << (listed ? listed->err : listed.error());
   EXPECT_NE(listed->out.find("replicatedtable.rtable.io/events"), std::string::npos) << listed->out;
-  EXPECT_NE(listed->out.find("clusterbackup.rtable.io/events-2026-12-01"), std::string::npos) << listed->out;
+  EXPECT_NE(listed->out.find("clusterbackup.rtable.io/events-2026-12-01"), std::string::npos)
+      << listed->out;
   EXPECT_NE(listed->out.find("backupschedule.rtable.io/nightly"), std::string::npos) << listed->out;
   auto category = plane_->kubectl({"get", "rtable", "-n", ns, "-o", "name"});
-  ASSERT_TRUE(category && category->exit_code == 0) << (category ? category->err : category.error());
+  ASSERT_TRUE(category && category->exit_code == 0)
+      << (category ? category->err : category.error());
   auto lines = [](const std::string& text) {
     std::multiset<std::string> set;
     std::istringstream in(text);
@@ -255,7 +265,8 @@ TEST_F(CrdApiServer, EveryInvalidUpdateIsRejectedNamingTheField) {
 // What may change does: replicas, the ZooKeeper ensemble, the dedup window.
 TEST_F(CrdApiServer, MutableFieldsCanChange) {
   const std::string ns = createNamespace("mutable");
-  auto object = yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
+  auto object =
+      yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
   ASSERT_TRUE(object);
   auto created = client_->create(kReplicatedTables, inNamespace(object->front(), ns));
   ASSERT_TRUE(created) << created.error().toString();
@@ -270,43 +281,46 @@ TEST_F(CrdApiServer, MutableFieldsCanChange) {
   EXPECT_EQ((*updated)["metadata"]["generation"], 2);
   auto parsed = ReplicatedTableSpec::parse((*updated)["spec"]);
   ASSERT_TRUE(parsed) << parsed.error().toString();
-  EXPECT_FALSE(checkReplicatedTableUpdate(*ReplicatedTableSpec::parse((*created)["spec"]), *parsed));
+  EXPECT_FALSE(
+      checkReplicatedTableUpdate(*ReplicatedTableSpec::parse((*created)["spec"]), *parsed));
 }
 
 TEST_F(CrdApiServer, PrinterColumnsStatusAndScale) {
   const std::string ns = createNamespace("printer");
-  auto object = yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
+  auto object =
+      yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
   ASSERT_TRUE(object);
   auto created = client_->create(kReplicatedTables, inNamespace(object->front(), ns));
   ASSERT_TRUE(created) << created.error().toString();
 
   json with_status = *created;
-  with_status["status"] = {
-      {"observedGeneration", 1},
-      {"replicas", 3},
-      {"readyReplicas", 2},
-      {"ready", "2/3"},
-      {"selector", "app.kubernetes.io/instance=events"},
-      {"zookeeperPath", "/rtable/tables/printer.events"},
-      {"activeGeneration", 1},
-      {"logMaxIndex", 1204331},
-      {"logCounter", 1204332},
-      {"headroomRatio", 0.9994},
-      {"headroom", "99.94%"},
-      {"conditions",
-       {{{"type", "Ready"},
-         {"status", "False"},
-         {"reason", "ReplicasNotReady"},
-         {"message", "2 of 3 replicas are ready"},
-         {"lastTransitionTime", "2026-12-01T03:00:00Z"},
-         {"observedGeneration", 1}}}}};
+  with_status["status"] = {{"observedGeneration", 1},
+                           {"replicas", 3},
+                           {"readyReplicas", 2},
+                           {"ready", "2/3"},
+                           {"selector", "app.kubernetes.io/instance=events"},
+                           {"zookeeperPath", "/rtable/tables/printer.events"},
+                           {"activeGeneration", 1},
+                           {"logMaxIndex", 1204331},
+                           {"logCounter", 1204332},
+                           {"headroomRatio", 0.9994},
+                           {"headroom", "99.94%"},
+                           {"conditions",
+                            {{{"type", "Ready"},
+                              {"status", "False"},
+                              {"reason", "ReplicasNotReady"},
+                              {"message", "2 of 3 replicas are ready"},
+                              {"lastTransitionTime", "2026-12-01T03:00:00Z"},
+                              {"observedGeneration", 1}}}}};
   auto status = client_->updateStatus(kReplicatedTables, with_status);
   ASSERT_TRUE(status) << status.error().toString();
 
   auto table = plane_->kubectl({"get", "replicatedtables", "-n", ns});
   ASSERT_TRUE(table && table->exit_code == 0) << (table ? table->err : table.error());
-  EXPECT_TRUE(table->out.starts_with("NAME     READY   GENERATION   LOG-INDEX   HEADROOM   AGE\n")) << table->out;
-  EXPECT_NE(table->out.find("events   2/3     1            1204331     99.94%"), std::string::npos) << table->out;
+  EXPECT_TRUE(table->out.starts_with("NAME     READY   GENERATION   LOG-INDEX   HEADROOM   AGE\n"))
+      << table->out;
+  EXPECT_NE(table->out.find("events   2/3     1            1204331     99.94%"), std::string::npos)
+      << table->out;
   auto wide = plane_->kubectl({"get", "rt", "events", "-n", ns, "-o", "wide"});
   ASSERT_TRUE(wide && wide->exit_code == 0);
   EXPECT_NE(wide->out.find("TABLE"), std::string::npos) << wide->out;
@@ -322,7 +336,8 @@ TEST_F(CrdApiServer, PrinterColumnsStatusAndScale) {
 
   // kubectl scale goes through the scale subresource and the same validation.
   auto scaled = plane_->kubectl({"scale", "rt/events", "-n", ns, "--replicas=5"});
-  ASSERT_TRUE(scaled && scaled->exit_code == 0) << (scaled ? scaled->out + scaled->err : scaled.error());
+  ASSERT_TRUE(scaled && scaled->exit_code == 0)
+      << (scaled ? scaled->out + scaled->err : scaled.error());
   auto after = client_->get(kReplicatedTables, {ns, "events"});
   ASSERT_TRUE(after);
   EXPECT_EQ((*after)["spec"]["replicas"], 5);
@@ -335,39 +350,46 @@ TEST_F(CrdApiServer, PrinterColumnsStatusAndScale) {
 TEST_F(CrdApiServer, BackupPrinterColumnsAndStatus) {
   const std::string ns = createNamespace("backups");
   for (const char* file : {"events-backup.yaml", "nightly-backup.yaml"}) {
-    auto applied = plane_->kubectl({"apply", "-n", ns, "-f", (testing::crdsDir() / "examples" / file).string()});
+    auto applied = plane_->kubectl(
+        {"apply", "-n", ns, "-f", (testing::crdsDir() / "examples" / file).string()});
     ASSERT_TRUE(applied && applied->exit_code == 0) << (applied ? applied->err : applied.error());
   }
   auto backup = client_->get(kClusterBackups, {ns, "events-2026-12-01"});
   ASSERT_TRUE(backup);
   json with_status = *backup;
-  with_status["status"] = {{"phase", "Running"},
-                           {"tables", {"events"}},
-                           {"hosts",
-                            {{{"name", "events-0"}, {"table", "events"}, {"stage", "WritingBackup"}, {"files", 12}},
-                             {{"name", "events-1"}, {"table", "events"}, {"stage", "BuildingFileInfos"}}}},
-                           {"files", 24},
-                           {"bytesWritten", 1048576},
-                           {"bytesDeduplicated", 4096},
-                           {"startedAt", "2026-12-01T03:00:00Z"}};
+  with_status["status"] = {
+      {"phase", "Running"},
+      {"tables", {"events"}},
+      {"hosts",
+       {{{"name", "events-0"}, {"table", "events"}, {"stage", "WritingBackup"}, {"files", 12}},
+        {{"name", "events-1"}, {"table", "events"}, {"stage", "BuildingFileInfos"}}}},
+      {"files", 24},
+      {"bytesWritten", 1048576},
+      {"bytesDeduplicated", 4096},
+      {"startedAt", "2026-12-01T03:00:00Z"}};
   auto status = client_->updateStatus(kClusterBackups, with_status);
   ASSERT_TRUE(status) << status.error().toString();
   auto listed = plane_->kubectl({"get", "clusterbackups", "-n", ns});
   ASSERT_TRUE(listed && listed->exit_code == 0);
-  EXPECT_TRUE(listed->out.starts_with("NAME                TABLE    PHASE     WRITTEN   STARTED")) << listed->out;
-  EXPECT_NE(listed->out.find("events-2026-12-01   events   Running   1048576"), std::string::npos) << listed->out;
+  EXPECT_TRUE(listed->out.starts_with("NAME                TABLE    PHASE     WRITTEN   STARTED"))
+      << listed->out;
+  EXPECT_NE(listed->out.find("events-2026-12-01   events   Running   1048576"), std::string::npos)
+      << listed->out;
 
   json bad = *status;
   bad["status"]["hosts"][0]["stage"] = "Daydreaming";
   auto refused = client_->updateStatus(kClusterBackups, bad);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().toString().find("status.hosts[0].stage"), std::string::npos) << refused.error().toString();
+  EXPECT_NE(refused.error().toString().find("status.hosts[0].stage"), std::string::npos)
+      << refused.error().toString();
 
   auto schedules = plane_->kubectl({"get", "bs", "-n", ns});
   ASSERT_TRUE(schedules && schedules->exit_code == 0);
-  EXPECT_TRUE(schedules->out.starts_with("NAME      SCHEDULE    SUSPEND   LAST-SCHEDULE   LAST-SUCCESS   AGE\n"))
+  EXPECT_TRUE(schedules->out.starts_with(
+      "NAME      SCHEDULE    SUSPEND   LAST-SCHEDULE   LAST-SUCCESS   AGE\n"))
       << schedules->out;
-  EXPECT_NE(schedules->out.find("nightly   0 3 * * *   false"), std::string::npos) << schedules->out;
+  EXPECT_NE(schedules->out.find("nightly   0 3 * * *   false"), std::string::npos)
+      << schedules->out;
 }
 
 }  // namespace

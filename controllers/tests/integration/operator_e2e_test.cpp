@@ -1,10 +1,10 @@
 // rtable-operator end to end (issue 6): a real kube-apiserver and kube-controller-manager
-// (LocalControlPlane), `helm install` of helm/rtable (CRDs, ServiceAccount, RBAC), a real ZooKeeper, LocalKubelet running each replica
-// pod's rtable-core as a local process on its own 127.0.0.N, and rtable-operator as a process
-// authenticated as the chart's ServiceAccount.
-// A ReplicatedTable applied with kubectl becomes three Ready replicas that replicate a row; scaled
-// to two, the removed replica leaves ZooKeeper; the operator restarted mid-way resumes; deleted,
-// its objects and its ZooKeeper subtree are gone.
+// (LocalControlPlane), `helm install` of helm/rtable (CRDs, ServiceAccount, RBAC), a real
+// ZooKeeper, LocalKubelet running each replica pod's rtable-core as a local process on its own
+// 127.0.0.N, and rtable-operator as a process authenticated as the chart's ServiceAccount. A
+// ReplicatedTable applied with kubectl becomes three Ready replicas that replicate a row; scaled to
+// two, the removed replica leaves ZooKeeper; the operator restarted mid-way resumes; deleted, its
+// objects and its ZooKeeper subtree are gone.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -38,8 +38,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
 using common::testing::httpRequest;
-using core::testing::LocalZooKeeper;
 using common::testing::Subprocess;
+using core::testing::LocalZooKeeper;
 using op::testing::LocalControlPlane;
 using op::testing::LocalControlPlaneOptions;
 using op::testing::LocalImage;
@@ -76,9 +76,10 @@ class OperatorEndToEnd : public ::testing::Test {
     auto identity = plane_->serviceAccountKubeconfig("rtable-system", "rtable", "rtable");
     ASSERT_TRUE(identity) << identity.error();
     operator_kubeconfig_ = *identity;
-    ASSERT_TRUE(plane_->kubectl({"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io",
-                                 "--timeout=60s"}));
-    ASSERT_TRUE(plane_->apply(json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}.dump()));
+    ASSERT_TRUE(plane_->kubectl({"wait", "--for=condition=Established",
+                                 "crd/replicatedtables.rtable.io", "--timeout=60s"}));
+    ASSERT_TRUE(plane_->apply(
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}.dump()));
 
     auto zookeeper = LocalZooKeeper::start();
     ASSERT_TRUE(zookeeper) << zookeeper.error();
@@ -88,7 +89,9 @@ class OperatorEndToEnd : public ::testing::Test {
     kubelet_options.kubeconfig = plane_->kubeconfigPath();
     kubelet_options.images[kImage] = LocalImage{{RTABLE_CORE_BINARY}, {}, {}};
     kubelet_options.host_hosts_file = plane_->workDir() / "host-hosts";
-    { std::ofstream(kubelet_options.host_hosts_file) << "127.0.0.1\tlocalhost\n"; }
+    {
+      std::ofstream(kubelet_options.host_hosts_file) << "127.0.0.1\tlocalhost\n";
+    }
     kubelet_options.max_termination_grace = 30s;
     kubelet_options.restart_backoff_initial = 1s;  // a killed replica comes back quickly
     auto kubelet = LocalKubelet::start(kubelet_options);
@@ -103,7 +106,8 @@ class OperatorEndToEnd : public ::testing::Test {
     ASSERT_TRUE(client);
     client_ = std::move(*client);
 
-    auto keeper = core::ZooKeeperClient::connect(core::ZooKeeperConfig{zookeeper_->connectString()});
+    auto keeper =
+        core::ZooKeeperClient::connect(core::ZooKeeperConfig{zookeeper_->connectString()});
     ASSERT_TRUE(keeper) << keeper.error().toString();
     keeper_ = std::move(*keeper);
     startOperator();
@@ -113,8 +117,8 @@ class OperatorEndToEnd : public ::testing::Test {
     if (HasFailure()) {
       plane_->keepWorkDir();
       kubelet_->keepWorkDir();
-      std::fprintf(stderr, "kept: control plane %s, kubelet %s, operator log %s\n", plane_->workDir().c_str(),
-                   kubelet_->workDir().c_str(), operatorLog().c_str());
+      std::fprintf(stderr, "kept: control plane %s, kubelet %s, operator log %s\n",
+                   plane_->workDir().c_str(), kubelet_->workDir().c_str(), operatorLog().c_str());
     }
     operator_.reset();
     kubelet_.reset();  // stops the replicas before ZooKeeper and the apiserver go
@@ -127,11 +131,11 @@ class OperatorEndToEnd : public ::testing::Test {
 
   void startOperator() {
     ::setenv("RTABLE_CORE_IMAGE", kImage, 1);
-    auto process = Subprocess::start({RTABLE_OPERATOR_BINARY, "--kubeconfig", operator_kubeconfig_.string(),
-                                      "--leader-election-namespace=rtable-system",
-                                      "--health-probe-bind-address=127.0.0.1:0",
-                                      "--metrics-bind-address=127.0.0.1:0"},
-                                     operatorLog());
+    auto process = Subprocess::start(
+        {RTABLE_OPERATOR_BINARY, "--kubeconfig", operator_kubeconfig_.string(),
+         "--leader-election-namespace=rtable-system", "--health-probe-bind-address=127.0.0.1:0",
+         "--metrics-bind-address=127.0.0.1:0"},
+        operatorLog());
     ASSERT_TRUE(process) << process.error();
     operator_ = std::make_unique<Subprocess>(std::move(*process));
   }
@@ -149,8 +153,9 @@ class OperatorEndToEnd : public ::testing::Test {
     auto object = table();
     if (!object) return false;
     const json status = object->value("status", json::object());
-    if (status.value("readyReplicas", -1) != n || status.value("observedGeneration", -1) !=
-        object->value(json::json_pointer("/metadata/generation"), -2)) {
+    if (status.value("readyReplicas", -1) != n ||
+        status.value("observedGeneration", -1) !=
+            object->value(json::json_pointer("/metadata/generation"), -2)) {
       return false;
     }
     for (const auto& condition : status.value("conditions", json::array())) {
@@ -188,7 +193,8 @@ class OperatorEndToEnd : public ::testing::Test {
     double total = 0;
     for (const char* result : {"success", "requeue", "requeue_after"}) {
       const std::string prefix = fmt::format(
-          "controller_runtime_reconcile_total{{controller=\"replicatedtable\",result=\"{}\"}} ", result);
+          "controller_runtime_reconcile_total{{controller=\"replicatedtable\",result=\"{}\"}} ",
+          result);
       if (auto at = answer->body.find(prefix); at != std::string::npos) {
         total += std::stod(answer->body.substr(at + prefix.size()));
       }
@@ -209,7 +215,8 @@ class OperatorEndToEnd : public ::testing::Test {
       for (const json& item : *items) {
         const json& meta = item["metadata"];
         actions[kind + "/" + meta.value("name", "")] =
-            generation ? std::to_string(meta.value("generation", 0)) : meta.value("resourceVersion", "");
+            generation ? std::to_string(meta.value("generation", 0))
+                       : meta.value("resourceVersion", "");
       }
     };
     record(op::resources::statefulSets(), "StatefulSet", true);
@@ -245,7 +252,8 @@ class OperatorEndToEnd : public ::testing::Test {
         left.push_back(kind + ": " + items.error());
         continue;
       }
-      for (const json& item : *items) left.push_back(kind + "/" + item["metadata"].value("name", ""));
+      for (const json& item : *items)
+        left.push_back(kind + "/" + item["metadata"].value("name", ""));
     }
     return left;
   }
@@ -281,7 +289,8 @@ spec:
   replicas: 3
   zookeeper: {{connect: "{}", sessionTimeoutMs: 6000}}
   storage: {{size: 1Gi}}
-)", kNs, zookeeper_->connectString());
+)",
+                                           kNs, zookeeper_->connectString());
   ASSERT_TRUE(plane_->apply(manifest));
   ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
   auto printed = plane_->kubectl({"get", "replicatedtables", "-n", kNs});
@@ -293,8 +302,10 @@ spec:
 
   // A row through events-0, read on all three.
   auto inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
-                              R"({"d":"2026-12-03","user":"ada"})" "\n");
-  ASSERT_TRUE(inserted && inserted->status == 200) << (inserted ? inserted->body : inserted.error());
+                              R"({"d":"2026-12-03","user":"ada"})"
+                              "\n");
+  ASSERT_TRUE(inserted && inserted->status == 200)
+      << (inserted ? inserted->body : inserted.error());
   for (const char* pod : {"events-0", "events-1", "events-2"}) {
     EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
   }
@@ -308,8 +319,10 @@ spec:
 
   // The operator restarts: it picks up where it was, without acting again on what it did.
   const auto before_restart = operatorActions();
-  EXPECT_TRUE(before_restart.contains("StatefulSet/events")) << ::testing::PrintToString(before_restart);
-  EXPECT_TRUE(before_restart.contains("Secret/events-interserver")) << ::testing::PrintToString(before_restart);
+  EXPECT_TRUE(before_restart.contains("StatefulSet/events"))
+      << ::testing::PrintToString(before_restart);
+  EXPECT_TRUE(before_restart.contains("Secret/events-interserver"))
+      << ::testing::PrintToString(before_restart);
   EXPECT_TRUE(std::any_of(before_restart.begin(), before_restart.end(), [](const auto& action) {
     return action.first.starts_with("Event/ZooKeeperTreeCreated/");
   })) << ::testing::PrintToString(before_restart);
@@ -330,20 +343,24 @@ spec:
 
   // kill -9 of events-1's rtable-core: the kubelet restarts it, and it catches up on a row
   // inserted meanwhile.
-  auto killed = common::testing::runCommand({"pkill", "-9", "-f", "--", "--replica-name=events-1"}, 10s);
-  ASSERT_TRUE(killed && killed->exit_code == 0) << (killed ? killed->out + killed->err : killed.error());
+  auto killed =
+      common::testing::runCommand({"pkill", "-9", "-f", "--", "--replica-name=events-1"}, 10s);
+  ASSERT_TRUE(killed && killed->exit_code == 0)
+      << (killed ? killed->out + killed->err : killed.error());
   inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
-                         R"({"d":"2026-12-03","user":"grace"})" "\n");
-  ASSERT_TRUE(inserted && inserted->status == 200) << (inserted ? inserted->body : inserted.error());
+                         R"({"d":"2026-12-03","user":"grace"})"
+                         "\n");
+  ASSERT_TRUE(inserted && inserted->status == 200)
+      << (inserted ? inserted->body : inserted.error());
   EXPECT_TRUE(eventually([&] { return count("events-1") == 2u; }, 120s));
   EXPECT_TRUE(eventually([&] { return readyReplicas(2); }, 120s)) << tableState();
 
   // Deleted: the pods, then the ZooKeeper subtree, then the table itself; the garbage collector
   // takes every object the table owned (the claims go with the StatefulSet: whenDeleted Delete).
   const auto owned = leftovers();
-  for (const char* object : {"StatefulSet/events", "Pod/events-0", "PodDisruptionBudget/events", "Service/events",
-                             "Service/events-headless", "ConfigMap/events-config", "Secret/events-interserver",
-                             "PersistentVolumeClaim/data-events-0"}) {
+  for (const char* object : {"StatefulSet/events", "Pod/events-0", "PodDisruptionBudget/events",
+                             "Service/events", "Service/events-headless", "ConfigMap/events-config",
+                             "Secret/events-interserver", "PersistentVolumeClaim/data-events-0"}) {
     EXPECT_NE(std::find(owned.begin(), owned.end(), object), owned.end())
         << object << " not among " << ::testing::PrintToString(owned);
   }

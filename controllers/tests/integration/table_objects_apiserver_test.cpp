@@ -27,8 +27,9 @@ class TableObjectsApiServer : public ::testing::Test {
     auto client = op::HttpKubeClient::create(*cluster);
     ASSERT_TRUE(client) << client.error().toString();
     client_ = std::move(*client);
-    auto ns = client_->create(op::resources::namespaces(), json{{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                                     {"metadata", {{"name", "analytics"}}}});
+    auto ns = client_->create(
+        op::resources::namespaces(),
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "analytics"}}}});
     ASSERT_TRUE(ns) << ns.error().toString();
   }
   static void TearDownTestSuite() {
@@ -60,9 +61,12 @@ class TableObjectsApiServer : public ::testing::Test {
     const json* object;
   };
   static std::vector<Applied> all(const TableObjects& o) {
-    return {{op::resources::services(), &o.headless_service},   {op::resources::services(), &o.client_service},
-            {op::resources::configMaps(), &o.config_map},       {op::resources::secrets(), &o.secret},
-            {op::resources::statefulSets(), &o.stateful_set},   {op::resources::podDisruptionBudgets(), &o.pod_disruption_budget}};
+    return {{op::resources::services(), &o.headless_service},
+            {op::resources::services(), &o.client_service},
+            {op::resources::configMaps(), &o.config_map},
+            {op::resources::secrets(), &o.secret},
+            {op::resources::statefulSets(), &o.stateful_set},
+            {op::resources::podDisruptionBudgets(), &o.pod_disruption_budget}};
   }
 
   // Applies every object as the reconciler does; returns name -> resourceVersion.
@@ -74,8 +78,11 @@ class TableObjectsApiServer : public ::testing::Test {
       options.force = true;
       const op::ObjectKey key{"analytics", (*object)["metadata"]["name"]};
       auto applied = client_->patch(type, key, op::PatchType::kApply, *object, options);
-      EXPECT_TRUE(applied) << (*object)["kind"] << " " << key.name << ": " << applied.error().toString();
-      if (applied) versions[(*object)["kind"].get<std::string>() + "/" + key.name] = (*applied)["metadata"]["resourceVersion"];
+      EXPECT_TRUE(applied) << (*object)["kind"] << " " << key.name << ": "
+                           << applied.error().toString();
+      if (applied)
+        versions[(*object)["kind"].get<std::string>() + "/" + key.name] =
+            (*applied)["metadata"]["resourceVersion"];
     }
     return versions;
   }
@@ -106,15 +113,19 @@ TEST_F(TableObjectsApiServer, AHandEditOfAnOwnedFieldIsRevertedAndAScaleIsApplie
   // Someone scales the StatefulSet by hand (another field manager).
   op::PatchOptions by_hand;
   by_hand.field_manager = "kubectl-edit";
-  auto edited = client_->patch(op::resources::statefulSets(), {"analytics", "events"}, op::PatchType::kMerge,
-                               json{{"spec", {{"replicas", 7}}}}, by_hand);
+  auto edited = client_->patch(op::resources::statefulSets(), {"analytics", "events"},
+                               op::PatchType::kMerge, json{{"spec", {{"replicas", 7}}}}, by_hand);
   ASSERT_TRUE(edited) << edited.error().toString();
   EXPECT_EQ((*edited)["spec"]["replicas"], 7);
   (void)applyAll(render(3));
-  EXPECT_EQ((*client_->get(op::resources::statefulSets(), {"analytics", "events"}))["spec"]["replicas"], 3);
+  EXPECT_EQ(
+      (*client_->get(op::resources::statefulSets(), {"analytics", "events"}))["spec"]["replicas"],
+      3);
   // A scale in the spec is an apply like any other.
   (void)applyAll(render(5));
-  EXPECT_EQ((*client_->get(op::resources::statefulSets(), {"analytics", "events"}))["spec"]["replicas"], 5);
+  EXPECT_EQ(
+      (*client_->get(op::resources::statefulSets(), {"analytics", "events"}))["spec"]["replicas"],
+      5);
 }
 
 }  // namespace

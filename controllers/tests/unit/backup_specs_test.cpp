@@ -86,20 +86,42 @@ TEST(CronSchedule, ErrorsSayWhatIsWrong) {
   for (const auto& [text, error] : cases) {
     auto parsed = CronSchedule::parse(text);
     ASSERT_FALSE(parsed) << text;
-    EXPECT_NE(parsed.error().find(error), std::string::npos) << parsed.error() << "\nexpected: " << error;
+    EXPECT_NE(parsed.error().find(error), std::string::npos)
+        << parsed.error() << "\nexpected: " << error;
   }
 }
 
 // The CRD's pattern for spec.schedule and CronSchedule::parse accept the same schedules.
 TEST(CronSchedule, AgreesWithTheCrdPattern) {
   const json schema = crdSchema("rtable.io_backupschedules.yaml");
-  const std::regex pattern(schema["properties"]["spec"]["properties"]["schedule"]["pattern"].get<std::string>());
-  for (const char* text :
-       {"0 3 * * *", "*/15 * * * *", "30 1 * * SUN", "0 0 1,15 * mon", "5-10/5,58 9-17 1 JAN-MAR *",
-        "0 0 * * 1-5", "0  3 * * *", "0 3 1 1 0", "59 23 31 12 7", "0 3 * * *  ", "0 3 * *", "61 3 * * *",
-        "0 24 * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 8", "0 0 * FOO *", "0 0 * * Sun", "*/0 * * * *",
-        "1,,2 * * * *", " 0 3 * * *", "@daily", "0 3 * * * *", "0 0 */99 * *"}) {
-    EXPECT_EQ(std::regex_match(std::string(text), pattern), CronSchedule::parse(text).has_value()) << "'" << text << "'";
+  const std::regex pattern(
+      schema["properties"]["spec"]["properties"]["schedule"]["pattern"].get<std::string>());
+  for (const char* text : {"0 3 * * *",
+                           "*/15 * * * *",
+                           "30 1 * * SUN",
+                           "0 0 1,15 * mon",
+                           "5-10/5,58 9-17 1 JAN-MAR *",
+                           "0 0 * * 1-5",
+                           "0  3 * * *",
+                           "0 3 1 1 0",
+                           "59 23 31 12 7",
+                           "0 3 * * *  ",
+                           "0 3 * *",
+                           "61 3 * * *",
+                           "0 24 * * *",
+                           "0 0 0 * *",
+                           "0 0 * 13 *",
+                           "0 0 * * 8",
+                           "0 0 * FOO *",
+                           "0 0 * * Sun",
+                           "*/0 * * * *",
+                           "1,,2 * * * *",
+                           " 0 3 * * *",
+                           "@daily",
+                           "0 3 * * * *",
+                           "0 0 */99 * *"}) {
+    EXPECT_EQ(std::regex_match(std::string(text), pattern), CronSchedule::parse(text).has_value())
+        << "'" << text << "'";
   }
 }
 
@@ -137,8 +159,11 @@ TEST(ClusterBackupSpec, ErrorsNameTheField) {
   const json base = {{"table", "events"}, {"destination", {{"filesystem", {{"path", "/b"}}}}}};
   const std::vector<std::pair<json, const char*>> cases = {
       {json::object(), "spec.destination: required"},
-      {{{"destination", {{"filesystem", {{"path", "/b"}}}}}}, "spec: exactly one of table and selector"},
-      {{{"table", "events"}, {"selector", json::object()}, {"destination", {{"filesystem", {{"path", "/b"}}}}}},
+      {{{"destination", {{"filesystem", {{"path", "/b"}}}}}},
+       "spec: exactly one of table and selector"},
+      {{{"table", "events"},
+        {"selector", json::object()},
+        {"destination", {{"filesystem", {{"path", "/b"}}}}}},
        "spec: exactly one of table and selector"},
       {{{"table", "Events"}, {"destination", {{"filesystem", {{"path", "/b"}}}}}},
        "spec.table: 'Events' is not a ReplicatedTable name"},
@@ -148,7 +173,8 @@ TEST(ClusterBackupSpec, ErrorsNameTheField) {
        "spec.destination.filesystem.path: 'b' must be an absolute path"},
       {{{"table", "events"}, {"destination", {{"persistentVolumeClaim", {{"subPath", "x"}}}}}},
        "spec.destination.persistentVolumeClaim.claimName: required"},
-      {{{"table", "events"}, {"destination", {{"s3", {{"bucket", "x"}}}}}}, "spec.destination.s3: unknown field"},
+      {{{"table", "events"}, {"destination", {{"s3", {{"bucket", "x"}}}}}},
+       "spec.destination.s3: unknown field"},
       {{{"selector", {{"matchExpressions", {{{"key", "a"}, {"operator", "In"}}}}}},
         {"destination", {{"filesystem", {{"path", "/b"}}}}}},
        "spec.selector.matchExpressions[0].values: In and NotIn need values"},
@@ -159,7 +185,8 @@ TEST(ClusterBackupSpec, ErrorsNameTheField) {
   for (const auto& [spec, error] : cases) {
     auto parsed = ClusterBackupSpec::parse(spec);
     ASSERT_FALSE(parsed) << spec.dump();
-    EXPECT_TRUE(parsed.error().toString().starts_with(error)) << parsed.error().toString() << "\nexpected: " << error;
+    EXPECT_TRUE(parsed.error().toString().starts_with(error))
+        << parsed.error().toString() << "\nexpected: " << error;
   }
   auto nested = ClusterBackupSpec::parse(json::object(), "spec.template.spec");
   EXPECT_EQ(nested.error().path, "spec.template.spec.destination");
@@ -201,11 +228,15 @@ TEST(BackupScheduleSpec, ErrorsNameTheField) {
   const std::vector<std::tuple<const char*, json, const char*>> cases = {
       {"/schedule", "0 3 * *", "spec.schedule: '0 3 * *' has 4 fields"},
       {"/schedule", 3, "spec.schedule: expected a string"},
-      {"/concurrencyPolicy", "Sometimes", "spec.concurrencyPolicy: 'Sometimes' is not one of Forbid, Allow, Replace"},
+      {"/concurrencyPolicy", "Sometimes",
+       "spec.concurrencyPolicy: 'Sometimes' is not one of Forbid, Allow, Replace"},
       {"/retention/keepLast", 0, "spec.retention.keepLast: must be from 1 to 10000"},
       {"/retention/maxAge", "30 days", "spec.retention.maxAge: '30 days' is not a duration"},
-      {"/template/spec/destination", json::object(), "spec.template.spec.destination: exactly one of"},
-      {"/template/spec/selector", {{"matchLabels", {{"a", "b"}}}}, "spec.template.spec: exactly one of table and selector"},
+      {"/template/spec/destination", json::object(),
+       "spec.template.spec.destination: exactly one of"},
+      {"/template/spec/selector",
+       {{"matchLabels", {{"a", "b"}}}},
+       "spec.template.spec: exactly one of table and selector"},
       {"/suspend", "no", "spec.suspend: expected true or false"},
   };
   for (const auto& [pointer, value, error] : cases) {
@@ -213,7 +244,8 @@ TEST(BackupScheduleSpec, ErrorsNameTheField) {
     spec[json::json_pointer(pointer)] = value;
     auto parsed = BackupScheduleSpec::parse(spec);
     ASSERT_FALSE(parsed) << pointer;
-    EXPECT_TRUE(parsed.error().toString().starts_with(error)) << parsed.error().toString() << "\nexpected: " << error;
+    EXPECT_TRUE(parsed.error().toString().starts_with(error))
+        << parsed.error().toString() << "\nexpected: " << error;
   }
   json no_template = base;
   no_template.erase("template");
@@ -225,15 +257,16 @@ TEST(RetentionAge, Units) {
   EXPECT_EQ(parseRetentionAge("1w2d"), hours(9 * 24));
   EXPECT_EQ(parseRetentionAge("90m"), minutes(90));
   EXPECT_EQ(parseRetentionAge("1h30m15s"), seconds(5415));
-  for (const char* bad : {"", "d", "30", "30 d", "3y", "-1d"}) EXPECT_FALSE(parseRetentionAge(bad)) << bad;
+  for (const char* bad : {"", "d", "30", "30 d", "3y", "-1d"})
+    EXPECT_FALSE(parseRetentionAge(bad)) << bad;
 }
 
 // One schema for a ClusterBackup's spec and a schedule's template.spec, so a template that the
 // schedule accepts always makes a ClusterBackup the apiserver accepts.
 TEST(BackupCrds, TheScheduleTemplateIsAClusterBackupSpec) {
   const json backup = crdSchema("rtable.io_clusterbackups.yaml")["properties"]["spec"];
-  const json templ =
-      crdSchema("rtable.io_backupschedules.yaml")["properties"]["spec"]["properties"]["template"]["properties"]["spec"];
+  const json templ = crdSchema("rtable.io_backupschedules.yaml")["properties"]["spec"]["properties"]
+                                                                ["template"]["properties"]["spec"];
   ASSERT_TRUE(backup.is_object());
   EXPECT_EQ(templ, backup);
 }

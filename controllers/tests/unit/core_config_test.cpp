@@ -65,7 +65,8 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
       for (std::size_t i = 0; i < spec->columns.size(); ++i) {
         EXPECT_EQ(core->schema.columns()[i].type.name(), object["spec"]["columns"][i]["type"]);
       }
-      EXPECT_EQ(core->schema.partitionBy().format(), object["spec"].value("partitionBy", "tuple()"));
+      EXPECT_EQ(core->schema.partitionBy().format(),
+                object["spec"].value("partitionBy", "tuple()"));
       EXPECT_EQ(core->deduplication.max_ids, static_cast<std::size_t>(spec->deduplication.window));
       EXPECT_EQ(core->deduplication.max_age.count(), spec->deduplication.window_seconds);
       EXPECT_EQ(core->zookeeper_connect, spec->zookeeper.connect);
@@ -81,8 +82,10 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
       EXPECT_EQ(core->interserver_secret, "s3cr3t");
       EXPECT_EQ(core->fetch_threads, static_cast<std::size_t>(spec->replication.fetch_threads));
       EXPECT_EQ(core->merge_threads, static_cast<std::size_t>(spec->replication.merge_threads));
-      EXPECT_EQ(core->min_logs_to_keep, static_cast<std::size_t>(spec->replication.min_logs_to_keep));
-      EXPECT_EQ(core->max_logs_to_keep, static_cast<std::size_t>(spec->replication.max_logs_to_keep));
+      EXPECT_EQ(core->min_logs_to_keep,
+                static_cast<std::size_t>(spec->replication.min_logs_to_keep));
+      EXPECT_EQ(core->max_logs_to_keep,
+                static_cast<std::size_t>(spec->replication.max_logs_to_keep));
       EXPECT_EQ(core->cleanup_period.count(), spec->replication.cleanup_period_seconds);
       EXPECT_EQ(core->insert_quorum, static_cast<std::size_t>(spec->insert_quorum));
       if (spec->insert_quorum >= 2) ++with_quorum;
@@ -115,8 +118,9 @@ TEST_F(CoreConfig, ReadsBackToTheSpecItWasWrittenFrom) {
 }
 
 TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {
-  auto spec = ReplicatedTableSpec::parse(
-      {{"table", "t"}, {"columns", {{{"name", "id"}, {"type", "UInt64"}}}}, {"zookeeper", {{"connect", "zk:2181"}}}});
+  auto spec = ReplicatedTableSpec::parse({{"table", "t"},
+                                          {"columns", {{{"name", "id"}, {"type", "UInt64"}}}},
+                                          {"zookeeper", {{"connect", "zk:2181"}}}});
   ASSERT_TRUE(spec);
   CoreConfigContext c = context("t");
   c.uid = "3f2a9c1e";
@@ -139,7 +143,8 @@ TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {
 
 // Every replica's config gives the same ZooKeeper metadata: otherwise rtable-core refuses to join.
 TEST_F(CoreConfig, ReplicasAgreeOnTheTableMetadata) {
-  auto object = yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
+  auto object =
+      yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
   ASSERT_TRUE(object);
   auto spec = ReplicatedTableSpec::parse(object->front()["spec"]);
   ASSERT_TRUE(spec);
@@ -151,20 +156,24 @@ TEST_F(CoreConfig, ReplicasAgreeOnTheTableMetadata) {
   auto core_b = core::TableSpec::parseYaml(renderCoreConfig(*spec, b));
   ASSERT_TRUE(core_a && core_b);
   EXPECT_EQ(core_a->metadataText(), core_b->metadataText());
-  EXPECT_NE(core_a->metadataText().find("partition key: toYYYYMM(d)"), std::string::npos) << core_a->metadataText();
+  EXPECT_NE(core_a->metadataText().find("partition key: toYYYYMM(d)"), std::string::npos)
+      << core_a->metadataText();
 }
 
 // The ConfigMap's bytes: a change rolls every replica pod (the config hash annotation), so the
 // text is pinned, not only what it parses to.
 TEST_F(CoreConfig, RendersTheSameBytes) {
-  auto object = yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
+  auto object =
+      yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-table.yaml"));
   ASSERT_TRUE(object);
   auto spec = ReplicatedTableSpec::parse(object->front()["spec"]);
   ASSERT_TRUE(spec);
   CoreConfigContext c;
   c.name = "events";
   c.ns = "analytics";
-  EXPECT_EQ(renderCoreConfig(*spec, c), R"(# rtable-core spec of ReplicatedTable analytics/events, rendered by rtable-operator (docs/rtable-core.md).
+  EXPECT_EQ(
+      renderCoreConfig(*spec, c),
+      R"(# rtable-core spec of ReplicatedTable analytics/events, rendered by rtable-operator (docs/rtable-core.md).
 # Each pod sets its own replica name and host with --replica-name and --replica-host.
 table: events
 uid: analytics.events
@@ -202,7 +211,9 @@ inserts:
 )");
 }
 
-TEST(TableUid, NamespaceDotName) { EXPECT_EQ(tableUid("analytics", "events"), "analytics.events"); }
+TEST(TableUid, NamespaceDotName) {
+  EXPECT_EQ(tableUid("analytics", "events"), "analytics.events");
+}
 
 }  // namespace
 }  // namespace rtable::controllers

@@ -1,11 +1,12 @@
 // Every file in crds/examples through the C++ side: valid ones parse, invalid ones are rejected
 // naming the same field the apiserver names (crd_apiserver_tests checks the server's side), and
 // the CRDs' enums agree with rtable-core.
+#include "../crd_examples.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "../crd_examples.h"
 #include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/replication_core/block.h"
@@ -108,8 +109,9 @@ TEST(CrdExamples, EveryInvalidUpdateIsRejectedNamingTheField) {
 TEST(CrdExamples, TheColumnTypeEnumIsRtableCoresTypes) {
   auto crd = yamlToJson(testing::readText(testing::crdsDir() / "rtable.io_replicatedtables.yaml"));
   ASSERT_TRUE(crd) << crd.error();
-  const json& types = (*crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-                              ["columns"]["items"]["properties"]["type"]["enum"];
+  const json& types =
+      (*crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["columns"]["items"]["properties"]["type"]["enum"];
   ASSERT_TRUE(types.is_array());
   std::set<std::string> names;
   for (const auto& type : types) {

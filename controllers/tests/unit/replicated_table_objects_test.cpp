@@ -25,7 +25,8 @@ ReplicatedTableSpec spec(const std::string& extra = "") {
     "columns": [{"name": "d", "type": "Date"}, {"name": "user", "type": "String"}],
     "partitionBy": "toYYYYMM(d)",
     "orderBy": ["user", "d"],
-    "zookeeper": {"connect": "zk-0.zk:2181"})json" + extra + "}"));
+    "zookeeper": {"connect": "zk-0.zk:2181"})json" + extra +
+                                                       "}"));
   EXPECT_TRUE(parsed) << parsed.error().toString();
   return *parsed;
 }
@@ -41,8 +42,9 @@ const json& container(const json& stateful_set, const std::string& name) {
 
 TEST(TableObjects, EveryObjectIsLabelledAndOwnedByTheTable) {
   const TableObjects objects = renderTableObjects(spec(), context("events"));
-  for (const json* object : {&objects.headless_service, &objects.client_service, &objects.config_map, &objects.secret,
-                             &objects.stateful_set, &objects.pod_disruption_budget}) {
+  for (const json* object :
+       {&objects.headless_service, &objects.client_service, &objects.config_map, &objects.secret,
+        &objects.stateful_set, &objects.pod_disruption_budget}) {
     SCOPED_TRACE((*object)["kind"].get<std::string>());
     const json& meta = (*object)["metadata"];
     EXPECT_EQ(meta["namespace"], "analytics");
@@ -68,25 +70,30 @@ TEST(TableObjects, EveryObjectIsLabelledAndOwnedByTheTable) {
 }
 
 TEST(TableObjects, TheStatefulSetRunsRtableCoreWithItsConfigSecretAndProbes) {
-  const TableObjects objects = renderTableObjects(spec(R"(, "replicas": 5, "storage": {"size": "50Gi",
-      "storageClassName": "fast"}, "resources": {"requests": {"cpu": "500m"}})"), context("events"));
+  const TableObjects objects =
+      renderTableObjects(spec(R"(, "replicas": 5, "storage": {"size": "50Gi",
+      "storageClassName": "fast"}, "resources": {"requests": {"cpu": "500m"}})"),
+                         context("events"));
   const json& sts = objects.stateful_set;
   EXPECT_EQ(sts["spec"]["replicas"], 5);
   EXPECT_EQ(sts["spec"]["serviceName"], "events-headless");
   // The selector selects the pods, and the Services and the PDB select the same pods.
   const json& pod_labels = sts["spec"]["template"]["metadata"]["labels"];
-  for (const auto& [key, value] : sts["spec"]["selector"]["matchLabels"].items()) EXPECT_EQ(pod_labels[key], value);
+  for (const auto& [key, value] : sts["spec"]["selector"]["matchLabels"].items())
+    EXPECT_EQ(pod_labels[key], value);
   EXPECT_EQ(objects.client_service["spec"]["selector"], sts["spec"]["selector"]["matchLabels"]);
   EXPECT_EQ(objects.pod_disruption_budget["spec"]["selector"], sts["spec"]["selector"]);
 
   const json& core = container(sts, "rtable-core");
-  EXPECT_EQ(core["args"], json::array({"--config=/etc/rtable/config/core.yaml", "--replica-name=$(POD_NAME)",
-                                       "--replica-host=$(POD_NAME).events-headless.$(POD_NAMESPACE).svc",
-                                       "--listen=$(POD_IP)"}));
+  EXPECT_EQ(core["args"],
+            json::array({"--config=/etc/rtable/config/core.yaml", "--replica-name=$(POD_NAME)",
+                         "--replica-host=$(POD_NAME).events-headless.$(POD_NAMESPACE).svc",
+                         "--listen=$(POD_IP)"}));
   EXPECT_EQ(core["readinessProbe"]["httpGet"]["path"], "/readyz");
   EXPECT_EQ(core["livenessProbe"]["httpGet"]["path"], "/healthz");
   EXPECT_EQ(core["resources"]["requests"]["cpu"], "500m");
-  EXPECT_EQ(sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "50Gi");
+  EXPECT_EQ(sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+            "50Gi");
   EXPECT_EQ(sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"], "fast");
   EXPECT_EQ(sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"], "9363");
 
@@ -106,7 +113,8 @@ TEST(TableObjects, RenderingIsDeterministicAndAConfigChangeRollsThePods) {
   const TableObjects b = renderTableObjects(spec(), context("events"));
   EXPECT_EQ(a.stateful_set, b.stateful_set);
   EXPECT_EQ(a.config_map, b.config_map);
-  const TableObjects c = renderTableObjects(spec(R"(, "deduplication": {"window": 500})"), context("events"));
+  const TableObjects c =
+      renderTableObjects(spec(R"(, "deduplication": {"window": 500})"), context("events"));
   const auto hash = [](const TableObjects& o) {
     return o.stateful_set["spec"]["template"]["metadata"]["annotations"][kConfigHashAnnotation];
   };
@@ -121,7 +129,7 @@ TEST(TableObjects, PodTemplateAdditionsAreMergedIn) {
       "env": [{"name": "TZ", "value": "UTC"}],
       "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}],
       "nodeSelector": {"disk": "ssd"}, "priorityClassName": "high"})"),
-                                                    context("events"));
+                                                  context("events"));
   const json& pod = objects.stateful_set["spec"]["template"];
   EXPECT_EQ(pod["metadata"]["labels"]["team"], "ads");
   EXPECT_EQ(pod["metadata"]["labels"]["app.kubernetes.io/instance"], "events");

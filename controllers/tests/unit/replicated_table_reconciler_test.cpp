@@ -8,6 +8,7 @@
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/operator/testing/fake_event_recorder.h"
 #include "rtable/operator/testing/fake_kube_client.h"
+#include "rtable/replication_core/log_entry.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
@@ -26,7 +27,8 @@ json table(int replicas, const std::string& partition_by = "toYYYYMM(d)") {
           {"spec",
            {{"table", "events"},
             {"replicas", replicas},
-            {"columns", json::array({{{"name", "d"}, {"type", "Date"}}, {{"name", "user"}, {"type", "String"}}})},
+            {"columns", json::array({{{"name", "d"}, {"type", "Date"}},
+                                     {{"name", "user"}, {"type", "String"}}})},
             {"partitionBy", partition_by},
             {"orderBy", json::array({"user", "d"})},
             {"zookeeper", {{"connect", "zk-0.zk:2181"}}}}}};
@@ -39,8 +41,9 @@ class Reconciler : public ::testing::Test {
     options.generate_secret = [this] { return "secret-" + std::to_string(++secrets_made_); };
     options.wall_clock = [this] { return now_; };
     reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
-    ASSERT_TRUE(client_.create(op::resources::namespaces(),
-                               {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "analytics"}}}}));
+    ASSERT_TRUE(client_.create(
+        op::resources::namespaces(),
+        {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "analytics"}}}}));
   }
   json get(const op::ResourceType& type, const std::string& name) {
     auto object = client_.get(type, {"analytics", name});
@@ -64,7 +67,8 @@ class Reconciler : public ::testing::Test {
   op::testing::FakeKubeClient client_;
   std::unique_ptr<ReplicatedTableReconciler> reconciler_;
   int secrets_made_ = 0;
-  std::chrono::system_clock::time_point now_ = std::chrono::sys_days{std::chrono::year{2026} / 12 / 2};
+  std::chrono::system_clock::time_point now_ =
+      std::chrono::sys_days{std::chrono::year{2026} / 12 / 2};
 };
 
 TEST_F(Reconciler, CreatesTheOwnedObjectsAndReportsReadiness) {
@@ -73,11 +77,15 @@ TEST_F(Reconciler, CreatesTheOwnedObjectsAndReportsReadiness) {
   auto outcome = reconciler_->reconcile({"analytics", "events"});
   ASSERT_TRUE(outcome) << outcome.error().message;
   for (const auto& [type, name] : std::vector<std::pair<op::ResourceType, std::string>>{
-           {op::resources::services(), "events"}, {op::resources::services(), "events-headless"},
-           {op::resources::configMaps(), "events-config"}, {secrets(), "events-interserver"},
-           {statefulSets(), "events"}, {op::resources::podDisruptionBudgets(), "events"}}) {
+           {op::resources::services(), "events"},
+           {op::resources::services(), "events-headless"},
+           {op::resources::configMaps(), "events-config"},
+           {secrets(), "events-interserver"},
+           {statefulSets(), "events"},
+           {op::resources::podDisruptionBudgets(), "events"}}) {
     const json object = get(type, name);
-    EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"], (*created)["metadata"]["uid"]) << name;
+    EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"], (*created)["metadata"]["uid"])
+        << name;
   }
   const json status = get(replicatedTables(), "events")["status"];
   EXPECT_EQ(status["observedGeneration"], (*created)["metadata"]["generation"]);
@@ -85,8 +93,9 @@ TEST_F(Reconciler, CreatesTheOwnedObjectsAndReportsReadiness) {
   EXPECT_EQ(condition("Ready")["status"], "False");
   EXPECT_EQ(condition("Ready")["reason"], "ReplicasNotReady");
   EXPECT_EQ(condition("Degraded")["status"], "False");
-  EXPECT_EQ(status["selector"], "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,"
-                                "app.kubernetes.io/name=rtable");
+  EXPECT_EQ(status["selector"],
+            "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,"
+            "app.kubernetes.io/name=rtable");
 
   setReadyReplicas(2);
   now_ += std::chrono::minutes(1);
@@ -114,7 +123,8 @@ TEST_F(Reconciler, ASecondReconcileWritesNothingAndKeepsTheSecret) {
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   EXPECT_EQ(secrets_made_, 1);
   EXPECT_EQ(get(secrets(), "events-interserver")["data"], secret["data"]);
-  EXPECT_EQ(client_.currentResourceVersionForTest(), version) << "the second reconcile changed something";
+  EXPECT_EQ(client_.currentResourceVersionForTest(), version)
+      << "the second reconcile changed something";
 }
 
 TEST_F(Reconciler, AnInvalidSpecChangesNoObjectAndSaysWhy) {
@@ -124,14 +134,16 @@ TEST_F(Reconciler, AnInvalidSpecChangesNoObjectAndSaysWhy) {
   EXPECT_TRUE(outcome.error().terminal);
   EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
   EXPECT_EQ(condition("Ready")["reason"], "InvalidSpec");
-  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("spec.partitionBy"), std::string::npos)
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("spec.partitionBy"),
+            std::string::npos)
       << condition("Ready");
 }
 
 TEST_F(Reconciler, AFailedApplyIsRetriedAndReported) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
-  client_.failNextForTest(op::testing::Verb::kPatch,
-                          op::KubeError::of(op::KubeErrorKind::kServerError, "etcdserver: request timed out"));
+  client_.failNextForTest(
+      op::testing::Verb::kPatch,
+      op::KubeError::of(op::KubeErrorKind::kServerError, "etcdserver: request timed out"));
   auto outcome = reconciler_->reconcile({"analytics", "events"});
   ASSERT_FALSE(outcome);
   EXPECT_FALSE(outcome.error().terminal);
@@ -161,15 +173,19 @@ TEST_F(Reconciler, WritesTheWholeStatus) {
   EXPECT_EQ(status, expected) << json::diff(expected, status).dump(1);
 
   // A failed apply writes the generation and the Ready condition; the rest stays as it was.
-  client_.failNextForTest(op::testing::Verb::kPatch,
-                          op::KubeError::of(op::KubeErrorKind::kServerError, "etcdserver: request timed out"));
+  client_.failNextForTest(
+      op::testing::Verb::kPatch,
+      op::KubeError::of(op::KubeErrorKind::kServerError, "etcdserver: request timed out"));
   now_ += std::chrono::minutes(1);
   ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
   json failed = expected;
   failed["conditions"] = json::array(
-      {{{"type", "Ready"}, {"status", "False"}, {"reason", "ApplyFailed"},
+      {{{"type", "Ready"},
+        {"status", "False"},
+        {"reason", "ApplyFailed"},
         {"message", "applying ConfigMap events-config: ServerError: etcdserver: request timed out"},
-        {"observedGeneration", 1}, {"lastTransitionTime", "2026-12-02T00:00:00Z"}}});
+        {"observedGeneration", 1},
+        {"lastTransitionTime", "2026-12-02T00:00:00Z"}}});
   const json after = get(replicatedTables(), "events")["status"];
   EXPECT_EQ(after, failed) << json::diff(failed, after).dump(1);
 }
@@ -182,7 +198,8 @@ TEST_F(Reconciler, AnInvalidSpecWritesOnlyTheGenerationAndReady) {
   EXPECT_EQ(status["observedGeneration"], 1);
   ASSERT_EQ(status["conditions"].size(), 1u) << status.dump(1);
   json ready = status["conditions"][0];
-  EXPECT_NE(ready["message"].get<std::string>().find("spec.partitionBy"), std::string::npos) << ready;
+  EXPECT_NE(ready["message"].get<std::string>().find("spec.partitionBy"), std::string::npos)
+      << ready;
   ready.erase("message");
   EXPECT_EQ(ready, json::parse(R"({"type": "Ready", "status": "False", "reason": "InvalidSpec",
                                    "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"})"));
@@ -202,22 +219,27 @@ class ReconcilerWithZooKeeper : public Reconciler {
     options.generate_secret = [] { return std::string("s"); };
     options.wall_clock = [this] { return now_; };
     options.events = &events_;
-    options.keeper_for = [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
+    options.keeper_for =
+        [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
       EXPECT_EQ(connect, "zk-0.zk:2181");
       if (zookeeper_down_) {
-        return std::unexpected(core::KeeperError{core::KeeperCode::kConnectionLoss, "", "connection refused", {}});
+        return std::unexpected(
+            core::KeeperError{core::KeeperCode::kConnectionLoss, "", "connection refused", {}});
       }
       return operator_session_;
     };
     reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
   }
-  core::TablePaths replica(const std::string& name) { return {"/rtable/tables/analytics.events", 1, name}; }
+  core::TablePaths replica(const std::string& name) {
+    return {"/rtable/tables/analytics.events", 1, name};
+  }
   // What rtable-core does when a replica starts: the tree, its replica node, its live session.
   std::unique_ptr<core::Keeper> startReplica(const std::string& name) {
     auto session = zookeeper_->connect();
     // The same spec as the operator's (it made the tree with the replicas' metadata text).
     auto made = session->get(replica(name).metadata());
-    EXPECT_TRUE(core::createTableIfNotExists(*session, replica(name), made ? made->data : "metadata"));
+    EXPECT_TRUE(
+        core::createTableIfNotExists(*session, replica(name), made ? made->data : "metadata"));
     EXPECT_TRUE(core::createReplicaIfNotExists(*session, replica(name)));
     EXPECT_TRUE(core::activateReplica(*session, replica(name), "host: " + name + "\n"));
     return session;
@@ -228,13 +250,17 @@ class ReconcilerWithZooKeeper : public Reconciler {
     ASSERT_TRUE(client_.update(replicatedTables(), scaled));
   }
   void createPod(const std::string& name) {
-    ASSERT_TRUE(client_.create(op::resources::pods(),
-                               {{"apiVersion", "v1"}, {"kind", "Pod"},
-                                {"metadata", {{"name", name}, {"namespace", "analytics"}, {"labels", tableSelector("events")}}},
-                                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}}));
+    ASSERT_TRUE(client_.create(
+        op::resources::pods(),
+        {{"apiVersion", "v1"},
+         {"kind", "Pod"},
+         {"metadata",
+          {{"name", name}, {"namespace", "analytics"}, {"labels", tableSelector("events")}}},
+         {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}}));
   }
 
-  std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ = core::testing::FakeKeeperServer::create();
+  std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ =
+      core::testing::FakeKeeperServer::create();
   std::shared_ptr<core::Keeper> operator_session_ = zookeeper_->connect();
   bool zookeeper_down_ = false;
   op::testing::FakeEventRecorder events_;
@@ -251,7 +277,8 @@ TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceThe
     createPod(name);
   }
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(sessions["events-0"]->create(replica("").logEntryPrefix(), "entry", core::CreateMode::kPersistentSequential));
+    ASSERT_TRUE(sessions["events-0"]->create(replica("").logEntryPrefix(), "entry",
+                                             core::CreateMode::kPersistentSequential));
   }
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   json status = get(replicatedTables(), "events")["status"];
@@ -270,7 +297,8 @@ TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceThe
   EXPECT_FALSE(*operator_session_->exists(replica("events-1").replicaRoot()));
   EXPECT_TRUE(*operator_session_->exists(replica("events-2").replicaRoot()));
   EXPECT_EQ(condition("Replicating")["reason"], "RemovingReplicas");
-  EXPECT_NE(condition("Replicating")["message"].get<std::string>().find("events-2"), std::string::npos);
+  EXPECT_NE(condition("Replicating")["message"].get<std::string>().find("events-2"),
+            std::string::npos);
 
   // Its pod is gone but its session lives on for a while: still waiting, nothing half-done.
   ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-2"}));
@@ -282,6 +310,53 @@ TEST_F(ReconcilerWithZooKeeper, ReportsTheLogAndRemovesScaledDownReplicasOnceThe
   EXPECT_FALSE(*operator_session_->exists(replica("events-2").replicaRoot()));
   EXPECT_EQ(condition("Replicating")["status"], "True");
   EXPECT_TRUE(*operator_session_->exists(replica("events-0").replicaRoot()));
+}
+
+// A replica whose oldest queue entry has sat in its queue for 10 minutes (its disk was full, a
+// fetch hangs) is named in status.replicaQueues and in Replicating, with the entry; one that is
+// only busy is not.
+TEST_F(ReconcilerWithZooKeeper, AReplicaWhoseQueueDoesNotProgressIsShownWithItsEntry) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(2)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto r0 = startReplica("events-0");
+  auto r1 = startReplica("events-1");
+  core::LogEntry entry;
+  entry.type = core::LogEntry::Type::kGetPart;
+  entry.new_part_name = "202612_5_5_0";
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now_.time_since_epoch()).count();
+  // Pulled 11 minutes ago on events-1, 2 minutes ago on events-0.
+  zookeeper_->setTimeForTest(now_ms - 11 * 60 * 1000);
+  ASSERT_TRUE(r1->create(replica("events-1").queue() + "/queue-", entry.format(),
+                         core::CreateMode::kPersistentSequential));
+  ASSERT_TRUE(r1->create(replica("events-1").queue() + "/queue-", entry.format(),
+                         core::CreateMode::kPersistentSequential));
+  zookeeper_->setTimeForTest(now_ms - 2 * 60 * 1000);
+  ASSERT_TRUE(r0->create(replica("events-0").queue() + "/queue-", entry.format(),
+                         core::CreateMode::kPersistentSequential));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json queues = get(replicatedTables(), "events")["status"]["replicaQueues"];
+  EXPECT_EQ(queues, json::parse(R"json([
+    {"replica": "events-0", "active": true, "queueSize": 1, "oldestEntry": "GET_PART 202612_5_5_0",
+     "oldestWaitingSeconds": 120},
+    {"replica": "events-1", "active": true, "queueSize": 2, "oldestEntry": "GET_PART 202612_5_5_0",
+     "oldestWaitingSeconds": 660}])json"));
+  EXPECT_EQ(condition("Replicating")["status"], "False");
+  EXPECT_EQ(condition("Replicating")["reason"], "ReplicaQueueNotProgressing");
+  const std::string message = condition("Replicating")["message"];
+  EXPECT_NE(message.find("replica events-1: the oldest of its 2 queue entries (GET_PART "
+                         "202612_5_5_0) has waited 660 s"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("events-0"), std::string::npos) << message;
+
+  // Its queue drains: Replicating again.
+  auto queued = r1->children(replica("events-1").queue());
+  ASSERT_TRUE(queued);
+  for (const auto& node : queued->names)
+    ASSERT_TRUE(r1->remove(replica("events-1").queue() + "/" + node));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Replicating")["status"], "True");
 }
 
 // A scaled-down replica whose pod is gone but whose parts no remaining replica has yet keeps its
@@ -296,7 +371,8 @@ TEST_F(ReconcilerWithZooKeeper, AScaledDownReplicaHoldingTheOnlyCopyOfAPartIsKep
   }
   auto list = [&](const std::string& name, std::initializer_list<const char*> parts) {
     for (const char* part : parts) {
-      ASSERT_TRUE(operator_session_->create(replica(name).part(part), "", core::CreateMode::kPersistent));
+      ASSERT_TRUE(
+          operator_session_->create(replica(name).part(part), "", core::CreateMode::kPersistent));
     }
   };
   list("events-0", {"202612_0_0_0", "202612_1_1_0"});
@@ -308,7 +384,8 @@ TEST_F(ReconcilerWithZooKeeper, AScaledDownReplicaHoldingTheOnlyCopyOfAPartIsKep
   ASSERT_TRUE(client_.remove(op::resources::pods(), {"analytics", "events-2"}));
   sessions.erase("events-2");
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
-  EXPECT_TRUE(*operator_session_->exists(replica("events-2").parts())) << "its only copies were dropped";
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").parts()))
+      << "its only copies were dropped";
   EXPECT_EQ(condition("Replicating")["status"], "False");
   EXPECT_EQ(condition("Replicating")["reason"], "ScaledDownReplicaHoldsParts");
   const std::string message = condition("Replicating")["message"];
@@ -320,7 +397,8 @@ TEST_F(ReconcilerWithZooKeeper, AScaledDownReplicaHoldingTheOnlyCopyOfAPartIsKep
   // events-1 fetched block 5 and events-0 ran the merge: every row is on a remaining replica.
   list("events-1", {"202612_5_5_0"});
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
-  EXPECT_TRUE(*operator_session_->exists(replica("events-2").parts())) << "0_1_1 is on no remaining replica yet";
+  EXPECT_TRUE(*operator_session_->exists(replica("events-2").parts()))
+      << "0_1_1 is on no remaining replica yet";
   ASSERT_TRUE(operator_session_->remove(replica("events-0").part("202612_0_0_0")));
   ASSERT_TRUE(operator_session_->remove(replica("events-0").part("202612_1_1_0")));
   list("events-0", {"202612_0_1_1"});
@@ -351,7 +429,8 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   auto session = startReplica("events-0");
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(session->create(replica("").logEntryPrefix(), "entry", core::CreateMode::kPersistentSequential));
+    ASSERT_TRUE(session->create(replica("").logEntryPrefix(), "entry",
+                                core::CreateMode::kPersistentSequential));
   }
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   const json expected = json::parse(R"json({
@@ -359,6 +438,7 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
     "selector": "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,app.kubernetes.io/name=rtable",
     "zookeeperPath": "/rtable/tables/analytics.events", "activeGeneration": 1, "logMaxIndex": 4,
     "logCounter": 5, "headroom": "100.00%",
+    "replicaQueues": [{"replica": "events-0", "active": true, "queueSize": 0}],
     "conditions": [
       {"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": "0/1 replicas ready",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
@@ -380,9 +460,10 @@ TEST_F(ReconcilerWithZooKeeper, CreatesTheTreeWithTheReplicasMetadataBeforeThePo
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   auto metadata = operator_session_->get(replica("").metadata());
   ASSERT_TRUE(metadata) << metadata.error().toString();
-  EXPECT_EQ(metadata->data,
-            "metadata format version: 1\ncolumns: `d` Date, `user` String\npartition key: toYYYYMM(d)\n"
-            "sorting key: user d\n");
+  EXPECT_EQ(
+      metadata->data,
+      "metadata format version: 1\ncolumns: `d` Date, `user` String\npartition key: toYYYYMM(d)\n"
+      "sorting key: user d\n");
   EXPECT_EQ(events_.withReason("ZooKeeperTreeCreated").size(), 1u);
   // A replica with the same spec joins it.
   auto session = zookeeper_->connect();
@@ -397,10 +478,12 @@ TEST_F(ReconcilerWithZooKeeper, CreatesTheTreeWithTheReplicasMetadataBeforeThePo
 TEST_F(ReconcilerWithZooKeeper, DeletionRemovesTheZooKeeperTreeAfterThePods) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
-  EXPECT_EQ(get(replicatedTables(), "events")["metadata"]["finalizers"], json::array({kZooKeeperFinalizer}));
+  EXPECT_EQ(get(replicatedTables(), "events")["metadata"]["finalizers"],
+            json::array({kZooKeeperFinalizer}));
   auto session = startReplica("events-0");
   createPod("events-0");
-  ASSERT_TRUE(operator_session_->create("/rtable/tables/analytics.events/2", "", core::CreateMode::kPersistent));
+  ASSERT_TRUE(operator_session_->create("/rtable/tables/analytics.events/2", "",
+                                        core::CreateMode::kPersistent));
 
   ASSERT_TRUE(client_.remove(replicatedTables(), {"analytics", "events"}));
   auto outcome = reconciler_->reconcile({"analytics", "events"});

@@ -19,7 +19,9 @@ json exampleSpec(const std::string& file) {
 }
 
 json minimalSpec() {
-  return {{"table", "t"}, {"columns", {{{"name", "id"}, {"type", "UInt64"}}}}, {"zookeeper", {{"connect", "zk:2181"}}}};
+  return {{"table", "t"},
+          {"columns", {{{"name", "id"}, {"type", "UInt64"}}}},
+          {"zookeeper", {{"connect", "zk:2181"}}}};
 }
 
 TEST(ReplicatedTableSpec, ParsesTheEventsExample) {
@@ -48,10 +50,13 @@ TEST(ReplicatedTableSpec, DefaultsAreFilledIn) {
   EXPECT_EQ(full["orderBy"], json::array());
   EXPECT_EQ(full["replicas"], 3);
   EXPECT_EQ(full["storage"], json({{"size", "10Gi"}}));
-  EXPECT_EQ(full["zookeeper"], json({{"connect", "zk:2181"}, {"root", "/rtable/tables"}, {"sessionTimeoutMs", 30000}}));
+  EXPECT_EQ(
+      full["zookeeper"],
+      json({{"connect", "zk:2181"}, {"root", "/rtable/tables"}, {"sessionTimeoutMs", 30000}}));
   EXPECT_EQ(full["deduplication"], json({{"window", 10000}, {"windowSeconds", 3600}}));
   EXPECT_EQ(full["insertQuorum"], 0);
-  EXPECT_EQ(full["headroom"], json({{"thresholdPercent", 5}, {"exhaustionDays", 7}, {"autoRecover", true}}));
+  EXPECT_EQ(full["headroom"],
+            json({{"thresholdPercent", 5}, {"exhaustionDays", 7}, {"autoRecover", true}}));
   EXPECT_EQ(full["replication"], json({{"fetchThreads", 4},
                                        {"mergeThreads", 2},
                                        {"minLogsToKeep", 10},
@@ -72,14 +77,16 @@ void expectDefaultsMatch(const json& schema, const json& parsed, const std::stri
       ASSERT_TRUE(parsed.contains(name)) << field << " has a CRD default but parse() leaves it out";
       EXPECT_EQ(parsed[name], property["default"]) << field;
     }
-    if (parsed.contains(name) && parsed[name].is_object()) expectDefaultsMatch(property, parsed[name], field);
+    if (parsed.contains(name) && parsed[name].is_object())
+      expectDefaultsMatch(property, parsed[name], field);
   }
 }
 
 TEST(ReplicatedTableSpec, TheCrdDefaultsAreTheParserDefaults) {
   auto crd = yamlToJson(readText(crdsDir() / "rtable.io_replicatedtables.yaml"));
   ASSERT_TRUE(crd) << crd.error();
-  const json& schema = (*crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+  const json& schema =
+      (*crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
   auto spec = ReplicatedTableSpec::parse(minimalSpec());
   ASSERT_TRUE(spec);
   expectDefaultsMatch(schema, spec->toJson(), "spec");
@@ -92,7 +99,8 @@ TEST(ReplicatedTableSpec, TheCrdDefaultsAreTheParserDefaults) {
 }
 
 TEST(ReplicatedTableSpec, RoundTripsEveryField) {
-  for (const char* file : {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml", "restored-table.yaml"}) {
+  for (const char* file :
+       {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml", "restored-table.yaml"}) {
     auto spec = ReplicatedTableSpec::parse(exampleSpec(file));
     ASSERT_TRUE(spec) << file << ": " << spec.error().toString();
     auto again = ReplicatedTableSpec::parse(spec->toJson());
@@ -103,7 +111,8 @@ TEST(ReplicatedTableSpec, RoundTripsEveryField) {
   auto sidecar = ReplicatedTableSpec::parse(exampleSpec("sidecar-table.yaml"));
   ASSERT_TRUE(sidecar);
   EXPECT_EQ(sidecar->pod_template.containers.at(0)["image"], "fluent/fluent-bit:3.1");
-  EXPECT_EQ(sidecar->pod_template.containers.at(0)["volumeMounts"][0]["mountPath"], "/fluent-bit/etc");
+  EXPECT_EQ(sidecar->pod_template.containers.at(0)["volumeMounts"][0]["mountPath"],
+            "/fluent-bit/etc");
   EXPECT_EQ(sidecar->pod_template.labels.at("tier"), "storage");
   EXPECT_EQ(sidecar->headroom.threshold_percent, 2.5);
   EXPECT_FALSE(sidecar->headroom.auto_recover);
@@ -123,30 +132,49 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
       {"/replicas", "3", "spec.replicas: expected an integer, got string"},
       {"/replicas", 2.5, "spec.replicas: expected an integer, got number"},
       {"/columns/0/type", "Foo", "spec.columns[0].type: unknown type 'Foo'"},
-      {"/columns/1", {{"name", "id"}, {"type", "String"}}, "spec.columns[1].name: column 'id' is declared twice"},
-      {"/columns/1", {{"name", "2x"}, {"type", "String"}}, "spec.columns[1].name: '2x' is not an identifier"},
+      {"/columns/1",
+       {{"name", "id"}, {"type", "String"}},
+       "spec.columns[1].name: column 'id' is declared twice"},
+      {"/columns/1",
+       {{"name", "2x"}, {"type", "String"}},
+       "spec.columns[1].name: '2x' is not an identifier"},
       {"/columns/1", {{"name", "x"}}, "spec.columns[1].type: required"},
-      {"/columns/1", {{"name", "x"}, {"type", "Date"}, {"codec", "ZSTD"}}, "spec.columns[1].codec: unknown field"},
+      {"/columns/1",
+       {{"name", "x"}, {"type", "Date"}, {"codec", "ZSTD"}},
+       "spec.columns[1].codec: unknown field"},
       {"/columns", json::array(), "spec.columns: a table needs at least one column"},
       {"/table", "my-table", "spec.table: 'my-table' is not an identifier"},
-      {"/partitionBy", "toStartOfHour(id)", "spec.partitionBy: partition key 'toStartOfHour(id)' must be"},
-      {"/partitionBy", "toYYYYMM(id)", "spec.partitionBy: toYYYYMM(id) needs a Date or DateTime column, 'id' is UInt64"},
+      {"/partitionBy", "toStartOfHour(id)",
+       "spec.partitionBy: partition key 'toStartOfHour(id)' must be"},
+      {"/partitionBy", "toYYYYMM(id)",
+       "spec.partitionBy: toYYYYMM(id) needs a Date or DateTime column, 'id' is UInt64"},
       {"/partitionBy", "day", "spec.partitionBy: day names no column"},
       {"/orderBy", {"id", "day"}, "spec.orderBy[1]: 'day' is not a column of the table"},
       {"/zookeeper", {{"root", "/x"}}, "spec.zookeeper.connect: required"},
       {"/zookeeper/connect", "zk-0,zk-1", "spec.zookeeper.connect: 'zk-0,zk-1' is not host:port"},
-      {"/zookeeper/root", "/rtable/", "spec.zookeeper.root: '/rtable/' is not an absolute ZooKeeper path"},
-      {"/zookeeper/sessionTimeoutMs", 10, "spec.zookeeper.sessionTimeoutMs: must be from 1000 to 600000"},
+      {"/zookeeper/root", "/rtable/",
+       "spec.zookeeper.root: '/rtable/' is not an absolute ZooKeeper path"},
+      {"/zookeeper/sessionTimeoutMs", 10,
+       "spec.zookeeper.sessionTimeoutMs: must be from 1000 to 600000"},
       {"/storage", {{"size", "ten gigs"}}, "spec.storage.size: 'ten gigs' is not a quantity"},
-      {"/resources", {{"limits", {{"memory", "lots"}}}}, "spec.resources.limits.memory: 'lots' is not a quantity"},
+      {"/resources",
+       {{"limits", {{"memory", "lots"}}}},
+       "spec.resources.limits.memory: 'lots' is not a quantity"},
       {"/insertQuorum", 4, "spec.insertQuorum: 4 exceeds replicas (3)"},
-      {"/replication", {{"minLogsToKeep", 100}, {"maxLogsToKeep", 50}},
+      {"/replication",
+       {{"minLogsToKeep", 100}, {"maxLogsToKeep", 50}},
        "spec.replication.maxLogsToKeep: 50 is below minLogsToKeep (100)"},
-      {"/headroom", {{"autoRecover", "yes"}}, "spec.headroom.autoRecover: expected true or false, got string"},
-      {"/podTemplate", {{"containers", {{{"name", "rtable-core"}}}}},
+      {"/headroom",
+       {{"autoRecover", "yes"}},
+       "spec.headroom.autoRecover: expected true or false, got string"},
+      {"/podTemplate",
+       {{"containers", {{{"name", "rtable-core"}}}}},
        "spec.podTemplate.containers[0].name: the name rtable-core is taken"},
-      {"/podTemplate", {{"env", {{{"name", "A"}}, {{"name", "A"}}}}}, "spec.podTemplate.env[1].name: 'A' is given twice"},
-      {"/podTemplate", {{"tolerations", {{{"operator", "Maybe"}}}}},
+      {"/podTemplate",
+       {{"env", {{{"name", "A"}}, {{"name", "A"}}}}},
+       "spec.podTemplate.env[1].name: 'A' is given twice"},
+      {"/podTemplate",
+       {{"tolerations", {{{"operator", "Maybe"}}}}},
        "spec.podTemplate.tolerations[0].operator: 'Maybe' is not one of"},
       {"/restoreFrom", json::object(), "spec.restoreFrom.backup: required"},
       {"/replica", 3, "spec.replica: unknown field"},
@@ -156,15 +184,18 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
     spec[json::json_pointer(c.pointer)] = c.value;
     auto parsed = ReplicatedTableSpec::parse(spec);
     ASSERT_FALSE(parsed) << c.pointer << " = " << c.value.dump();
-    EXPECT_TRUE(parsed.error().toString().starts_with(c.error)) << parsed.error().toString() << "\nexpected: " << c.error;
+    EXPECT_TRUE(parsed.error().toString().starts_with(c.error))
+        << parsed.error().toString() << "\nexpected: " << c.error;
   }
-  EXPECT_EQ(ReplicatedTableSpec::parse(json::array()).error().toString(), "spec: expected an object, got array");
+  EXPECT_EQ(ReplicatedTableSpec::parse(json::array()).error().toString(),
+            "spec: expected an object, got array");
 }
 
 TEST(ReplicatedTableSpec, TheNameMustNameAStatefulSet) {
   EXPECT_FALSE(checkReplicatedTableName("events"));
   EXPECT_FALSE(checkReplicatedTableName(std::string(52, 'a')));
-  for (const std::string& bad : std::vector<std::string>{"events.v2", "Events", "1events", "events-", std::string(53, 'a')}) {
+  for (const std::string& bad : std::vector<std::string>{"events.v2", "Events", "1events",
+                                                         "events-", std::string(53, 'a')}) {
     auto error = checkReplicatedTableName(bad);
     ASSERT_TRUE(error) << bad;
     EXPECT_EQ(error->path, "metadata.name");
@@ -172,7 +203,8 @@ TEST(ReplicatedTableSpec, TheNameMustNameAStatefulSet) {
 }
 
 TEST(ReplicatedTableSpec, UpdatesKeepTheTableIdentity) {
-  const ReplicatedTableSpec old_spec = *ReplicatedTableSpec::parse(exampleSpec("events-table.yaml"));
+  const ReplicatedTableSpec old_spec =
+      *ReplicatedTableSpec::parse(exampleSpec("events-table.yaml"));
   auto changed = [&](auto edit) {
     json spec = old_spec.toJson();
     edit(spec);
@@ -186,15 +218,21 @@ TEST(ReplicatedTableSpec, UpdatesKeepTheTableIdentity) {
   EXPECT_EQ(changed([](json& s) { s["zookeeper"]["connect"] = "zk-new:2181"; }), "accepted");
   EXPECT_EQ(changed([](json& s) { s["storage"]["size"] = "50Gi"; }), "accepted");
   EXPECT_EQ(changed([](json& s) { s["table"] = "clicks"; }), "spec.table: table is immutable");
-  EXPECT_TRUE(changed([](json& s) { s["columns"][2]["type"] = "UInt64"; })
-                  .starts_with("spec.columns[2].type: a column's type is immutable"));
-  EXPECT_TRUE(changed([](json& s) { s["columns"].push_back({{"name", "x"}, {"type", "String"}}); })
-                  .starts_with("spec.columns: columns cannot be added"));
-  EXPECT_TRUE(changed([](json& s) { std::swap(s["columns"][0], s["columns"][1]); })
-                  .starts_with("spec.columns: columns cannot be added, removed or reordered"));
-  EXPECT_EQ(changed([](json& s) { s["partitionBy"] = "toYYYYMMDD(d)"; }), "spec.partitionBy: partitionBy is immutable");
-  EXPECT_EQ(changed([](json& s) { s["orderBy"] = {"d", "user"}; }), "spec.orderBy: orderBy is immutable");
-  EXPECT_EQ(changed([](json& s) { s["zookeeper"]["root"] = "/other"; }), "spec.zookeeper.root: zookeeper.root is immutable");
+  EXPECT_TRUE(changed([](json& s) {
+                s["columns"][2]["type"] = "UInt64";
+              }).starts_with("spec.columns[2].type: a column's type is immutable"));
+  EXPECT_TRUE(changed([](json& s) {
+                s["columns"].push_back({{"name", "x"}, {"type", "String"}});
+              }).starts_with("spec.columns: columns cannot be added"));
+  EXPECT_TRUE(changed([](json& s) {
+                std::swap(s["columns"][0], s["columns"][1]);
+              }).starts_with("spec.columns: columns cannot be added, removed or reordered"));
+  EXPECT_EQ(changed([](json& s) { s["partitionBy"] = "toYYYYMMDD(d)"; }),
+            "spec.partitionBy: partitionBy is immutable");
+  EXPECT_EQ(changed([](json& s) { s["orderBy"] = {"d", "user"}; }),
+            "spec.orderBy: orderBy is immutable");
+  EXPECT_EQ(changed([](json& s) { s["zookeeper"]["root"] = "/other"; }),
+            "spec.zookeeper.root: zookeeper.root is immutable");
   EXPECT_EQ(changed([](json& s) { s["storage"]["storageClassName"] = "slow"; }),
             "spec.storage.storageClassName: storageClassName is immutable");
   EXPECT_EQ(changed([](json& s) { s["restoreFrom"] = {{"backup", "b"}}; }),

@@ -7,7 +7,8 @@ namespace {
 
 using nlohmann::json;
 
-Condition condition(std::string type, ConditionStatus status, std::string reason, std::string message = "") {
+Condition condition(std::string type, ConditionStatus status, std::string reason,
+                    std::string message = "") {
   Condition c;
   c.type = std::move(type);
   c.status = status;
@@ -20,7 +21,8 @@ Condition condition(std::string type, ConditionStatus status, std::string reason
 ReplicatedTableStatus fullStatus() {
   ReplicatedTableStatus status;
   status.observed_generation = 7;
-  Condition ready = condition("Ready", ConditionStatus::kTrue, "AllReplicasReady", "3/3 replicas ready");
+  Condition ready =
+      condition("Ready", ConditionStatus::kTrue, "AllReplicasReady", "3/3 replicas ready");
   ready.observed_generation = 7;
   ready.last_transition_time = "2025-01-02T03:04:05Z";
   Condition headroom = condition("HeadroomLow", ConditionStatus::kUnknown, "NotMeasured");
@@ -38,7 +40,8 @@ ReplicatedTableStatus fullStatus() {
   status.headroom_ratio = 0.9994;
   status.headroom = "99.94%";
   status.exhaustion_seconds = 86400.5;
-  status.recovery = RecoveryStatus{1, 2, "AttachingParts", "2025-01-02T03:00:00Z", "412 of 1000 parts"};
+  status.recovery =
+      RecoveryStatus{1, 2, "AttachingParts", "2025-01-02T03:00:00Z", "412 of 1000 parts"};
   return status;
 }
 
@@ -72,17 +75,20 @@ TEST(ReplicatedTableStatus, WritesOnlyTheFieldsThatAreSet) {
   EXPECT_EQ(ReplicatedTableStatus{}.toJson(), json::object());
   ReplicatedTableStatus status;
   status.observed_generation = 3;
-  status.conditions = {condition("Ready", ConditionStatus::kFalse, "InvalidSpec", "spec.table: required")};
+  status.conditions = {
+      condition("Ready", ConditionStatus::kFalse, "InvalidSpec", "spec.table: required")};
   const json object = status.toJson();
   EXPECT_EQ(object.size(), 2u) << object.dump();
-  EXPECT_TRUE(object.contains("observedGeneration") && object.contains("conditions")) << object.dump();
+  EXPECT_TRUE(object.contains("observedGeneration") && object.contains("conditions"))
+      << object.dump();
   EXPECT_EQ(*ReplicatedTableStatus::parse(object), status);
 }
 
 TEST(ReplicatedTableStatus, ReadsAnAbsentStatusAndIgnoresUnknownFields) {
   EXPECT_EQ(*ReplicatedTableStatus::parse(json()), ReplicatedTableStatus{});
   EXPECT_EQ(*ReplicatedTableStatus::parse(json::object()), ReplicatedTableStatus{});
-  auto newer = ReplicatedTableStatus::parse({{"ready", "1/1"}, {"fieldOfANewerOperator", {{"x", 1}}}});
+  auto newer =
+      ReplicatedTableStatus::parse({{"ready", "1/1"}, {"fieldOfANewerOperator", {{"x", 1}}}});
   ASSERT_TRUE(newer) << newer.error().toString();
   EXPECT_EQ(newer->ready, "1/1");
 }
@@ -111,7 +117,8 @@ TEST(ReplicatedTableStatus, ErrorsNameTheField) {
   bad_status["status"] = "Yes";
   parsed = ReplicatedTableStatus::parse({{"conditions", json::array({bad_status})}});
   ASSERT_FALSE(parsed);
-  EXPECT_EQ(parsed.error().toString(), "status.conditions[0].status: expected True, False or Unknown, got 'Yes'");
+  EXPECT_EQ(parsed.error().toString(),
+            "status.conditions[0].status: expected True, False or Unknown, got 'Yes'");
 }
 
 TEST(Condition, RoundTripsAlone) {
@@ -134,8 +141,9 @@ TEST(Conditions, SetReplacesByTypeAndKeepsTheOrder) {
 }
 
 TEST(Conditions, LastTransitionTimeChangesOnlyWithTheStatus) {
-  std::vector<Condition> previous = {condition("Ready", ConditionStatus::kFalse, "ReplicasNotReady"),
-                                     condition("Degraded", ConditionStatus::kTrue, "ReplicasUnavailable")};
+  std::vector<Condition> previous = {
+      condition("Ready", ConditionStatus::kFalse, "ReplicasNotReady"),
+      condition("Degraded", ConditionStatus::kTrue, "ReplicasUnavailable")};
   previous[0].last_transition_time = "2025-01-01T00:00:00Z";
   previous[1].last_transition_time = "2025-01-01T00:00:01Z";
   std::vector<Condition> now = {condition("Ready", ConditionStatus::kFalse, "ApplyFailed"),

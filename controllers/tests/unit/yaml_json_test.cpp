@@ -28,12 +28,22 @@ nested: {x: {y: [1, 2]}}
 big: 99999999999999999999
 )");
   ASSERT_TRUE(value) << value.error();
-  const json expected = {{"int", 42},          {"negative", -7},      {"float", 2.5},
-                         {"exp", 1000.0},      {"yes_is_a_string", "yes"},
-                         {"t", true},          {"f", false},          {"n", nullptr},
-                         {"tilde", nullptr},   {"empty", nullptr},    {"quoted_int", "42"},
-                         {"quoted_bool", "true"}, {"cron", "0 3 * * *"}, {"type", "Nullable(Float64)"},
-                         {"list", {"a", 1, {{"b", "c"}}}}, {"nested", {{"x", {{"y", {1, 2}}}}}},
+  const json expected = {{"int", 42},
+                         {"negative", -7},
+                         {"float", 2.5},
+                         {"exp", 1000.0},
+                         {"yes_is_a_string", "yes"},
+                         {"t", true},
+                         {"f", false},
+                         {"n", nullptr},
+                         {"tilde", nullptr},
+                         {"empty", nullptr},
+                         {"quoted_int", "42"},
+                         {"quoted_bool", "true"},
+                         {"cron", "0 3 * * *"},
+                         {"type", "Nullable(Float64)"},
+                         {"list", {"a", 1, {{"b", "c"}}}},
+                         {"nested", {{"x", {{"y", {1, 2}}}}}},
                          {"big", "99999999999999999999"}};
   EXPECT_EQ(*value, expected);
   EXPECT_TRUE((*value)["int"].is_number_integer());

@@ -84,7 +84,9 @@ class CronSchedule {
   // within five years (e.g. "0 0 30 2 *").
   std::optional<std::chrono::sys_seconds> next(std::chrono::sys_seconds after) const;
 
-  friend bool operator==(const CronSchedule& a, const CronSchedule& b) { return a.text_ == b.text_; }
+  friend bool operator==(const CronSchedule& a, const CronSchedule& b) {
+    return a.text_ == b.text_;
+  }
 
  private:
   bool matchesDay(std::chrono::year_month_day day) const;

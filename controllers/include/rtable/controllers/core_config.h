@@ -1,7 +1,7 @@
-// The rtable-core spec (docs/rtable-core.md) a ReplicatedTable's replicas run with, as rtable-core's
-// own TableSpec, and its YAML (TableSpec::formatYaml) for the table's ConfigMap. The table fields
-// come from the ReplicatedTableSpec 1:1; the rest (ZooKeeper identity, paths inside the pod,
-// ports) from the context below.
+// The rtable-core spec (docs/rtable-core.md) a ReplicatedTable's replicas run with, as
+// rtable-core's own TableSpec, and its YAML (TableSpec::formatYaml) for the table's ConfigMap. The
+// table fields come from the ReplicatedTableSpec 1:1; the rest (ZooKeeper identity, paths inside
+// the pod, ports) from the context below.
 //
 // One ConfigMap serves every pod of the StatefulSet, so each pod passes its own identity on the
 // command line (`--replica-name=$(POD_NAME) --replica-host=$(POD_NAME).<headless>.<ns>.svc`),
@@ -29,7 +29,7 @@ struct CoreConfigContext {
   std::string uid;
   std::string replica_name = std::string(kReplicaFromFlag);
   std::string replica_host = std::string(kReplicaHostFromFlag);
-  std::filesystem::path data_dir = "/var/lib/rtable";                     // the PVC's mount
+  std::filesystem::path data_dir = "/var/lib/rtable";                    // the PVC's mount
   std::filesystem::path secret_file = "/etc/rtable/interserver/secret";  // the Secret's mount
   std::string listen = "0.0.0.0";
   uint16_t http_port = 8123;

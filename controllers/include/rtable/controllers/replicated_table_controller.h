@@ -8,9 +8,9 @@
 
 #include <chrono>
 #include <expected>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 
 #include "rtable/controllers/replicated_table_reconciler.h"
@@ -44,7 +44,7 @@ struct ReplicatedTableControllerOptions {
 };
 
 // Adds the informers and the controller to `process`, which adopts them.
-std::expected<void, std::string> addReplicatedTableController(op::OperatorProcess& process,
-                                                              ReplicatedTableControllerOptions options);
+std::expected<void, std::string> addReplicatedTableController(
+    op::OperatorProcess& process, ReplicatedTableControllerOptions options);
 
 }  // namespace rtable::controllers

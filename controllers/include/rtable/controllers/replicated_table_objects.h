@@ -63,6 +63,7 @@ std::string headlessServiceName(const std::string& name);
 // "<pod>.<name>-headless.<ns>.svc": where the other replicas reach a replica.
 std::string replicaHost(const std::string& pod, const std::string& name, const std::string& ns);
 
-TableObjects renderTableObjects(const ReplicatedTableSpec& spec, const TableObjectsContext& context);
+TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
+                                const TableObjectsContext& context);
 
 }  // namespace rtable::controllers

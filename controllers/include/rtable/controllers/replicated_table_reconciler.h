@@ -19,6 +19,9 @@
 //   replicas a scale-down left behind (ordinal >= spec.replicas, their pod gone) are removed from
 //   ZooKeeper with dropReplica, retried every reconcile until done (a stale replica would hold the
 //   log back until marked lost). ZooKeeper unreachable: Replicating=False, retried in 30 s.
+//   Every replica's queue (status.replicaQueues: its size, and its oldest entry and how long that
+//   has waited); a replica whose oldest entry waited longer than `queue_stuck_after` makes
+//   Replicating=False with reason ReplicaQueueNotProgressing, naming it and the entry.
 //
 // - With ZooKeeper: the table's tree (<root>/<ns>.<name>, its metadata as rtable-core writes it)
 //   is created before the StatefulSet is applied, so the first pods join instead of racing to
@@ -60,9 +63,13 @@ struct ReplicatedTableReconcilerOptions {
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   // A session to the ZooKeeper of a connect string (the caller keeps one per string). Unset: the
   // reconciler does not look at ZooKeeper.
-  std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(const std::string& connect)> keeper_for;
+  std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(const std::string& connect)>
+      keeper_for;
   // Where Events go; null: none. Must outlive the reconciler.
   op::EventRecorder* events = nullptr;
+  // A replica whose oldest queue entry has sat in its queue this long is not progressing
+  // (Replicating=False, reason ReplicaQueueNotProgressing).
+  std::chrono::seconds queue_stuck_after{600};
 };
 
 // On every ReplicatedTable the reconciler manages ZooKeeper for.
@@ -85,14 +92,16 @@ class ReplicatedTableReconciler {
   std::optional<std::string> ensureFinalizer(const op::ObjectKey& key, const nlohmann::json& table);
   // Creates the table's tree if it does not exist; its active generation, or why it could not be
   // read or made.
-  std::expected<int64_t, std::string> ensureZooKeeperTree(const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+  std::expected<int64_t, std::string> ensureZooKeeperTree(const op::ObjectKey& key,
+                                                          const ReplicatedTableSpec& spec,
                                                           const nlohmann::json& table);
   void event(const nlohmann::json& table, op::EventType type, std::string_view reason,
              const std::string& message);
   // Fills the ZooKeeper part of `status` (fields and conditions) and removes scaled-down replicas,
   // given the table's active generation (ensureZooKeeperTree); an error message when ZooKeeper
   // could not be asked.
-  std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table, const op::ObjectKey& key,
+  std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table,
+                                                const op::ObjectKey& key,
                                                 const ReplicatedTableSpec& spec,
                                                 const std::expected<int64_t, std::string>& tree,
                                                 ReplicatedTableStatus& status);

@@ -1,5 +1,5 @@
-// ReplicatedTableSpec: the spec of a ReplicatedTable custom resource (crds/rtable.io_replicatedtables.yaml,
-// docs/crds.md) as plain data.
+// ReplicatedTableSpec: the spec of a ReplicatedTable custom resource
+// (crds/rtable.io_replicatedtables.yaml, docs/crds.md) as plain data.
 //
 // parse() applies the same defaults and checks as the CRD's schema, plus what the schema cannot
 // say as clearly (every check of rtable-core's TableSchema::create), so a spec that parses is one

@@ -35,8 +35,8 @@ inline ConditionStatus conditionStatusOf(bool value) {
 struct Condition {
   std::string type;  // Ready, Degraded, Replicating, HeadroomLow, Recovering
   ConditionStatus status = ConditionStatus::kUnknown;
-  std::string reason;   // CamelCase, for machines ("ReplicasNotReady")
-  std::string message;  // for people; may be empty
+  std::string reason;               // CamelCase, for machines ("ReplicasNotReady")
+  std::string message;              // for people; may be empty
   int64_t observed_generation = 0;  // the metadata.generation the condition was set for
   // RFC 3339, as the apiserver returns it: since when `status` has held.
   std::string last_transition_time;
@@ -58,21 +58,32 @@ struct RecoveryStatus {
   friend bool operator==(const RecoveryStatus&, const RecoveryStatus&) = default;
 };
 
+// status.replicaQueues[]: one replica's replication queue as ZooKeeper shows it.
+struct ReplicaQueueStatus {
+  std::string replica;
+  bool active = false;                      // its process holds a ZooKeeper session (is_active)
+  int64_t queue_size = 0;                   // entries waiting
+  std::optional<std::string> oldest_entry;  // "GET_PART 202612_5_5_0"
+  std::optional<int64_t> oldest_waiting_seconds;  // since it was pulled into the queue
+  friend bool operator==(const ReplicaQueueStatus&, const ReplicaQueueStatus&) = default;
+};
+
 struct ReplicatedTableStatus {
   std::optional<int64_t> observed_generation;
   std::vector<Condition> conditions;  // empty: left out
-  std::optional<int32_t> replicas;        // replica pods that exist (the scale subresource's)
+  std::optional<int32_t> replicas;    // replica pods that exist (the scale subresource's)
   std::optional<int32_t> ready_replicas;
-  std::optional<std::string> ready;       // "<readyReplicas>/<spec.replicas>", for kubectl get
-  std::optional<std::string> selector;    // the pods' label selector, for the scale subresource
+  std::optional<std::string> ready;           // "<readyReplicas>/<spec.replicas>", for kubectl get
+  std::optional<std::string> selector;        // the pods' label selector, for the scale subresource
   std::optional<std::string> zookeeper_path;  // <zookeeper.root>/<uid>
   std::optional<int64_t> active_generation;
   std::optional<int64_t> log_max_index;
   std::optional<int64_t> log_counter;
-  std::optional<double> headroom_ratio;   // creates left in the log counter / 2^31
-  std::optional<std::string> headroom;    // the ratio as a percentage, for kubectl get ("99.94%")
+  std::optional<double> headroom_ratio;  // creates left in the log counter / 2^31
+  std::optional<std::string> headroom;   // the ratio as a percentage, for kubectl get ("99.94%")
   std::optional<double> exhaustion_seconds;
   std::optional<RecoveryStatus> recovery;
+  std::optional<std::vector<ReplicaQueueStatus>> replica_queues;
 
   nlohmann::json toJson() const;
   // `status` is the object's .status; a null or absent one is an empty status.

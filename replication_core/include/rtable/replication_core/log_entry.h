@@ -28,15 +28,15 @@ struct LogEntry {
   };
 
   Type type = Type::kGetPart;
-  int format_version = 4;  // ClickHouse writes the lowest version that holds the entry: 4
+  int format_version = 4;   // ClickHouse writes the lowest version that holds the entry: 4
   int64_t create_time = 0;  // seconds since the epoch, written as UTC "YYYY-MM-DD hh:mm:ss"
   std::string source_replica;
-  std::string block_id;  // the insert's dedup id; empty for merges and drops
+  std::string block_id;       // the insert's dedup id; empty for merges and drops
   std::string new_part_name;  // get/attach: the part; merge: the result; drop: the range part
   std::vector<std::string> source_parts;  // merge only
-  bool deduplicate = false;  // merge only (OPTIMIZE ... DEDUPLICATE)
-  std::string part_checksum;  // attach only: hex of the part's total checksum
-  bool detach = false;  // drop only: move the parts to detached/ instead of removing them
+  bool deduplicate = false;               // merge only (OPTIMIZE ... DEDUPLICATE)
+  std::string part_checksum;              // attach only: hex of the part's total checksum
+  bool detach = false;    // drop only: move the parts to detached/ instead of removing them
   std::string part_type;  // optional ("Compact"); empty means ClickHouse's default (Wide)
   int quorum = 0;  // get only: replicas that must have the part before the insert is acknowledged
 
@@ -50,5 +50,9 @@ struct LogEntry {
 // ClickHouse's escaped-string form (backslash escapes), used for block_id.
 std::string escapeString(std::string_view text);
 std::expected<std::string, std::string> unescapeString(std::string_view text);
+
+// ClickHouse's name of an entry's type, as system.replication_queue shows it: GET_PART,
+// ATTACH_PART, MERGE_PARTS, DROP_RANGE.
+std::string_view logEntryTypeName(LogEntry::Type type);
 
 }  // namespace rtable::core

@@ -88,14 +88,28 @@ KeeperResult<CloneResult> cloneReplica(Keeper& keeper, const TablePaths& paths,
 // ReplicatedMergeTreePartCheckThread::searchForMissingPart), judged from every replica's parts/
 // in ZooKeeper, live or not.
 enum class MissingPart {
-  kOnSomeReplica,      // a replica lists it or a part covering it: wait for that replica
-  kMayStillBeMerged,   // parts starting at its first block and ending at its last exist: a merge
-                       // that produces it may still run somewhere
-  kLostForever,        // nothing has it or can make it: the entry for it can never succeed
+  kOnSomeReplica,     // a replica lists it or a part covering it: wait for that replica
+  kMayStillBeMerged,  // parts starting at its first block and ending at its last exist: a merge
+                      // that produces it may still run somewhere
+  kLostForever,       // nothing has it or can make it: the entry for it can never succeed
 };
 std::string_view missingPartName(MissingPart state);
 KeeperResult<MissingPart> searchForMissingPart(Keeper& keeper, const TablePaths& paths,
                                                const PartName& part);
+
+// One replica's queue as ZooKeeper shows it, for the operator's status: how many entries wait and
+// how long the oldest has sat in the queue (since the pull that copied it there: an entry that
+// waits that long has not been executed, whatever its age in the log).
+struct ReplicaQueueSummary {
+  bool active = false;  // is_active exists
+  bool lost = false;    // is_lost = 1
+  std::size_t size = 0;
+  std::optional<std::string> oldest_node;  // queue-NNNNNNNNNN
+  std::optional<LogEntry> oldest_entry;    // when its text parses
+  int64_t oldest_queued_ms = 0;            // its ctime, ms since the epoch (ZooKeeper's clock)
+};
+KeeperResult<ReplicaQueueSummary> summarizeReplicaQueue(Keeper& keeper, const TablePaths& paths,
+                                                        const std::string& replica);
 
 // The live replica to clone from: active, not lost, with the highest log_pointer (the healthiest).
 KeeperResult<std::optional<std::string>> chooseCloneSource(Keeper& keeper, const TablePaths& paths);
@@ -107,8 +121,8 @@ struct LogRetention {
 };
 
 struct LogCleanupResult {
-  std::size_t removed = 0;                  // log entries removed
-  std::vector<std::string> marked_lost;     // replicas marked lost by this round
+  std::size_t removed = 0;               // log entries removed
+  std::vector<std::string> marked_lost;  // replicas marked lost by this round
 };
 
 // ClickHouse's clearOldLogs, run by the leader: removes entries every live replica has pulled,
