@@ -47,16 +47,19 @@ partitionBy: toYYYYMM(d)
 orderBy: [id])";
 
 constexpr const char* kClickHouseTable =
-    "CREATE TABLE default.bench (id UInt64, d Date, user String, value Float64, n Nullable(UInt32)) "
+    "CREATE TABLE default.bench (id UInt64, d Date, user String, value Float64, n "
+    "Nullable(UInt32)) "
     "ENGINE = ReplicatedMergeTree('/clickhouse/tables/01/bench', '{replica}') "
     "PARTITION BY toYYYYMM(d) ORDER BY id";
 
 // Rows of round r fall in the months of year 2020 + r: ClickHouse refuses inserts into a partition
 // with 300 active parts, and a round leaves about 170 unmerged ones in each of its three.
 std::string row(uint64_t id, int round) {
-  return fmt::format(R"({{"id":{},"d":"{}-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})",
-                     id, 2020 + round, 10 + id % 3, 1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
-                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) + "\n";
+  return fmt::format(R"({{"id":{},"d":"{}-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})", id,
+                     2020 + round, 10 + id % 3, 1 + id % 28, id % 1000,
+                     static_cast<double>(id) * 0.25,
+                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) +
+         "\n";
 }
 
 // The last committed zxid, from ZooKeeper's `srvr` four-letter command.
@@ -70,7 +73,8 @@ int64_t lastZxid(int port) {
   (void)!write(fd, "srvr", 4);
   std::string out;
   char buffer[4096];
-  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;)
+    out.append(buffer, static_cast<std::size_t>(n));
   close(fd);
   const auto at = out.find("Zxid: ");
   return at == std::string::npos ? -1 : std::stoll(out.substr(at + 6), nullptr, 16);
@@ -125,7 +129,8 @@ class KeepAliveClient {
   bool post(const std::string& body) {
     if (fd_ < 0 && !connectSocket()) return false;
     std::string request = fmt::format(
-        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
+        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: "
+        "keep-alive\r\n\r\n",
         insert_path_, body.size());
     request += body;
     for (std::size_t sent = 0; sent < request.size();) {
@@ -183,7 +188,8 @@ class KeepAliveClient {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port_));
     inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    return connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 || fail("connect failed");
+    return connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ||
+           fail("connect failed");
   }
   bool readMore() {
     char chunk[65536];
@@ -227,7 +233,9 @@ struct Round {
 };
 
 // Ids of round `index` start here, so that no round is deduplicated.
-uint64_t firstId(int index) { return static_cast<uint64_t>(index) * 100'000'000; }
+uint64_t firstId(int index) {
+  return static_cast<uint64_t>(index) * 100'000'000;
+}
 
 // One round for one system: `single` sequential single-row inserts, then one bulk insert.
 Round measureRound(KeepAliveClient& target, const LocalZooKeeper& zk, int index, int single,
@@ -242,7 +250,8 @@ Round measureRound(KeepAliveClient& target, const LocalZooKeeper& zk, int index,
   for (int i = 0; i < single; ++i) {
     if (!target.post(row(first_id + i, index))) return total.failed = true, round;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (count_zk) {
     const int64_t zxid_after = lastZxid(zk_port);
     total.zk_writes_per_insert = static_cast<double>(zxid_after - zxid_before) / single;
@@ -251,7 +260,8 @@ Round measureRound(KeepAliveClient& target, const LocalZooKeeper& zk, int index,
   }
   const auto bulk_start = std::chrono::steady_clock::now();
   if (!target.post(bulk)) return total.failed = true, round;
-  const double bulk_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - bulk_start).count();
+  const double bulk_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - bulk_start).count();
   total.single_seconds += seconds;
   total.singles += single;
   total.bulk_seconds += bulk_seconds;
@@ -268,14 +278,17 @@ std::string bulkBody(int index, uint64_t rows) {
 
 // `count` commits of one-row parts as rtable-core makes them (commitPart, each reserving the next
 // block number) into a scratch table on `connect`, back to back: commits per second.
-std::expected<double, std::string> commitFloor(const std::string& connect, int count,
-                                               const std::string& table_path = "/rtable-bench/commit-floor") {
+std::expected<double, std::string> commitFloor(
+    const std::string& connect, int count,
+    const std::string& table_path = "/rtable-bench/commit-floor") {
   rtable::core::ZooKeeperConfig config{connect, std::chrono::seconds(10), std::chrono::seconds(5)};
   auto keeper = rtable::core::ZooKeeperClient::connect(config);
   if (!keeper) return std::unexpected("ZooKeeper: " + keeper.error().toString());
   rtable::core::TablePaths paths{table_path, 1, "r1"};
-  if (auto made = createTableIfNotExists(**keeper, paths, "bench"); !made) return std::unexpected(made.error().toString());
-  if (auto made = createReplicaIfNotExists(**keeper, paths); !made) return std::unexpected(made.error().toString());
+  if (auto made = createTableIfNotExists(**keeper, paths, "bench"); !made)
+    return std::unexpected(made.error().toString());
+  if (auto made = createReplicaIfNotExists(**keeper, paths); !made)
+    return std::unexpected(made.error().toString());
   rtable::core::BlockNumberAllocator allocator(paths);
   auto first = allocator.allocate(**keeper, "202612", "first");
   if (!first) return std::unexpected(first.error().toString());
@@ -309,9 +322,12 @@ int main(int argc, char** argv) {
   int rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--single") single = std::stoi(argv[i + 1]);
-    else if (flag == "--bulk-rows") bulk_rows = std::stoull(argv[i + 1]);
-    else if (flag == "--rounds") rounds = std::max(1, std::stoi(argv[i + 1]));
+    if (flag == "--single")
+      single = std::stoi(argv[i + 1]);
+    else if (flag == "--bulk-rows")
+      bulk_rows = std::stoull(argv[i + 1]);
+    else if (flag == "--rounds")
+      rounds = std::max(1, std::stoi(argv[i + 1]));
     else {
       fmt::print(stderr, "usage: rtable-insert-bench [--single N] [--bulk-rows N] [--rounds N]\n");
       return 2;
@@ -332,7 +348,8 @@ int main(int argc, char** argv) {
   if (!replica) return fmt::print(stderr, "{}\n", replica.error()), 1;
   auto clickhouse = LocalClickHouse::start("127.0.0.1", (*zk)->port(), "r1");
   if (!clickhouse) return fmt::print(stderr, "{}\n", clickhouse.error()), 1;
-  if (auto created = (*clickhouse)->query(kClickHouseTable); !created) return fmt::print(stderr, "{}\n", created.error()), 1;
+  if (auto created = (*clickhouse)->query(kClickHouseTable); !created)
+    return fmt::print(stderr, "{}\n", created.error()), 1;
 
   KeepAliveClient rtable("rtable-core", (*replica)->httpPort(), "/insert?format=JSONEachRow");
   KeepAliveClient ch("ClickHouse 18.16", (*clickhouse)->httpPort(),
@@ -365,29 +382,34 @@ int main(int argc, char** argv) {
       cr = measureRound(ch, **zk, round, single, bulk, bulk_rows, c, false);
       rr = measureRound(rtable, **zk, round, single, bulk, bulk_rows, r, false);
     }
-    if (r.failed || c.failed) return fmt::print(stderr, "an insert failed in round {}\n", round + 1), 1;
+    if (r.failed || c.failed)
+      return fmt::print(stderr, "an insert failed in round {}\n", round + 1), 1;
     fmt::print("{:<8} {:>21.2f}x {:>21.2f}x   {:.1f} / {:.1f}, {:.0f} / {:.0f}\n", round + 1,
-               rr.single_per_second / cr.single_per_second, rr.bulk_rows_per_second / cr.bulk_rows_per_second,
-               rr.single_per_second, cr.single_per_second, rr.bulk_rows_per_second, cr.bulk_rows_per_second);
+               rr.single_per_second / cr.single_per_second,
+               rr.bulk_rows_per_second / cr.bulk_rows_per_second, rr.single_per_second,
+               cr.single_per_second, rr.bulk_rows_per_second, cr.bulk_rows_per_second);
   }
 
-  fmt::print("\n{:<46} {:>14} {:>18} {:>10}\n", fmt::format("totals over {} rounds", rounds), "rtable-core",
-             "ClickHouse 18.16", "ratio");
+  fmt::print("\n{:<46} {:>14} {:>18} {:>10}\n", fmt::format("totals over {} rounds", rounds),
+             "rtable-core", "ClickHouse 18.16", "ratio");
   fmt::print("{:<46} {:>14.1f} {:>18.1f} {:>9.2f}x\n",
-             fmt::format("single-row inserts/s ({} sequential per round)", single), r.singlePerSecond(),
-             c.singlePerSecond(), r.singlePerSecond() / c.singlePerSecond());
+             fmt::format("single-row inserts/s ({} sequential per round)", single),
+             r.singlePerSecond(), c.singlePerSecond(), r.singlePerSecond() / c.singlePerSecond());
   fmt::print("{:<46} {:>14.2f} {:>18.2f} {:>9.2f}x\n", "ZooKeeper write transactions per insert",
-             r.zk_writes_per_insert, c.zk_writes_per_insert, r.zk_writes_per_insert / c.zk_writes_per_insert);
+             r.zk_writes_per_insert, c.zk_writes_per_insert,
+             r.zk_writes_per_insert / c.zk_writes_per_insert);
   fmt::print("{:<46} {:>14.0f} {:>18.0f} {:>9.2f}x\n", "ZooKeeper log bytes per single-row insert",
              r.zk_log_bytes_per_insert, c.zk_log_bytes_per_insert,
              r.zk_log_bytes_per_insert / c.zk_log_bytes_per_insert);
   fmt::print("{:<46} {:>14.0f} {:>18.0f} {:>9.2f}x\n",
-             fmt::format("bulk rows/s ({} rows, one insert per round)", bulk_rows), r.bulkRowsPerSecond(),
-             c.bulkRowsPerSecond(), r.bulkRowsPerSecond() / c.bulkRowsPerSecond());
+             fmt::format("bulk rows/s ({} rows, one insert per round)", bulk_rows),
+             r.bulkRowsPerSecond(), c.bulkRowsPerSecond(),
+             r.bulkRowsPerSecond() / c.bulkRowsPerSecond());
 
   auto floor = commitFloor((*zk)->connectString(), single);
   if (!floor) return fmt::print(stderr, "commit floor: {}\n", floor.error()), 1;
-  fmt::print("\n{:<46} {:>14.1f}\n", fmt::format("bare commit multis/s ({} back to back)", single), *floor);
+  fmt::print("\n{:<46} {:>14.1f}\n", fmt::format("bare commit multis/s ({} back to back)", single),
+             *floor);
   fmt::print("{:<46} {:>14.1f}\n", "5x ClickHouse's single-row rate", 5 * c.singlePerSecond());
   return 0;
 }

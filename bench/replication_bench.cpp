@@ -48,7 +48,8 @@ partitionBy: toYYYYMM(d)
 orderBy: [id])";
 
 constexpr const char* kClickHouseTable =
-    "CREATE TABLE default.bench (id UInt64, d Date, user String, value Float64, n Nullable(UInt32)) "
+    "CREATE TABLE default.bench (id UInt64, d Date, user String, value Float64, n "
+    "Nullable(UInt32)) "
     "ENGINE = ReplicatedMergeTree('/clickhouse/tables/01/bench', '{replica}') "
     "PARTITION BY toYYYYMM(d) ORDER BY id";
 
@@ -65,7 +66,8 @@ double secondsSince(Clock::time_point start) {
 std::string row(uint64_t id) {
   return fmt::format(R"({{"id":{},"d":"2026-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})",
                      id, 10 + id % 3, 1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
-                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) + "\n";
+                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) +
+         "\n";
 }
 
 uint64_t splitmix64(uint64_t& state) {
@@ -80,20 +82,22 @@ uint64_t splitmix64(uint64_t& state) {
 // (202701 + chunk % 3), so each insert is one part and no partition gets the 6 parts after which
 // rtable-core merges. Deterministic: both systems get the same bytes.
 std::string fetchChunk(int chunk, std::size_t target_bytes, uint64_t* rows) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   std::string body;
   body.reserve(target_bytes + 2 * kFetchStringLength);
   uint64_t state = 0x5eed0000ULL + static_cast<uint64_t>(chunk);
   const int month = 1 + chunk % 3;
   std::string user(kFetchStringLength, ' ');
   *rows = 0;
-  for (uint64_t id = 100'000'000ULL + static_cast<uint64_t>(chunk) * 10'000'000ULL; body.size() < target_bytes; ++id) {
+  for (uint64_t id = 100'000'000ULL + static_cast<uint64_t>(chunk) * 10'000'000ULL;
+       body.size() < target_bytes; ++id) {
     for (std::size_t i = 0; i < user.size();) {
       uint64_t bits = splitmix64(state);
       for (int k = 0; k < 10 && i < user.size(); ++k, bits >>= 6) user[i++] = kAlphabet[bits & 63];
     }
-    body += fmt::format(R"({{"id":{},"d":"2027-{:02d}-{:02d}","user":"{}","value":{},"n":{}}})", id, month,
-                        1 + id % 28, user, static_cast<double>(id) * 0.5,
+    body += fmt::format(R"({{"id":{},"d":"2027-{:02d}-{:02d}","user":"{}","value":{},"n":{}}})", id,
+                        month, 1 + id % 28, user, static_cast<double>(id) * 0.5,
                         id % 7 == 0 ? std::string("null") : std::to_string(id % 1000000));
     body += '\n';
     ++*rows;
@@ -112,7 +116,10 @@ class KeepAliveClient {
  public:
   KeepAliveClient(std::string name, int port) : name_(std::move(name)), port_(port) {}
   KeepAliveClient(KeepAliveClient&& other) noexcept
-      : name_(std::move(other.name_)), port_(other.port_), fd_(other.fd_), buffer_(std::move(other.buffer_)) {
+      : name_(std::move(other.name_)),
+        port_(other.port_),
+        fd_(other.fd_),
+        buffer_(std::move(other.buffer_)) {
     other.fd_ = -1;
   }
   ~KeepAliveClient() {
@@ -122,7 +129,8 @@ class KeepAliveClient {
   // Quiet: a refused connection is expected while a server starts. A kept-alive connection that
   // the server has closed meanwhile (ClickHouse after keep_alive_timeout, 3 s) is opened again
   // and the request sent once more, before any of an answer has arrived.
-  std::optional<Reply> request(const std::string& method, const std::string& target, const std::string& body = "") {
+  std::optional<Reply> request(const std::string& method, const std::string& target,
+                               const std::string& body = "") {
     const bool reused = fd_ >= 0;
     bool answered = false;
     auto reply = attempt(method, target, body, &answered);
@@ -131,27 +139,28 @@ class KeepAliveClient {
   }
 
   // A request that must answer 200; otherwise says why on stderr.
-  std::optional<std::string> ok(const std::string& method, const std::string& target, const std::string& body = "") {
+  std::optional<std::string> ok(const std::string& method, const std::string& target,
+                                const std::string& body = "") {
     auto reply = request(method, target, body);
     if (!reply) {
       fmt::print(stderr, "{}: {} {}: no answer\n", name_, method, target.substr(0, 80));
       return std::nullopt;
     }
     if (reply->status != 200) {
-      fmt::print(stderr, "{}: {} {}: HTTP {} {}\n", name_, method, target.substr(0, 80), reply->status,
-                 reply->body.substr(0, 500));
+      fmt::print(stderr, "{}: {} {}: HTTP {} {}\n", name_, method, target.substr(0, 80),
+                 reply->status, reply->body.substr(0, 500));
       return std::nullopt;
     }
     return std::move(reply->body);
   }
 
  private:
-  std::optional<Reply> attempt(const std::string& method, const std::string& target, const std::string& body,
-                               bool* answered) {
+  std::optional<Reply> attempt(const std::string& method, const std::string& target,
+                               const std::string& body, bool* answered) {
     if (fd_ < 0 && !connectSocket()) return std::nullopt;
     std::string request = fmt::format(
-        "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n", method,
-        target, body.size());
+        "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
+        method, target, body.size());
     request += body;
     for (std::size_t sent = 0; sent < request.size();) {
       const ssize_t n = send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
@@ -247,9 +256,11 @@ class System {
   virtual std::optional<uint64_t> rows(KeepAliveClient& c) = 0;
   // The query a user would run; for checking at the end.
   virtual std::optional<uint64_t> count(KeepAliveClient& c) = 0;
-  virtual std::optional<PartsSummary> parts(KeepAliveClient& c, const std::string& partition_prefix) = 0;
+  virtual std::optional<PartsSummary> parts(KeepAliveClient& c,
+                                            const std::string& partition_prefix) = 0;
   // Parts fetched and merges executed by replica i since its process started.
-  virtual std::optional<std::pair<uint64_t, uint64_t>> fetchesAndMerges(int i, KeepAliveClient& c) = 0;
+  virtual std::optional<std::pair<uint64_t, uint64_t>> fetchesAndMerges(int i,
+                                                                        KeepAliveClient& c) = 0;
   virtual std::filesystem::path logFile(int i) const = 0;
   // What marks, in the log, a replica that starts by cloning another (it had been marked lost).
   virtual std::string cloneMessage() const = 0;
@@ -300,7 +311,8 @@ class RtableSystem : public System {
   std::string name() const override { return "rtable-core"; }
   TestStatus stop(int i) override {
     const int code = replicas_[i]->terminate();
-    if (code != 0) return std::unexpected(fmt::format("rtable-core r{} exited with {}", i + 1, code));
+    if (code != 0)
+      return std::unexpected(fmt::format("rtable-core r{} exited with {}", i + 1, code));
     return {};
   }
   TestStatus launch(int i) override { return replicas_[i]->launch(std::chrono::minutes(10)); }
@@ -353,7 +365,8 @@ class RtableSystem : public System {
 
 class ClickHouseSystem : public System {
  public:
-  static std::expected<std::unique_ptr<ClickHouseSystem>, std::string> start(const LocalZooKeeper& zk) {
+  static std::expected<std::unique_ptr<ClickHouseSystem>, std::string> start(
+      const LocalZooKeeper& zk) {
     std::unique_ptr<ClickHouseSystem> system(new ClickHouseSystem());
     for (int i = 0; i < 3; ++i) {
       LocalClickHouseOptions options;
@@ -363,19 +376,23 @@ class ClickHouseSystem : public System {
       options.assign_merges = true;
       auto server = LocalClickHouse::start(options);
       if (!server) return std::unexpected(server.error());
-      if (auto created = (*server)->query(kClickHouseTable); !created) return std::unexpected(created.error());
+      if (auto created = (*server)->query(kClickHouseTable); !created)
+        return std::unexpected(created.error());
       system->servers_.push_back(std::move(*server));
     }
     // 18.16's system.parts: bytes_on_disk (newer) or bytes.
     auto columns = system->servers_[0]->query(
-        "SELECT name FROM system.columns WHERE database = 'system' AND table = 'parts' AND name = 'bytes_on_disk'");
-    system->bytes_column_ = columns && columns->find("bytes_on_disk") != std::string::npos ? "bytes_on_disk" : "bytes";
+        "SELECT name FROM system.columns WHERE database = 'system' AND table = 'parts' AND name = "
+        "'bytes_on_disk'");
+    system->bytes_column_ =
+        columns && columns->find("bytes_on_disk") != std::string::npos ? "bytes_on_disk" : "bytes";
     return system;
   }
   std::string name() const override { return "ClickHouse 18.16"; }
   TestStatus stop(int i) override {
     const int code = servers_[i]->terminate();
-    if (code != 0) return std::unexpected(fmt::format("clickhouse-server r{} exited with {}", i + 1, code));
+    if (code != 0)
+      return std::unexpected(fmt::format("clickhouse-server r{} exited with {}", i + 1, code));
     return {};
   }
   TestStatus launch(int i) override { return servers_[i]->launch(std::chrono::minutes(10)); }
@@ -383,19 +400,25 @@ class ClickHouseSystem : public System {
     return KeepAliveClient(fmt::format("ClickHouse r{}", i + 1), servers_[i]->httpPort());
   }
   bool insert(KeepAliveClient& c, const std::string& body) override {
-    return c.ok("POST", "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow", body).has_value();
+    return c.ok("POST", "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow", body)
+        .has_value();
   }
   // 18.16 has no trivial-count optimisation: SELECT count() reads a column of every part, which
   // polled every 20 ms would load the server it measures; system.parts is metadata.
   std::optional<uint64_t> rows(KeepAliveClient& c) override {
-    return number(c, "SELECT sum(rows) FROM system.parts WHERE database = 'default' AND table = 'bench' AND active");
+    return number(c,
+                  "SELECT sum(rows) FROM system.parts WHERE database = 'default' AND table = "
+                  "'bench' AND active");
   }
-  std::optional<uint64_t> count(KeepAliveClient& c) override { return number(c, "SELECT count() FROM default.bench"); }
+  std::optional<uint64_t> count(KeepAliveClient& c) override {
+    return number(c, "SELECT count() FROM default.bench");
+  }
   std::optional<PartsSummary> parts(KeepAliveClient& c, const std::string& prefix) override {
-    auto reply = c.request("POST", "/", fmt::format("SELECT count(), sum({}), sum(rows) FROM system.parts WHERE "
-                                                    "database = 'default' AND table = 'bench' AND active AND "
-                                                    "startsWith(partition_id, '{}') FORMAT TSV",
-                                                    bytes_column_, prefix));
+    auto reply = c.request("POST", "/",
+                           fmt::format("SELECT count(), sum({}), sum(rows) FROM system.parts WHERE "
+                                       "database = 'default' AND table = 'bench' AND active AND "
+                                       "startsWith(partition_id, '{}') FORMAT TSV",
+                                       bytes_column_, prefix));
     if (!reply || reply->status != 200) {
       if (reply) fmt::print(stderr, "ClickHouse parts: {}\n", reply->body);
       return std::nullopt;
@@ -406,8 +429,10 @@ class ClickHouseSystem : public System {
     return summary;
   }
   std::optional<std::pair<uint64_t, uint64_t>> fetchesAndMerges(int, KeepAliveClient& c) override {
-    auto fetches = number(c, "SELECT sum(value) FROM system.events WHERE event = 'ReplicatedPartFetches'");
-    auto merges = number(c, "SELECT sum(value) FROM system.events WHERE event = 'ReplicatedPartMerges'");
+    auto fetches =
+        number(c, "SELECT sum(value) FROM system.events WHERE event = 'ReplicatedPartFetches'");
+    auto merges =
+        number(c, "SELECT sum(value) FROM system.events WHERE event = 'ReplicatedPartMerges'");
     if (!fetches || !merges) return std::nullopt;
     return std::make_pair(*fetches, *merges);
   }
@@ -441,8 +466,8 @@ struct Results {
   uint64_t fetch_rows = 0;
   int fetch_inserts = 0;
   double fetch_insert_s = 0;
-  PartsSummary source;  // replica 1's fetch-phase parts before replica 2 starts
-  PartsSummary fetched; // replica 2's once it has every row
+  PartsSummary source;   // replica 1's fetch-phase parts before replica 2 starts
+  PartsSummary fetched;  // replica 2's once it has every row
   double fetch_ready_s = 0;
   double fetch_s = 0;
   bool fetch_cloned = false;
@@ -490,11 +515,12 @@ CatchUp launchAndWait(System& system, int i, uint64_t expected, std::chrono::sec
   }
   poller.join();
   if (!done_s) {
-    result.error = fmt::format("replica r{} had {} of {} rows after {} s", i + 1, last.value_or(0), expected,
-                               timeout.count());
+    result.error = fmt::format("replica r{} had {} of {} rows after {} s", i + 1, last.value_or(0),
+                               expected, timeout.count());
     return result;
   }
-  if (*last != expected) fmt::print(stderr, "{} r{}: {} rows, expected {}\n", system.name(), i + 1, *last, expected);
+  if (*last != expected)
+    fmt::print(stderr, "{} r{}: {} rows, expected {}\n", system.name(), i + 1, *last, expected);
   result.ok = true;
   result.all_rows_s = *done_s;
   result.cloned = loggedSince(system.logFile(i), log_offset, system.cloneMessage());
@@ -508,7 +534,9 @@ CatchUp launchAndWait(System& system, int i, uint64_t expected, std::chrono::sec
 CatchUp relaunchAndWait(System& system, int i, uint64_t expected, std::chrono::seconds timeout) {
   for (int attempt = 1;; ++attempt) {
     CatchUp result = launchAndWait(system, i, expected, timeout);
-    if (result.ok || attempt == 4 || result.error.find("ddress already in use") == std::string::npos) return result;
+    if (result.ok || attempt == 4 ||
+        result.error.find("ddress already in use") == std::string::npos)
+      return result;
     fmt::print(stderr, "{} r{}: its port is taken, launching again in 2 s\n", system.name(), i + 1);
     if (auto stopped = system.stop(i); !stopped) fmt::print(stderr, "{}\n", stopped.error());
     std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -543,32 +571,37 @@ Results run(System& system, int inserts, uint64_t fetch_bytes) {
   if (auto stopped = system.stop(2); !stopped) return fail(stopped.error());
   const auto insert_start = Clock::now();
   for (int i = 0; i < inserts; ++i) {
-    if (!system.insert(clients[0], row(static_cast<uint64_t>(i)))) return fail(fmt::format("insert {} failed", i));
+    if (!system.insert(clients[0], row(static_cast<uint64_t>(i))))
+      return fail(fmt::format("insert {} failed", i));
   }
   r.inserts = inserts;
   r.inserts_s = secondsSince(insert_start);
   auto total = system.rows(clients[0]);
   if (!total) return fail("no count from r1");
   r.catchup_source = system.parts(clients[0], "2026").value_or(PartsSummary{});
-  fmt::print("{}: inserts took {:.2f} s; r1 has {} rows in {} parts; starting r3\n", system.name(), r.inserts_s,
-             *total, r.catchup_source.parts);
+  fmt::print("{}: inserts took {:.2f} s; r1 has {} rows in {} parts; starting r3\n", system.name(),
+             r.inserts_s, *total, r.catchup_source.parts);
   std::fflush(stdout);
   const CatchUp catchup = relaunchAndWait(system, 2, *total, std::chrono::seconds(900));
   if (!catchup.ok) return fail("catch-up: " + catchup.error);
   r.catchup_ready_s = catchup.ready_s;
   r.catchup_s = catchup.all_rows_s;
   r.catchup_cloned = catchup.cloned;
-  r.catchup_work = system.fetchesAndMerges(2, clients[2]).value_or(std::make_pair(uint64_t{0}, uint64_t{0}));
-  fmt::print("{}: r3 ready after {:.2f} s, all {} rows after {:.2f} s ({} fetches, {} merges){}\n", system.name(),
-             r.catchup_ready_s, *total, r.catchup_s, r.catchup_work.first, r.catchup_work.second,
+  r.catchup_work =
+      system.fetchesAndMerges(2, clients[2]).value_or(std::make_pair(uint64_t{0}, uint64_t{0}));
+  fmt::print("{}: r3 ready after {:.2f} s, all {} rows after {:.2f} s ({} fetches, {} merges){}\n",
+             system.name(), r.catchup_ready_s, *total, r.catchup_s, r.catchup_work.first,
+             r.catchup_work.second,
              r.catchup_cloned ? " (it had been marked lost and cloned another replica)" : "");
   std::fflush(stdout);
 
   // 2. Fetch throughput.
   if (auto stopped = system.stop(1); !stopped) return fail(stopped.error());
-  r.fetch_inserts = std::max<int>(3, static_cast<int>((fetch_bytes + 192 * 1024 * 1024 - 1) / (192 * 1024 * 1024)));
+  r.fetch_inserts = std::max<int>(
+      3, static_cast<int>((fetch_bytes + 192 * 1024 * 1024 - 1) / (192 * 1024 * 1024)));
   const std::size_t chunk_bytes = fetch_bytes / static_cast<uint64_t>(r.fetch_inserts);
-  fmt::print("{}: r2 stopped; {} inserts of {:.0f} MiB on r1\n", system.name(), r.fetch_inserts, chunk_bytes / kMiB);
+  fmt::print("{}: r2 stopped; {} inserts of {:.0f} MiB on r1\n", system.name(), r.fetch_inserts,
+             chunk_bytes / kMiB);
   std::fflush(stdout);
   for (int chunk = 0; chunk < r.fetch_inserts; ++chunk) {
     uint64_t rows = 0;
@@ -583,13 +616,16 @@ Results run(System& system, int inserts, uint64_t fetch_bytes) {
   if (!total) return fail("no count from r1");
   // r3 is live and follows (a second source for r2, the same on both systems); wait for it so
   // that its fetches are not part of r2's time.
-  if (!waitForRows(system, 2, *total, std::chrono::seconds(1800))) return fail("r3 did not follow r1");
+  if (!waitForRows(system, 2, *total, std::chrono::seconds(1800)))
+    return fail("r3 did not follow r1");
   auto source = system.parts(clients[0], kFetchPartitionPrefix);
   if (!source) return fail("no parts from r1");
   r.source = *source;
-  fmt::print("{}: r1 has {} parts, {:.1f} MiB on disk, {} rows in the fetch partitions (inserts took {:.1f} s); "
-             "starting r2\n",
-             system.name(), r.source.parts, r.source.bytes / kMiB, r.source.rows, r.fetch_insert_s);
+  fmt::print(
+      "{}: r1 has {} parts, {:.1f} MiB on disk, {} rows in the fetch partitions (inserts took "
+      "{:.1f} s); "
+      "starting r2\n",
+      system.name(), r.source.parts, r.source.bytes / kMiB, r.source.rows, r.fetch_insert_s);
   std::fflush(stdout);
   const CatchUp fetch = relaunchAndWait(system, 1, *total, std::chrono::seconds(3600));
   if (!fetch.ok) return fail("fetch: " + fetch.error);
@@ -599,13 +635,15 @@ Results run(System& system, int inserts, uint64_t fetch_bytes) {
   auto fetched = system.parts(clients[1], kFetchPartitionPrefix);
   if (!fetched) return fail("no parts from r2");
   r.fetched = *fetched;
-  fmt::print("{}: r2 ready after {:.2f} s, all rows after {:.2f} s: {} parts, {:.1f} MiB on disk{}\n", system.name(),
-             r.fetch_ready_s, r.fetch_s, r.fetched.parts, r.fetched.bytes / kMiB,
-             r.fetch_cloned ? " (it had been marked lost and cloned)" : "");
+  fmt::print(
+      "{}: r2 ready after {:.2f} s, all rows after {:.2f} s: {} parts, {:.1f} MiB on disk{}\n",
+      system.name(), r.fetch_ready_s, r.fetch_s, r.fetched.parts, r.fetched.bytes / kMiB,
+      r.fetch_cloned ? " (it had been marked lost and cloned)" : "");
   // The count a user would see, on every replica.
   for (int i = 0; i < 3; ++i) {
     auto n = system.count(clients[i]);
-    if (!n || *n != *total) return fail(fmt::format("r{} counts {} rows, r1 has {}", i + 1, n.value_or(0), *total));
+    if (!n || *n != *total)
+      return fail(fmt::format("r{} counts {} rows, r1 has {}", i + 1, n.value_or(0), *total));
   }
   r.ok = true;
   return r;
@@ -632,17 +670,22 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--inserts") inserts = std::stoi(argv[i + 1]);
-    else if (flag == "--fetch-mb") fetch_mb = std::stoull(argv[i + 1]);
-    else if (flag == "--only") only = argv[i + 1];
+    if (flag == "--inserts")
+      inserts = std::stoi(argv[i + 1]);
+    else if (flag == "--fetch-mb")
+      fetch_mb = std::stoull(argv[i + 1]);
+    else if (flag == "--only")
+      only = argv[i + 1];
     else {
       argc = -1;
       break;
     }
   }
-  if (argc < 0 || argc % 2 == 0 || (!only.empty() && only != "rtable" && only != "clickhouse") || inserts < 1 ||
-      fetch_mb < 1) {
-    fmt::print(stderr, "usage: rtable-replication-bench [--inserts N] [--fetch-mb N] [--only rtable|clickhouse]\n");
+  if (argc < 0 || argc % 2 == 0 || (!only.empty() && only != "rtable" && only != "clickhouse") ||
+      inserts < 1 || fetch_mb < 1) {
+    fmt::print(stderr,
+               "usage: rtable-replication-bench [--inserts N] [--fetch-mb N] [--only "
+               "rtable|clickhouse]\n");
     return 2;
   }
   fmt::print("{}\n", command);
@@ -668,10 +711,11 @@ int main(int argc, char** argv) {
   fmt::print("\n{}\n\n", command);
   fmt::print("| measure | rtable-core | ClickHouse 18.16 | ratio (>= 1.00x: rtable no slower) |\n");
   fmt::print("| --- | ---: | ---: | ---: |\n");
-  fmt::print("| {} single-row inserts on r1 with r3 down, s | {} | {} | |\n", inserts, cell(rt, rt.inserts_s, "{:.2f}"),
-             cell(ch, ch.inserts_s, "{:.2f}"));
-  fmt::print("| catch-up: r3 launch to all {} rows, s | {} | {} | {} |\n", inserts, cell(rt, rt.catchup_s, "{:.2f}"),
-             cell(ch, ch.catchup_s, "{:.2f}"), ratio(rt, ch, ch.catchup_s, rt.catchup_s));
+  fmt::print("| {} single-row inserts on r1 with r3 down, s | {} | {} | |\n", inserts,
+             cell(rt, rt.inserts_s, "{:.2f}"), cell(ch, ch.inserts_s, "{:.2f}"));
+  fmt::print("| catch-up: r3 launch to all {} rows, s | {} | {} | {} |\n", inserts,
+             cell(rt, rt.catchup_s, "{:.2f}"), cell(ch, ch.catchup_s, "{:.2f}"),
+             ratio(rt, ch, ch.catchup_s, rt.catchup_s));
   fmt::print("| (r3 launch to ready, s) | {} | {} | |\n", cell(rt, rt.catchup_ready_s, "{:.2f}"),
              cell(ch, ch.catchup_ready_s, "{:.2f}"));
   fmt::print("| (r1's parts when r3 starts) | {} | {} | |\n",
@@ -680,12 +724,15 @@ int main(int argc, char** argv) {
   fmt::print("| (r3's fetches, merges by then) | {} | {} | |\n",
              rt.ran ? fmt::format("{}, {}", rt.catchup_work.first, rt.catchup_work.second) : "-",
              ch.ran ? fmt::format("{}, {}", ch.catchup_work.first, ch.catchup_work.second) : "-");
-  fmt::print("| (r3 marked lost and cloned) | {} | {} | |\n", rt.ran ? (rt.catchup_cloned ? "yes" : "no") : "-",
+  fmt::print("| (r3 marked lost and cloned) | {} | {} | |\n",
+             rt.ran ? (rt.catchup_cloned ? "yes" : "no") : "-",
              ch.ran ? (ch.catchup_cloned ? "yes" : "no") : "-");
-  fmt::print("| fetch set: {} inserts, {} rows, {:.0f} MiB of JSON; parts on r1 | {} | {} | |\n", any.fetch_inserts,
-             any.fetch_rows, any.fetch_input_bytes / kMiB, cell(rt, static_cast<double>(rt.source.parts), "{:.0f}"),
+  fmt::print("| fetch set: {} inserts, {} rows, {:.0f} MiB of JSON; parts on r1 | {} | {} | |\n",
+             any.fetch_inserts, any.fetch_rows, any.fetch_input_bytes / kMiB,
+             cell(rt, static_cast<double>(rt.source.parts), "{:.0f}"),
              cell(ch, static_cast<double>(ch.source.parts), "{:.0f}"));
-  fmt::print("| fetch set on disk on r1, MiB | {} | {} | |\n", cell(rt, rt.source.bytes / kMiB, "{:.1f}"),
+  fmt::print("| fetch set on disk on r1, MiB | {} | {} | |\n",
+             cell(rt, rt.source.bytes / kMiB, "{:.1f}"),
              cell(ch, ch.source.bytes / kMiB, "{:.1f}"));
   fmt::print("| fetch: r2 launch to all rows, s | {} | {} | {} |\n", cell(rt, rt.fetch_s, "{:.2f}"),
              cell(ch, ch.fetch_s, "{:.2f}"), ratio(rt, ch, ch.fetch_s, rt.fetch_s));
@@ -703,7 +750,8 @@ int main(int argc, char** argv) {
   fmt::print("| r2 after: parts, MiB on disk in the fetch partitions | {} | {} | |\n",
              rt.ran ? fmt::format("{}, {:.1f}", rt.fetched.parts, rt.fetched.bytes / kMiB) : "-",
              ch.ran ? fmt::format("{}, {:.1f}", ch.fetched.parts, ch.fetched.bytes / kMiB) : "-");
-  fmt::print("| (r2 marked lost and cloned) | {} | {} | |\n", rt.ran ? (rt.fetch_cloned ? "yes" : "no") : "-",
+  fmt::print("| (r2 marked lost and cloned) | {} | {} | |\n",
+             rt.ran ? (rt.fetch_cloned ? "yes" : "no") : "-",
              ch.ran ? (ch.fetch_cloned ? "yes" : "no") : "-");
   const bool ok = (!rt.ran || rt.ok) && (!ch.ran || ch.ok);
   if (!ok) fmt::print("\nfailed: {} {}\n", rt.error, ch.error);

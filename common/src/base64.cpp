@@ -19,7 +19,9 @@ bool inAlphabet(char c) {
          c == '/';
 }
 
-unsigned char* bytesOf(std::string& s) { return reinterpret_cast<unsigned char*>(s.data()); }
+unsigned char* bytesOf(std::string& s) {
+  return reinterpret_cast<unsigned char*>(s.data());
+}
 const unsigned char* bytesOf(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
 }
@@ -50,12 +52,13 @@ std::expected<std::string, std::string> base64Decode(std::string_view text) {
     // EVP_DecodeBlock reads '=' as zero bits wherever it stands, so these checks are ours.
     if (c == '=') {
       if (padding == 0) first_padding = i;
-      if (++padding > 2) return std::unexpected(fmt::format("more than two '=' from offset {}", first_padding));
+      if (++padding > 2)
+        return std::unexpected(fmt::format("more than two '=' from offset {}", first_padding));
     } else if (padding > 0) {
       return std::unexpected(fmt::format("'=' at offset {} is not at the end", first_padding));
     } else if (!inAlphabet(c)) {
-      return std::unexpected(
-          fmt::format("{} at offset {} is not a base64 character", quotedExcerpt(text.substr(i, 1)), i));
+      return std::unexpected(fmt::format("{} at offset {} is not a base64 character",
+                                         quotedExcerpt(text.substr(i, 1)), i));
     }
     clean += c;
   }
@@ -63,10 +66,12 @@ std::expected<std::string, std::string> base64Decode(std::string_view text) {
     return std::unexpected(
         fmt::format("{} base64 characters, not a multiple of 4 (missing padding?)", clean.size()));
   }
-  if (clean.size() > static_cast<std::size_t>(INT_MAX)) return std::unexpected("too long to decode");
+  if (clean.size() > static_cast<std::size_t>(INT_MAX))
+    return std::unexpected("too long to decode");
   std::string out(clean.size() / 4 * 3, '\0');
   const int decoded = EVP_DecodeBlock(bytesOf(out), bytesOf(clean), static_cast<int>(clean.size()));
-  if (decoded < 0) return std::unexpected("not valid base64");  // not reached after the checks above
+  if (decoded < 0)
+    return std::unexpected("not valid base64");  // not reached after the checks above
   // EVP_DecodeBlock gives 3 bytes per group, padding included.
   out.resize(static_cast<std::size_t>(decoded) - padding);
   return out;

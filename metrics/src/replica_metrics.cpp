@@ -37,9 +37,9 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
                         "The log node's int32 sequential counter: the next entry's number")),
       log_counter_headroom_ratio(gauge(r, l, "rtable_log_counter_headroom_ratio",
                                        "Log entries left before 2147483647, as a share of 2^31")),
-      log_counter_exhaustion_seconds(gauge(
-          r, l, "rtable_log_counter_exhaustion_seconds",
-          "Projected seconds until the log counter is exhausted at the recent rate")),
+      log_counter_exhaustion_seconds(
+          gauge(r, l, "rtable_log_counter_exhaustion_seconds",
+                "Projected seconds until the log counter is exhausted at the recent rate")),
       inserts(counter(r, l, "rtable_inserts_total", "Acknowledged insert requests")),
       inserted_rows(counter(r, l, "rtable_inserted_rows_total", "Rows of acknowledged inserts")),
       insert_deduplicated_blocks(counter(r, l, "rtable_insert_deduplicated_blocks_total",
@@ -82,10 +82,11 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       fetch_duration_seconds(histogram(r, l, "rtable_fetch_duration_seconds",
                                        "Time to fetch, verify and register one part")),
       merged_bytes(counter(r, l, "rtable_merged_bytes_total", "Bytes of parts written by merges")),
-      merge_duration_seconds(histogram(r, l, "rtable_merge_duration_seconds",
-                                       "Time to merge and register one part")),
-      absolute_delay_seconds(gauge(r, l, "rtable_replica_absolute_delay_seconds",
-                                   "Seconds since the oldest insert not yet fetched here; 0 when none")),
+      merge_duration_seconds(
+          histogram(r, l, "rtable_merge_duration_seconds", "Time to merge and register one part")),
+      absolute_delay_seconds(
+          gauge(r, l, "rtable_replica_absolute_delay_seconds",
+                "Seconds since the oldest insert not yet fetched here; 0 when none")),
       labels_(l),
       zookeeper_duration_family_(prometheus::BuildHistogram()
                                      .Name("rtable_zookeeper_request_duration_seconds")

@@ -19,10 +19,14 @@ TEST(ReplicaMetrics, SeriesCarryTheTableLabels) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("rtable_inserts_total{"), std::string::npos);
-  EXPECT_NE(text.find(R"(rtable_zookeeper_request_duration_seconds_bucket{generation="3",operation="multi")"),
-            std::string::npos);
-  EXPECT_NE(text.find("rtable_log_counter_exhaustion_seconds{generation=\"3\",replica=\"events-0\",table=\"events\"} +Inf"),
-            std::string::npos) << text;
+  EXPECT_NE(
+      text.find(
+          R"(rtable_zookeeper_request_duration_seconds_bucket{generation="3",operation="multi")"),
+      std::string::npos);
+  EXPECT_NE(text.find("rtable_log_counter_exhaustion_seconds{generation=\"3\",replica=\"events-0\","
+                      "table=\"events\"} +Inf"),
+            std::string::npos)
+      << text;
 }
 
 TEST(CounterRateEstimator, ProjectsExhaustionFromTheWindow) {

@@ -82,8 +82,8 @@ KubeEventRecorder::~KubeEventRecorder() {
 
 void KubeEventRecorder::record(const ObjectReference& object, EventType type,
                                std::string_view reason, std::string_view message) {
-  Pending pending{object,       type, std::string(reason), truncated(message), clock_.now(),
-                  options_.wall_clock()};
+  Pending pending{
+      object, type, std::string(reason), truncated(message), clock_.now(), options_.wall_clock()};
   spdlog::debug("event {} {} {}/{}: {}", eventTypeName(type), reason, object.ns, object.name,
                 pending.message);
   int64_t dropped = 0;
@@ -158,9 +158,9 @@ void KubeEventRecorder::run() {
 
 bool KubeEventRecorder::allowedBySpamFilter(const Pending& pending) {
   // client-go's getSpamKey: the source and the object, not the reason.
-  const std::string key = fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", options_.component,
-                                      pending.object.kind, pending.object.ns, pending.object.name,
-                                      pending.object.uid);
+  const std::string key =
+      fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}", options_.component, pending.object.kind,
+                  pending.object.ns, pending.object.name, pending.object.uid);
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {
     if (buckets_.size() >= options_.cache_size) {
@@ -168,8 +168,9 @@ bool KubeEventRecorder::allowedBySpamFilter(const Pending& pending) {
       buckets_lru_.pop_back();
     }
     buckets_lru_.push_front(key);
-    it = buckets_.emplace(key, Bucket{static_cast<double>(options_.spam_burst), pending.when,
-                                      buckets_lru_.begin()})
+    it = buckets_
+             .emplace(key, Bucket{static_cast<double>(options_.spam_burst), pending.when,
+                                  buckets_lru_.begin()})
              .first;
   } else {
     buckets_lru_.splice(buckets_lru_.begin(), buckets_lru_, it->second.lru);
@@ -190,8 +191,7 @@ std::string KubeEventRecorder::uniqueName(const Pending& pending) {
   // client-go: "<object name>.<unix nanos in hex>"; strictly increasing here, so two events of
   // one object in the same nanosecond (or under a frozen test clock) get different names.
   int64_t nanos =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(pending.wall.time_since_epoch())
-          .count();
+      std::chrono::duration_cast<std::chrono::nanoseconds>(pending.wall.time_since_epoch()).count();
   nanos = std::max(nanos, last_name_nanos_ + 1);
   last_name_nanos_ = nanos;
   return fmt::format("{}.{:x}", pending.object.name.empty() ? "event" : pending.object.name,
@@ -262,9 +262,7 @@ void KubeEventRecorder::process(const Pending& pending) {
   if (seen->count > 1) {
     const json patch = {{"count", seen->count}, {"lastTimestamp", now}};
     posted = post(
-        [&] {
-          return client_.patch(events, {seen->ns, seen->name}, PatchType::kMerge, patch, {});
-        },
+        [&] { return client_.patch(events, {seen->ns, seen->name}, PatchType::kMerge, patch, {}); },
         what, &error, /*not_found_is_an_answer=*/true);
     patched = posted;
     // Expired (Events live an hour) or never created (filtered, failed): create it again.
@@ -284,9 +282,8 @@ void KubeEventRecorder::process(const Pending& pending) {
   }
 }
 
-bool KubeEventRecorder::post(const std::function<KubeResult<json>()>& send,
-                             const std::string& what, KubeError* last_error,
-                             bool not_found_is_an_answer) {
+bool KubeEventRecorder::post(const std::function<KubeResult<json>()>& send, const std::string& what,
+                             KubeError* last_error, bool not_found_is_an_answer) {
   for (int attempt = 1;; ++attempt) {
     auto result = send();
     if (result) return true;

@@ -140,9 +140,12 @@ KubeError transportError(const std::exception& e, const std::string& what) {
 // full the server cannot have acted on the request: it never saw a complete one.
 bool failedBeforeTheRequestWasComplete(const std::exception& e) {
   static constexpr std::string_view kUnsentSteps[] = {
-      "Error resolving address",         "Failed to resolve address",
-      "Failed to connect to any resolved endpoint", "Error in SSL handshake",
-      "Failed to write request headers", "Failed to write request body",
+      "Error resolving address",
+      "Failed to resolve address",
+      "Failed to connect to any resolved endpoint",
+      "Error in SSL handshake",
+      "Failed to write request headers",
+      "Failed to write request body",
   };
   const std::string_view what = e.what();
   for (std::string_view step : kUnsentSteps) {

@@ -48,8 +48,9 @@ const std::map<std::string, FlagSpec>& flagSpecs() {
       {"leader-election-lease-duration",
        {FlagKind::kDuration, "How long a Lease stays valid without renewal. (default 15s)"}},
       {"leader-election-renew-deadline",
-       {FlagKind::kDuration, "How long the leader keeps trying to renew before it gives up. "
-                             "(default 10s)"}},
+       {FlagKind::kDuration,
+        "How long the leader keeps trying to renew before it gives up. "
+        "(default 10s)"}},
       {"leader-election-retry-period",
        {FlagKind::kDuration, "How often candidates try and the leader renews. (default 2s)"}},
       {"health-probe-bind-address",
@@ -80,8 +81,8 @@ std::expected<bool, std::string> parseBool(const std::string& value) {
 
 std::optional<spdlog::level::level_enum> logLevel(const std::string& name) {
   static const std::map<std::string, spdlog::level::level_enum> levels = {
-      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
+      {"trace", spdlog::level::trace},  {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},    {"warn", spdlog::level::warn},
       {"warning", spdlog::level::warn}, {"error", spdlog::level::err}};
   auto it = levels.find(name);
   if (it == levels.end()) return std::nullopt;
@@ -142,7 +143,8 @@ std::expected<common::Clock::Duration, std::string> parseGoDuration(std::string_
     text.remove_prefix(unit_length);
     seconds += value * scale;
   }
-  return std::chrono::duration_cast<common::Clock::Duration>(std::chrono::duration<double>(seconds));
+  return std::chrono::duration_cast<common::Clock::Duration>(
+      std::chrono::duration<double>(seconds));
 }
 
 std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std::string>& args) {
@@ -203,16 +205,15 @@ std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std
   }
   if (!logLevel(flags.log_level)) {
     return std::unexpected(FlagError{
-        "--log-level", fmt::format("'{}': expected trace, debug, info, warn or error",
-                                   flags.log_level)});
+        "--log-level",
+        fmt::format("'{}': expected trace, debug, info, warn or error", flags.log_level)});
   }
   if (flags.leader_election_id.empty()) {
     return std::unexpected(FlagError{"--leader-election-id", "must not be empty"});
   }
   // client-go's checks (leaderelection.NewLeaderElector).
   if (flags.lease_duration < std::chrono::seconds(1)) {
-    return std::unexpected(
-        FlagError{"--leader-election-lease-duration", "must be at least 1s"});
+    return std::unexpected(FlagError{"--leader-election-lease-duration", "must be at least 1s"});
   }
   if (flags.renew_deadline >= flags.lease_duration) {
     return std::unexpected(FlagError{"--leader-election-renew-deadline",
@@ -284,10 +285,9 @@ int runOperatorMain(int argc, char** argv, const OperatorSetup& setup) {
 
   OperatorProcessOptions options;
   options.leader_elect = flags->leader_elect;
-  options.leader_election.lease = {flags->leader_election_namespace.empty()
-                                       ? cluster->ns
-                                       : flags->leader_election_namespace,
-                                   flags->leader_election_id};
+  options.leader_election.lease = {
+      flags->leader_election_namespace.empty() ? cluster->ns : flags->leader_election_namespace,
+      flags->leader_election_id};
   options.leader_election.lease_duration = flags->lease_duration;
   options.leader_election.renew_deadline = flags->renew_deadline;
   options.leader_election.retry_period = flags->retry_period;

@@ -41,9 +41,10 @@ OperatorProcess::OperatorProcess(KubeClient& client, OperatorProcessOptions opti
     // client-go's leader metrics, as controller-runtime registers them.
     leader_gauge_ = &prometheus::BuildGauge()
                          .Name("leader_election_master_status")
-                         .Help("Gauge of if the reporting system is master of the relevant lease, "
-                               "0 indicates backup, 1 indicates master. 'name' is the string "
-                               "used to identify the lease. Please make sure to group by name.")
+                         .Help(
+                             "Gauge of if the reporting system is master of the relevant lease, "
+                             "0 indicates backup, 1 indicates master. 'name' is the string "
+                             "used to identify the lease. Please make sure to group by name.")
                          .Register(*registry_)
                          .Add({{"name", options_.leader_election.lease.name}});
     leader_gauge_->Set(0);
@@ -142,13 +143,14 @@ std::expected<void, std::string> OperatorProcess::start() {
           fmt::format("cannot serve metrics on {}: {}", metrics_address->toString(), e.what()));
     }
   }
-  spdlog::info("{}: health probes {}; metrics {}", options_.component,
-               probe_server_ ? fmt::format("listening on http://{}/healthz, /readyz",
-                                           probe_server_->address())
-                             : std::string("off"),
-               exposer_ ? fmt::format("listening on http://{}:{}/metrics", metrics_address->host,
-                                      metrics_port_)
-                        : std::string("off"));
+  spdlog::info(
+      "{}: health probes {}; metrics {}", options_.component,
+      probe_server_
+          ? fmt::format("listening on http://{}/healthz, /readyz", probe_server_->address())
+          : std::string("off"),
+      exposer_
+          ? fmt::format("listening on http://{}:{}/metrics", metrics_address->host, metrics_port_)
+          : std::string("off"));
 
   for (Informer* informer : informers_) informer->start();
   api_probe_thread_ = std::thread([this] { probeApiServer(); });
@@ -175,8 +177,8 @@ std::expected<void, std::string> OperatorProcess::start() {
     };
     election.on_new_leader = [this](const std::string& holder) {
       if (holder != identity_) {
-        spdlog::info("leader election {}: the leader is '{}'", options_.leader_election.lease.toString(),
-                     holder);
+        spdlog::info("leader election {}: the leader is '{}'",
+                     options_.leader_election.lease.toString(), holder);
       }
     };
     try {
@@ -206,9 +208,8 @@ void OperatorProcess::requestShutdown() {
 ProcessExit OperatorProcess::wait() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] {
-      return shutdown_requested_ || lost_ || (start_tasks_ && !tasks_running_);
-    });
+    cv_.wait(lock,
+             [&] { return shutdown_requested_ || lost_ || (start_tasks_ && !tasks_running_); });
     if (shutdown_requested_ || lost_) break;
     tasks_running_ = true;
     lock.unlock();
@@ -228,9 +229,9 @@ ProcessExit OperatorProcess::wait() {
     if (stopped) stopCommon();
     return {1, "leader election lost", !stopped};
   }
-  spdlog::info("{}: shutting down (leader tasks have {} s to stop)", options_.component,
-               std::chrono::duration_cast<std::chrono::seconds>(options_.graceful_shutdown_timeout)
-                   .count());
+  spdlog::info(
+      "{}: shutting down (leader tasks have {} s to stop)", options_.component,
+      std::chrono::duration_cast<std::chrono::seconds>(options_.graceful_shutdown_timeout).count());
   if (!stopLeaderTasks(options_.graceful_shutdown_timeout)) {
     // A reconcile may still be running: keep the Lease, so that no other leader starts until it
     // has expired (by then this process has exited).

@@ -158,8 +158,8 @@ class ProbeServer::Impl {
         bound.port = *port;
       }
       try {
-        auto listener = std::make_unique<http_listener>(
-            web::uri(fmt::format("http://{}/", bound.toString())));
+        auto listener =
+            std::make_unique<http_listener>(web::uri(fmt::format("http://{}/", bound.toString())));
         listener->support([this](const http::http_request& request) { handle(request); });
         listener->open().wait();
         listener_ = std::move(listener);

@@ -1,8 +1,8 @@
 #include "rtable/replication_core/block.h"
 
-#include <algorithm>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
@@ -15,11 +15,20 @@ struct TypeName {
   std::string_view name;
 };
 constexpr std::array<TypeName, 14> kTypeNames = {{
-    {TypeId::kUInt8, "UInt8"},     {TypeId::kUInt16, "UInt16"},   {TypeId::kUInt32, "UInt32"},
-    {TypeId::kUInt64, "UInt64"},   {TypeId::kInt8, "Int8"},       {TypeId::kInt16, "Int16"},
-    {TypeId::kInt32, "Int32"},     {TypeId::kInt64, "Int64"},     {TypeId::kFloat32, "Float32"},
-    {TypeId::kFloat64, "Float64"}, {TypeId::kString, "String"},   {TypeId::kDate, "Date"},
-    {TypeId::kDateTime, "DateTime"}, {TypeId::kBool, "Bool"},
+    {TypeId::kUInt8, "UInt8"},
+    {TypeId::kUInt16, "UInt16"},
+    {TypeId::kUInt32, "UInt32"},
+    {TypeId::kUInt64, "UInt64"},
+    {TypeId::kInt8, "Int8"},
+    {TypeId::kInt16, "Int16"},
+    {TypeId::kInt32, "Int32"},
+    {TypeId::kInt64, "Int64"},
+    {TypeId::kFloat32, "Float32"},
+    {TypeId::kFloat64, "Float64"},
+    {TypeId::kString, "String"},
+    {TypeId::kDate, "Date"},
+    {TypeId::kDateTime, "DateTime"},
+    {TypeId::kBool, "Bool"},
 }};
 
 template <class T>
@@ -64,17 +73,31 @@ std::string DataType::name() const {
 
 ColumnValues emptyValuesFor(TypeId type) {
   switch (type) {
-    case TypeId::kUInt8: case TypeId::kBool: return std::vector<uint8_t>{};
-    case TypeId::kUInt16: case TypeId::kDate: return std::vector<uint16_t>{};
-    case TypeId::kUInt32: case TypeId::kDateTime: return std::vector<uint32_t>{};
-    case TypeId::kUInt64: return std::vector<uint64_t>{};
-    case TypeId::kInt8: return std::vector<int8_t>{};
-    case TypeId::kInt16: return std::vector<int16_t>{};
-    case TypeId::kInt32: return std::vector<int32_t>{};
-    case TypeId::kInt64: return std::vector<int64_t>{};
-    case TypeId::kFloat32: return std::vector<float>{};
-    case TypeId::kFloat64: return std::vector<double>{};
-    case TypeId::kString: return std::vector<std::string>{};
+    case TypeId::kUInt8:
+    case TypeId::kBool:
+      return std::vector<uint8_t>{};
+    case TypeId::kUInt16:
+    case TypeId::kDate:
+      return std::vector<uint16_t>{};
+    case TypeId::kUInt32:
+    case TypeId::kDateTime:
+      return std::vector<uint32_t>{};
+    case TypeId::kUInt64:
+      return std::vector<uint64_t>{};
+    case TypeId::kInt8:
+      return std::vector<int8_t>{};
+    case TypeId::kInt16:
+      return std::vector<int16_t>{};
+    case TypeId::kInt32:
+      return std::vector<int32_t>{};
+    case TypeId::kInt64:
+      return std::vector<int64_t>{};
+    case TypeId::kFloat32:
+      return std::vector<float>{};
+    case TypeId::kFloat64:
+      return std::vector<double>{};
+    case TypeId::kString:
+      return std::vector<std::string>{};
   }
   return std::vector<uint64_t>{};
 }

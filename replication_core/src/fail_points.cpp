@@ -26,18 +26,30 @@ std::size_t hits = 0;
 
 std::string_view failPointName(FailPoint op) {
   switch (op) {
-    case FailPoint::kOpen: return "open";
-    case FailPoint::kWrite: return "write";
-    case FailPoint::kFsync: return "fsync";
-    case FailPoint::kFdatasync: return "fdatasync";
-    case FailPoint::kSyncfs: return "syncfs";
-    case FailPoint::kRename: return "rename";
-    case FailPoint::kMkdir: return "mkdir";
-    case FailPoint::kResolve: return "resolve";
-    case FailPoint::kConnect: return "connect";
-    case FailPoint::kSend: return "send";
-    case FailPoint::kReceiveHead: return "receive_head";
-    case FailPoint::kReceiveBody: return "receive_body";
+    case FailPoint::kOpen:
+      return "open";
+    case FailPoint::kWrite:
+      return "write";
+    case FailPoint::kFsync:
+      return "fsync";
+    case FailPoint::kFdatasync:
+      return "fdatasync";
+    case FailPoint::kSyncfs:
+      return "syncfs";
+    case FailPoint::kRename:
+      return "rename";
+    case FailPoint::kMkdir:
+      return "mkdir";
+    case FailPoint::kResolve:
+      return "resolve";
+    case FailPoint::kConnect:
+      return "connect";
+    case FailPoint::kSend:
+      return "send";
+    case FailPoint::kReceiveHead:
+      return "receive_head";
+    case FailPoint::kReceiveBody:
+      return "receive_body";
   }
   return "unknown";
 }

@@ -15,7 +15,9 @@ struct Hasher128::State {
   ~State() { XXH3_freeState(xxh); }
 };
 
-std::string Hash128::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
+std::string Hash128::hex() const {
+  return fmt::format("{:016x}{:016x}", high, low);
+}
 
 Hasher128::Hasher128() : state_(std::make_unique<State>()) {}
 Hasher128::~Hasher128() = default;
@@ -26,7 +28,9 @@ void Hasher128::update(const void* data, std::size_t size) {
   XXH3_128bits_update(state_->xxh, data, size);
 }
 
-void Hasher128::updateU64(uint64_t value) { update(&value, sizeof(value)); }
+void Hasher128::updateU64(uint64_t value) {
+  update(&value, sizeof(value));
+}
 
 void Hasher128::updateString(std::string_view bytes) {
   updateU64(bytes.size());

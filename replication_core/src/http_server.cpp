@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <netdb.h>
-#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -16,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -30,7 +30,8 @@ std::string lower(std::string_view text) {
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) text.remove_suffix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
+    text.remove_suffix(1);
   return text;
 }
 
@@ -93,9 +94,11 @@ class Connection final : public HttpExchange {
     std::size_t end;
     std::size_t searched = 0;
     // Checked while the head is incomplete (memory) and once it is whole (it may come in one read).
-    while ((end = buffer_.find("\r\n\r\n", searched)) == std::string::npos || end > options_.max_header_bytes) {
+    while ((end = buffer_.find("\r\n\r\n", searched)) == std::string::npos ||
+           end > options_.max_header_bytes) {
       if (std::min(end, buffer_.size()) > options_.max_header_bytes) {
-        return fail(431, fmt::format("the request line and headers exceed {} bytes", options_.max_header_bytes));
+        return fail(431, fmt::format("the request line and headers exceed {} bytes",
+                                     options_.max_header_bytes));
       }
       searched = buffer_.size() < 3 ? 0 : buffer_.size() - 3;
       if (!fill()) return false;
@@ -105,7 +108,8 @@ class Connection final : public HttpExchange {
     std::string_view line = head.substr(0, line_end);
     const auto space1 = line.find(' ');
     const auto space2 = line.rfind(' ');
-    if (space1 == std::string_view::npos || space2 == space1) return fail(400, "malformed request line");
+    if (space1 == std::string_view::npos || space2 == space1)
+      return fail(400, "malformed request line");
     request_.method = std::string(line.substr(0, space1));
     const std::string_view target = line.substr(space1 + 1, space2 - space1 - 1);
     const std::string_view version = line.substr(space2 + 1);
@@ -118,22 +122,26 @@ class Connection final : public HttpExchange {
     }
     const auto question = target.find('?');
     request_.path = std::string(target.substr(0, question));
-    if (question != std::string_view::npos) request_.query = std::string(target.substr(question + 1));
-    std::string_view rest = line_end == std::string_view::npos ? std::string_view() : head.substr(line_end + 2);
+    if (question != std::string_view::npos)
+      request_.query = std::string(target.substr(question + 1));
+    std::string_view rest =
+        line_end == std::string_view::npos ? std::string_view() : head.substr(line_end + 2);
     while (!rest.empty()) {
       const auto next = rest.find("\r\n");
       std::string_view field = rest.substr(0, next);
       rest = next == std::string_view::npos ? std::string_view() : rest.substr(next + 2);
       const auto colon = field.find(':');
       if (colon == std::string_view::npos || colon == 0) return fail(400, "malformed header line");
-      request_.headers.emplace_back(lower(trim(field.substr(0, colon))), std::string(trim(field.substr(colon + 1))));
+      request_.headers.emplace_back(lower(trim(field.substr(0, colon))),
+                                    std::string(trim(field.substr(colon + 1))));
     }
     buffer_.erase(0, end + 4);
 
     const auto connection = lower(request_.header("connection").value_or(""));
     keep_alive_ = request_.minor_version == 1 ? connection.find("close") == std::string::npos
-                                               : connection.find("keep-alive") != std::string::npos;
-    expect_continue_ = request_.minor_version == 1 && lower(request_.header("expect").value_or("")) == "100-continue";
+                                              : connection.find("keep-alive") != std::string::npos;
+    expect_continue_ = request_.minor_version == 1 &&
+                       lower(request_.header("expect").value_or("")) == "100-continue";
     framing_ = Framing::kNone;
     if (auto encoding = request_.header("transfer-encoding")) {
       if (lower(*encoding).find("chunked") == std::string::npos) {
@@ -251,7 +259,9 @@ class Connection final : public HttpExchange {
       answered_early_ = true;
       // The message may quote what the client sent: JSON-escaped.
       const std::string body =
-          nlohmann::json{{"error", "BAD_HTTP_REQUEST"}, {"message", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+          nlohmann::json{{"error", "BAD_HTTP_REQUEST"}, {"message", message}}.dump(
+              -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+          "\n";
       respond(status, {{"Content-Type", "application/json; charset=utf-8"}}, body);
     }
     return false;
@@ -290,16 +300,19 @@ class Connection final : public HttpExchange {
       const ssize_t n = recv(fd_, data, size, 0);
       if (n > 0) return static_cast<std::size_t>(n);
       if (n < 0 && errno == EINTR) continue;
-      return std::unexpected(n == 0 ? std::string("the client closed the connection before the end of the body")
-                                    : fmt::format("reading the body: {}", std::strerror(errno)));
+      return std::unexpected(
+          n == 0 ? std::string("the client closed the connection before the end of the body")
+                 : fmt::format("reading the body: {}", std::strerror(errno)));
     }
   }
 
   std::expected<std::string, std::string> readLine() {
     std::size_t end;
     while ((end = buffer_.find("\r\n")) == std::string::npos) {
-      if (buffer_.size() > 4096) return std::unexpected("malformed chunked body: a line over 4 KiB");
-      if (!fill()) return std::unexpected("the client closed the connection before the end of the body");
+      if (buffer_.size() > 4096)
+        return std::unexpected("malformed chunked body: a line over 4 KiB");
+      if (!fill())
+        return std::unexpected("the client closed the connection before the end of the body");
     }
     std::string line = buffer_.substr(0, end);
     buffer_.erase(0, end + 2);
@@ -337,20 +350,34 @@ std::optional<std::string> HttpRequest::header(std::string_view name) const {
 
 std::string_view httpReasonPhrase(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 507: return "Insufficient Storage";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 507:
+      return "Insufficient Storage";
   }
   return "Unknown";
 }
@@ -453,7 +480,8 @@ std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::start(
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   if (int rc = getaddrinfo(address.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return std::unexpected(fmt::format("cannot listen on {}:{}: {}", address, port, gai_strerror(rc)));
+    return std::unexpected(
+        fmt::format("cannot listen on {}:{}: {}", address, port, gai_strerror(rc)));
   }
   std::string last_error = "no address";
   int fd = -1;
@@ -468,12 +496,14 @@ std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::start(
     fd = -1;
   }
   freeaddrinfo(found);
-  if (fd < 0) return std::unexpected(fmt::format("cannot listen on {}:{}: {}", address, port, last_error));
+  if (fd < 0)
+    return std::unexpected(fmt::format("cannot listen on {}:{}: {}", address, port, last_error));
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  const uint16_t actual = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const uint16_t actual =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   auto impl = std::make_shared<Impl>(fd, actual, std::move(handler), options);
   impl->run();
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
@@ -481,10 +511,16 @@ std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::start(
 
 HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
-uint16_t HttpServer::port() const { return impl_->port(); }
+uint16_t HttpServer::port() const {
+  return impl_->port();
+}
 
-void HttpServer::stop() { impl_->stop(); }
+void HttpServer::stop() {
+  impl_->stop();
+}
 
 }  // namespace rtable::core

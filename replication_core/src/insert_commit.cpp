@@ -36,8 +36,9 @@ InsertError internal(const std::string& message) {
 InsertError localWriteError(const std::string& message) {
   if (!isOutOfSpace(message)) return internal(message);
   return InsertError{InsertError::Kind::kStorageFull,
-                     message + "; this replica's data volume is full, nothing was committed: retry "
-                               "on another replica, or here once space is freed"};
+                     message +
+                         "; this replica's data volume is full, nothing was committed: retry "
+                         "on another replica, or here once space is freed"};
 }
 
 }  // namespace
@@ -72,7 +73,8 @@ SortedBlock sortAndIdentify(const TableSchema& schema, const std::string& partit
   for (std::size_t i = 0; i < order.size() && in_order; ++i) in_order = order[i] == i;
   // Rows that came sorted (ids, times) are kept as they are rather than copied.
   SortedBlock sorted{in_order ? std::move(rows) : rows.select(order), {}};
-  sorted.dedup_id = token.empty() ? blockDedupId(partition, sorted.rows) : tokenDedupId(partition, token, n);
+  sorted.dedup_id =
+      token.empty() ? blockDedupId(partition, sorted.rows) : tokenDedupId(partition, token, n);
   return sorted;
 }
 
@@ -86,7 +88,8 @@ std::expected<void, std::string> PendingInsert::add(Block block) {
   for (const auto& partition : groups.ids) {
     auto it = std::find_if(buffers_.begin(), buffers_.end(),
                            [&](const auto& buffer) { return buffer.first == partition; });
-    if (it == buffers_.end()) it = buffers_.insert(buffers_.end(), {partition, schema_.emptyBlock()});
+    if (it == buffers_.end())
+      it = buffers_.insert(buffers_.end(), {partition, schema_.emptyBlock()});
     buffer_of_group.push_back(static_cast<std::size_t>(it - buffers_.begin()));
   }
   if (groups.ids.size() == 1) {
@@ -104,19 +107,21 @@ std::expected<void, std::string> PendingInsert::add(Block block) {
   return {};
 }
 
-std::expected<void, std::string> PendingInsert::flush(const std::string& partition, bool write_now) {
+std::expected<void, std::string> PendingInsert::flush(const std::string& partition,
+                                                      bool write_now) {
   auto it = std::find_if(buffers_.begin(), buffers_.end(),
                          [&](const auto& buffer) { return buffer.first == partition; });
   if (it == buffers_.end() || it->second.rows() == 0) return {};
   Block rows = std::exchange(it->second, schema_.emptyBlock());
   const std::size_t n = blocks_per_partition_[partition]++;
-  return stage(partition,
-               sortAndIdentify(schema_, partition, std::move(rows), options_.deduplication_token, n),
-               write_now);
+  return stage(
+      partition,
+      sortAndIdentify(schema_, partition, std::move(rows), options_.deduplication_token, n),
+      write_now);
 }
 
-std::expected<void, std::string> PendingInsert::stage(const std::string& partition, SortedBlock sorted,
-                                                      bool write_now) {
+std::expected<void, std::string> PendingInsert::stage(const std::string& partition,
+                                                      SortedBlock sorted, bool write_now) {
   // Staged under a provisional name; the block number comes with the commit.
   const PartName staged{partition, static_cast<int64_t>(blocks_.size()),
                         static_cast<int64_t>(blocks_.size()), 0, 0};
@@ -167,8 +172,9 @@ std::expected<std::vector<StagedBlock>*, std::string> PendingInsert::finish() {
 // --- InsertCommit ------------------------------------------------------------------------------
 
 InsertCommit::InsertCommit(const TableSpec& spec, TablePaths paths, std::size_t max_part_rows,
-                           KeeperSession& session, PartStore& store, BlockNumberAllocator& allocator,
-                           ReplicationWorker& worker, metrics::ReplicaMetrics& metrics)
+                           KeeperSession& session, PartStore& store,
+                           BlockNumberAllocator& allocator, ReplicationWorker& worker,
+                           metrics::ReplicaMetrics& metrics)
     : spec_(spec),
       paths_(std::move(paths)),
       max_part_rows_(max_part_rows),
@@ -192,7 +198,8 @@ std::expected<std::size_t, InsertError> InsertCommit::checkQuorum(const InsertOp
   auto count = countReplicas(*keeper, paths_);
   auto parent = createAncestorsAndSelf(*keeper, paths_.quorumParallel());
   if (!count || !parent) {
-    return std::unexpected(unavailable("ZooKeeper: " + (!count ? count.error() : parent.error()).toString()));
+    return std::unexpected(
+        unavailable("ZooKeeper: " + (!count ? count.error() : parent.error()).toString()));
   }
   if (options.quorum_auto) {
     quorum = majorityQuorum(count->total);
@@ -201,9 +208,11 @@ std::expected<std::size_t, InsertError> InsertCommit::checkQuorum(const InsertOp
   if (count->active() < quorum) {
     return std::unexpected(InsertError{
         InsertError::Kind::kTooFewReplicas,
-        fmt::format("Number of alive replicas ({}) is less than requested quorum ({}{}); nothing "
-                    "was written", count->active(), quorum,
-                    options.quorum_auto ? fmt::format(", a majority of {} replicas", count->total) : "")});
+        fmt::format(
+            "Number of alive replicas ({}) is less than requested quorum ({}{}); nothing "
+            "was written",
+            count->active(), quorum,
+            options.quorum_auto ? fmt::format(", a majority of {} replicas", count->total) : "")});
   }
   return quorum;
 }
@@ -250,7 +259,8 @@ std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& ins
     if (!keeper) {
       return failed(unavailable(fmt::format(
           "ZooKeeper is unreachable; {} of {} blocks were committed, retrying the same insert is "
-          "safe", i, blocks.size())));
+          "safe",
+          i, blocks.size())));
     }
     if (worker_.lost()) {
       // A part committed now could be detached by the clone (the source does not have it) and
@@ -261,11 +271,14 @@ std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& ins
           i, blocks.size())));
     }
     // Reserving the next block number pays off for a stream of one-part inserts.
-    auto part = commitOne(*keeper, blocks[i], writes[i], result, *quorum, /*reserve=*/blocks.size() == 1);
+    auto part =
+        commitOne(*keeper, blocks[i], writes[i], result, *quorum, /*reserve=*/blocks.size() == 1);
     if (!part) {
       InsertError error = part.error();
-      error.message += fmt::format(" ({} of {} blocks were committed before; retrying the same "
-                                   "insert is safe)", i, blocks.size());
+      error.message += fmt::format(
+          " ({} of {} blocks were committed before; retrying the same "
+          "insert is safe)",
+          i, blocks.size());
       return failed(std::move(error));
     }
     result.parts.push_back(*part);
@@ -274,7 +287,8 @@ std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& ins
     for (const auto& part : result.parts) {
       std::shared_ptr<Keeper> keeper = session_.current();
       auto reached = keeper ? waitForQuorum(*keeper, paths_, part, quorum_deadline)
-                            : KeeperResult<bool>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "no session", {}}));
+                            : KeeperResult<bool>(std::unexpected(
+                                  KeeperError{KeeperCode::kConnectionLoss, "", "no session", {}}));
       if (!reached || !*reached) {
         return failed(InsertError{
             InsertError::Kind::kQuorumTimeout,
@@ -299,7 +313,8 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
   NewPart& part = block.part;
   std::error_code ec;
   if (block.unwritten && !writing.valid()) {
-    // Small: encoded in memory, where it stays until a checkpoint writes it out or a merge takes it.
+    // Small: encoded in memory, where it stays until a checkpoint writes it out or a merge takes
+    // it.
     auto image = encodePart(spec_.schema, *block.unwritten);
     block.unwritten.reset();
     if (!image) return std::unexpected(internal("encoding the part: " + image.error()));
@@ -361,9 +376,10 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
       reserve ? allocator_.startReserving(part.partition) : std::nullopt;
   auto committed = commitPart(keeper, paths_, entry, lock, reserve_data);
   if (reserve_data) {
-    allocator_.finishReserving(keeper.sessionId(), part.partition, *reserve_data,
-                               committed ? committed->reserve_path : std::nullopt,
-                               !committed && committed.error().failure == CommitFailure::kUnknownOutcome);
+    allocator_.finishReserving(
+        keeper.sessionId(), part.partition, *reserve_data,
+        committed ? committed->reserve_path : std::nullopt,
+        !committed && committed.error().failure == CommitFailure::kUnknownOutcome);
   }
   if (committed) {
     worker_.rememberLogEntry(committed->log_entry_path, entry.format());
@@ -398,7 +414,8 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
         }
       }
       store_.discard(name, part);
-      return std::unexpected(unavailable("the ZooKeeper session ended during the commit; the block was not committed"));
+      return std::unexpected(unavailable(
+          "the ZooKeeper session ended during the commit; the block was not committed"));
     case CommitFailure::kRejected:
       store_.discard(name, part);
       (void)keeper.remove(lock.path);
@@ -408,11 +425,14 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
   }
   // No answer to the commit: fenced, then the part node tells (commitOutcome).
   part.lock_path = lock.path;
-  auto outcome = retryOnConnectionErrors(RetryPolicy{std::chrono::milliseconds(100), std::chrono::seconds(2), 8}, [&] {
-    std::shared_ptr<Keeper> current = session_.current();
-    if (!current) return KeeperResult<bool>(std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "", {}}));
-    return commitOutcome(*current, paths_, name.format(), lock.path);
-  });
+  auto outcome = retryOnConnectionErrors(
+      RetryPolicy{std::chrono::milliseconds(100), std::chrono::seconds(2), 8}, [&] {
+        std::shared_ptr<Keeper> current = session_.current();
+        if (!current)
+          return KeeperResult<bool>(
+              std::unexpected(KeeperError{KeeperCode::kConnectionLoss, "", "", {}}));
+        return commitOutcome(*current, paths_, name.format(), lock.path);
+      });
   if (outcome && *outcome) {
     worker_.publish(name, part.checksums, part.rows, part.image);
     result.rows += part.rows;
@@ -420,7 +440,8 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
   }
   if (outcome) {
     store_.discard(name, part);
-    return std::unexpected(unavailable("ZooKeeper connection lost during the commit; the block was not committed"));
+    return std::unexpected(
+        unavailable("ZooKeeper connection lost during the commit; the block was not committed"));
   }
   store_.addUncertain(name, part);  // a held part stays held: a checkpoint writes it out
   return std::unexpected(InsertError{

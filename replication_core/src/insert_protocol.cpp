@@ -1,7 +1,5 @@
 #include "rtable/replication_core/insert_protocol.h"
 
-#include "rtable/replication_core/quorum.h"
-
 #include <fmt/format.h>
 
 #include <charconv>
@@ -9,6 +7,7 @@
 #include <random>
 
 #include "rtable/replication_core/hash128.h"
+#include "rtable/replication_core/quorum.h"
 
 namespace rtable::core {
 namespace {
@@ -61,7 +60,8 @@ BlockNumberAllocator::BlockNumberAllocator(TablePaths paths, const common::Clock
   next_lock_tag_ = (static_cast<uint64_t>(random()) << 32) | random();
 }
 
-KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const std::string& partition,
+KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper,
+                                                        const std::string& partition,
                                                         const std::string& dedup_id) {
   std::string lock_data;
   {
@@ -91,7 +91,8 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper, const st
       const std::string& path = (*allocated)[1].path_created;
       auto number = sequenceNumber(path);
       if (!number) {
-        return std::unexpected(KeeperError{KeeperCode::kOther, path, "unparsable block lock name", {}});
+        return std::unexpected(
+            KeeperError{KeeperCode::kOther, path, "unparsable block lock name", {}});
       }
       return BlockNumberLock{partition, *number, path};
     }
@@ -159,11 +160,12 @@ void BlockNumberAllocator::finishReserving(int64_t session_id, const std::string
     lost_.push_back(LostAllocation{session_id, partition, lock_data, clock_.now()});
     return;
   }
-  reserved_[partition] = Reserve{session_id, BlockNumberLock{partition, *number, *created},
-                                 clock_.now()};
+  reserved_[partition] =
+      Reserve{session_id, BlockNumberLock{partition, *number, *created}, clock_.now()};
 }
 
-void BlockNumberAllocator::releaseIdleReserves(Keeper& keeper, std::chrono::steady_clock::duration idle) {
+void BlockNumberAllocator::releaseIdleReserves(Keeper& keeper,
+                                               std::chrono::steady_clock::duration idle) {
   std::vector<std::string> release;
   {
     std::lock_guard lock(mu_);
@@ -205,7 +207,8 @@ void BlockNumberAllocator::releaseLostLocks(Keeper& keeper) {
   }
   if (again.empty()) return;
   std::lock_guard lock(mu_);
-  lost_.insert(lost_.end(), std::make_move_iterator(again.begin()), std::make_move_iterator(again.end()));
+  lost_.insert(lost_.end(), std::make_move_iterator(again.begin()),
+               std::make_move_iterator(again.end()));
 }
 
 std::size_t BlockNumberAllocator::lostLocksForTest() const {
@@ -213,7 +216,8 @@ std::size_t BlockNumberAllocator::lostLocksForTest() const {
   return lost_.size();
 }
 
-KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const LostAllocation& lost) {
+KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper,
+                                                         const LostAllocation& lost) {
   // A request sent before the connection dropped can still reach the leader a little later.
   constexpr auto kLostRequestGrace = std::chrono::seconds(30);
   auto locks = keeper.children(paths_.blockNumbers(lost.partition));
@@ -222,7 +226,8 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const L
     return std::unexpected(locks.error());
   }
   std::vector<std::string> lock_paths;
-  for (const auto& name : locks->names) lock_paths.push_back(paths_.blockNumbers(lost.partition) + "/" + name);
+  for (const auto& name : locks->names)
+    lock_paths.push_back(paths_.blockNumbers(lost.partition) + "/" + name);
   auto got = keeper.getMany(lock_paths);
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (!got[i]) {
@@ -231,15 +236,16 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper, const L
     }
     if (got[i]->data != lost.lock_data || got[i]->stat.ephemeral_owner != lost.session_id) continue;
     auto removed = keeper.remove(lock_paths[i]);
-    if (!removed && removed.error().code != KeeperCode::kNoNode) return std::unexpected(removed.error());
+    if (!removed && removed.error().code != KeeperCode::kNoNode)
+      return std::unexpected(removed.error());
     return true;
   }
   return clock_.now() - lost.lost_at > kLostRequestGrace;
 }
 
-std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
-                                                 const LogEntry& entry, const BlockNumberLock& lock,
-                                                 const std::optional<std::string>& reserve_lock_data) {
+std::expected<Committed, CommitError> commitPart(
+    Keeper& keeper, const TablePaths& paths, const LogEntry& entry, const BlockNumberLock& lock,
+    const std::optional<std::string>& reserve_lock_data) {
   enum { kLogOp, kDedupOp, kPartOp, kUnlockOp };
   std::vector<Op> ops = {
       op::Create{paths.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
@@ -249,11 +255,14 @@ std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePath
   };
   if (entry.quorum >= 2) {
     // This replica has the part: it is the first of the quorum.
-    QuorumEntry quorum{entry.new_part_name, static_cast<std::size_t>(entry.quorum), {paths.replica}};
-    ops.push_back(op::Create{paths.quorumParallel(entry.new_part_name), quorum.format(), CreateMode::kPersistent});
+    QuorumEntry quorum{
+        entry.new_part_name, static_cast<std::size_t>(entry.quorum), {paths.replica}};
+    ops.push_back(op::Create{paths.quorumParallel(entry.new_part_name), quorum.format(),
+                             CreateMode::kPersistent});
   }
   if (reserve_lock_data) {
-    ops.push_back(op::Create{paths.blockLockPrefix(lock.partition), *reserve_lock_data, CreateMode::kEphemeralSequential});
+    ops.push_back(op::Create{paths.blockLockPrefix(lock.partition), *reserve_lock_data,
+                             CreateMode::kEphemeralSequential});
   }
   auto committed = keeper.multi(ops);
   if (committed) {
@@ -262,14 +271,16 @@ std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePath
     return done;
   }
   const KeeperError& error = committed.error();
-  if (error.isConnectionLevel()) return std::unexpected(CommitError{CommitFailure::kUnknownOutcome, error, {}});
+  if (error.isConnectionLevel())
+    return std::unexpected(CommitError{CommitFailure::kUnknownOutcome, error, {}});
   const auto op = error.failed_op_index.value_or(SIZE_MAX);
   if (error.code == KeeperCode::kNodeExists && op == kLogOp) {
     return std::unexpected(CommitError{CommitFailure::kLogExhausted, error, {}});
   }
   if (error.code == KeeperCode::kNodeExists && op == kDedupOp) {
     std::optional<Duplicate> duplicate;
-    if (auto existing = keeper.get(paths.dedupHash(entry.block_id))) duplicate = Duplicate{existing->data};
+    if (auto existing = keeper.get(paths.dedupHash(entry.block_id)))
+      duplicate = Duplicate{existing->data};
     return std::unexpected(CommitError{CommitFailure::kDuplicate, error, duplicate});
   }
   if (error.code == KeeperCode::kNoNode && op == kUnlockOp) {
@@ -278,7 +289,8 @@ std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePath
   return std::unexpected(CommitError{CommitFailure::kRejected, error, {}});
 }
 
-KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, const std::string& part) {
+KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths,
+                                   const std::string& part) {
   auto stat = keeper.exists(paths.part(part));
   if (!stat) return std::unexpected(stat.error());
   return stat->has_value();

@@ -6,18 +6,30 @@ namespace rtable::core {
 
 std::string_view keeperCodeName(KeeperCode code) {
   switch (code) {
-    case KeeperCode::kOk: return "ok";
-    case KeeperCode::kConnectionLoss: return "connection loss";
-    case KeeperCode::kOperationTimeout: return "operation timeout";
-    case KeeperCode::kSessionExpired: return "session expired";
-    case KeeperCode::kNoNode: return "no node";
-    case KeeperCode::kNodeExists: return "node exists";
-    case KeeperCode::kBadVersion: return "bad version";
-    case KeeperCode::kNotEmpty: return "not empty";
-    case KeeperCode::kNoChildrenForEphemerals: return "no children for ephemerals";
-    case KeeperCode::kBadArguments: return "bad arguments";
-    case KeeperCode::kRuntimeInconsistency: return "runtime inconsistency";
-    case KeeperCode::kOther: return "other error";
+    case KeeperCode::kOk:
+      return "ok";
+    case KeeperCode::kConnectionLoss:
+      return "connection loss";
+    case KeeperCode::kOperationTimeout:
+      return "operation timeout";
+    case KeeperCode::kSessionExpired:
+      return "session expired";
+    case KeeperCode::kNoNode:
+      return "no node";
+    case KeeperCode::kNodeExists:
+      return "node exists";
+    case KeeperCode::kBadVersion:
+      return "bad version";
+    case KeeperCode::kNotEmpty:
+      return "not empty";
+    case KeeperCode::kNoChildrenForEphemerals:
+      return "no children for ephemerals";
+    case KeeperCode::kBadArguments:
+      return "bad arguments";
+    case KeeperCode::kRuntimeInconsistency:
+      return "runtime inconsistency";
+    case KeeperCode::kOther:
+      return "other error";
   }
   return "unknown";
 }
@@ -109,7 +121,8 @@ KeeperStatus createAncestorsAndSelf(Keeper& keeper, const std::string& path) {
 namespace {
 
 // Appends `path`'s subtree to `out` children first. A node that vanished meanwhile is skipped.
-KeeperStatus collectSubtree(Keeper& keeper, const std::string& path, std::vector<std::string>& out) {
+KeeperStatus collectSubtree(Keeper& keeper, const std::string& path,
+                            std::vector<std::string>& out) {
   auto listed = keeper.children(path);
   if (!listed) {
     if (listed.error().code == KeeperCode::kNoNode) return {};
@@ -158,8 +171,8 @@ KeeperStatus removeRecursive(Keeper& keeper, const std::string& path) {
     }
     if (!raced) return {};
     if (attempt + 1 == kAttempts) {
-      return std::unexpected(KeeperError{KeeperCode::kNotEmpty, path,
-                                         "children keep being created under it", {}});
+      return std::unexpected(
+          KeeperError{KeeperCode::kNotEmpty, path, "children keep being created under it", {}});
     }
   }
 }

@@ -13,7 +13,8 @@ KeeperResult<std::shared_ptr<Keeper>> KeeperSession::connect() {
   return std::shared_ptr<Keeper>(measureKeeper(std::move(*keeper), metrics_));
 }
 
-void KeeperSession::install(std::shared_ptr<Keeper> session, std::function<KeeperStatus(Keeper&)> activate) {
+void KeeperSession::install(std::shared_ptr<Keeper> session,
+                            std::function<KeeperStatus(Keeper&)> activate) {
   std::lock_guard lock(mu_);
   keeper_ = std::move(session);
   activate_ = std::move(activate);

@@ -17,11 +17,12 @@ class MeasuredKeeper final : public Keeper {
     // One pipelined batch is one observation: its latency is what the caller waited.
     const auto start = std::chrono::steady_clock::now();
     auto results = inner_->getMany(paths);
-    metrics_.zookeeperRequestDuration("get_many").Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    metrics_.zookeeperRequestDuration("get_many")
+        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     for (const auto& result : results) {
       if (!result) {
-        metrics_.zookeeperErrors("get_many", std::string(keeperCodeName(result.error().code))).Increment();
+        metrics_.zookeeperErrors("get_many", std::string(keeperCodeName(result.error().code)))
+            .Increment();
       }
     }
     return results;
@@ -36,7 +37,8 @@ class MeasuredKeeper final : public Keeper {
                                    CreateMode mode) override {
     return measure("create", [&] { return inner_->create(path, data, mode); });
   }
-  KeeperResult<Stat> set(const std::string& path, const std::string& data, int32_t version) override {
+  KeeperResult<Stat> set(const std::string& path, const std::string& data,
+                         int32_t version) override {
     return measure("set", [&] { return inner_->set(path, data, version); });
   }
   KeeperStatus remove(const std::string& path, int32_t version) override {
@@ -63,7 +65,9 @@ class MeasuredKeeper final : public Keeper {
     auto result = request();
     metrics_.zookeeperRequestDuration(operation).Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (!result) metrics_.zookeeperErrors(operation, std::string(keeperCodeName(result.error().code))).Increment();
+    if (!result)
+      metrics_.zookeeperErrors(operation, std::string(keeperCodeName(result.error().code)))
+          .Increment();
     return result;
   }
 
@@ -73,7 +77,8 @@ class MeasuredKeeper final : public Keeper {
 
 }  // namespace
 
-std::unique_ptr<Keeper> measureKeeper(std::unique_ptr<Keeper> inner, metrics::ReplicaMetrics& metrics) {
+std::unique_ptr<Keeper> measureKeeper(std::unique_ptr<Keeper> inner,
+                                      metrics::ReplicaMetrics& metrics) {
   return std::make_unique<MeasuredKeeper>(std::move(inner), metrics);
 }
 

@@ -24,11 +24,12 @@ std::optional<MergeRange> selectMergeRange(const std::vector<MergeCandidate>& pa
   constexpr std::size_t kLowerFrom = 10;
   constexpr std::size_t kLowerTo = 50;
   // Never above the narrowest run: `low` equal parts are always worth merging.
-  const double base = std::min(static_cast<double>(low),
-                               n <= kLowerFrom ? kBase
-                               : n >= kLowerTo ? 1.0
-                                               : kBase - (kBase - 1.0) * static_cast<double>(n - kLowerFrom) /
-                                                             static_cast<double>(kLowerTo - kLowerFrom));
+  const double base =
+      std::min(static_cast<double>(low),
+               n <= kLowerFrom ? kBase
+               : n >= kLowerTo ? 1.0
+                               : kBase - (kBase - 1.0) * static_cast<double>(n - kLowerFrom) /
+                                             static_cast<double>(kLowerTo - kLowerFrom));
   std::vector<Scored> candidates;
   // Each run grows from its start one part at a time, so its rows and biggest part are running
   // values, and a part that may not be merged ends every run through it.

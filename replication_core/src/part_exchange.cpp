@@ -20,12 +20,12 @@
 #include <utility>
 #include <vector>
 
+#include "posix_file.h"
 #include "rtable/common/percent_encoding.h"
 #include "rtable/common/quoted_excerpt.h"
+#include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/hash128.h"
 #include "rtable/replication_core/part_name.h"
-#include "posix_file.h"
-#include "rtable/replication_core/fail_points.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -93,7 +93,8 @@ struct PartTransferReader::State {
   uint64_t length = 0;
 
   void appendText(std::string_view text) {
-    if (pieces.empty() || pieces.back().file.get() >= 0 || pieces.back().memory) pieces.emplace_back();
+    if (pieces.empty() || pieces.back().file.get() >= 0 || pieces.back().memory)
+      pieces.emplace_back();
     pieces.back().text += text;
     pieces.back().size = pieces.back().text.size();
   }
@@ -114,7 +115,7 @@ std::expected<PartTransferReader, std::string> PartTransferReader::open(
     auto opened = openFd(part_dir / name, O_RDONLY);
     if (!opened) return fail(name, opened.error());
     Fd fd = std::move(*opened);
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd.get(), &st) != 0) return fail(name, fmt::format("fstat: {}", errnoText(errno)));
     if (!S_ISREG(st.st_mode)) return fail(name, "not a regular file");
     return std::pair{std::move(fd), static_cast<uint64_t>(st.st_size)};
@@ -156,7 +157,8 @@ std::expected<PartTransferReader, std::string> PartTransferReader::open(
                   fmt::format("size {} bytes, checksums.txt says {}", opened->second, file.size));
     }
     state->appendText(fmt::format("{}\t{}\n", file.name, file.size));
-    state->pieces.push_back(State::Piece{{}, std::move(opened->first), file.name, file.size, std::nullopt});
+    state->pieces.push_back(
+        State::Piece{{}, std::move(opened->first), file.name, file.size, std::nullopt});
   }
   for (const auto& piece : state->pieces) state->length += piece.size;
   return PartTransferReader(std::move(state));
@@ -165,8 +167,9 @@ std::expected<PartTransferReader, std::string> PartTransferReader::open(
 std::expected<PartTransferReader, std::string> PartTransferReader::open(
     std::shared_ptr<const PartImage> image, const PartChecksums& expected) {
   if (image->checksums != expected) {
-    return std::unexpected(fmt::format("part in memory: total {}, the replica loaded it with total {}",
-                                       image->checksums.total.hex(), expected.total.hex()));
+    return std::unexpected(
+        fmt::format("part in memory: total {}, the replica loaded it with total {}",
+                    image->checksums.total.hex(), expected.total.hex()));
   }
   const PartFile* checksums_file = image->find(kChecksumsFile);
   if (!checksums_file) return std::unexpected(std::string("part in memory: no checksums.txt"));
@@ -177,7 +180,8 @@ std::expected<PartTransferReader, std::string> PartTransferReader::open(
   for (const auto& file : expected.files) {
     const PartFile* held = image->find(file.name);
     if (!held || held->bytes.size() != file.size) {
-      return std::unexpected(fmt::format("part in memory: {} does not match checksums.txt", file.name));
+      return std::unexpected(
+          fmt::format("part in memory: {} does not match checksums.txt", file.name));
     }
     state->appendText(fmt::format("{}\t{}\n", file.name, file.size));
     state->pieces.push_back(State::Piece{{}, Fd(), file.name, file.size, held->bytes});
@@ -205,7 +209,8 @@ std::expected<std::size_t, std::string> PartTransferReader::read(uint8_t* data,
     const std::size_t n =
         static_cast<std::size_t>(std::min<uint64_t>(capacity - done, piece.size - s.offset));
     if (piece.file.get() < 0) {
-      std::memcpy(data + done, (piece.memory ? piece.memory->data() : piece.text.data()) + s.offset, n);
+      std::memcpy(data + done, (piece.memory ? piece.memory->data() : piece.text.data()) + s.offset,
+                  n);
       done += n;
       s.offset += n;
       continue;
@@ -338,7 +343,8 @@ class Connection {
 
   FetchResult<void> sendAll(const FetchContext& context, std::string_view data) {
     if (int error = context.fault(FailPoint::kSend)) {
-      return context.error(Kind::kTransfer, fmt::format("sending the request: {}", errnoText(error)));
+      return context.error(Kind::kTransfer,
+                           fmt::format("sending the request: {}", errnoText(error)));
     }
     while (!data.empty()) {
       const ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
@@ -610,7 +616,8 @@ class PartFiles {
   FetchResult<std::size_t> create(const std::string& name) {
     auto fd = openFd(dir_ / name, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (!fd) {
-      return context_.error(Kind::kLocal, fmt::format("{}: {}: {}", name, (dir_ / name).string(), fd.error()));
+      return context_.error(Kind::kLocal,
+                            fmt::format("{}: {}: {}", name, (dir_ / name).string(), fd.error()));
     }
     files_.emplace_back(name, std::move(*fd));
     return files_.size() - 1;
@@ -691,8 +698,7 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
   }
   auto checksums_fd = files.create(first->name);
   if (!checksums_fd) return std::unexpected(checksums_fd.error());
-  if (auto ok = files.write(*checksums_fd, checksums_text); !ok)
-    return std::unexpected(ok.error());
+  if (auto ok = files.write(*checksums_fd, checksums_text); !ok) return std::unexpected(ok.error());
   if (*count != checksums->files.size() + 1) {
     return context.error(Kind::kCorrupt,
                          fmt::format("the body announces {} files, checksums.txt lists {} besides "
@@ -721,8 +727,7 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
       auto bytes = response.nextBodyBytes(left);
       if (!bytes) return std::unexpected(bytes.error());
       hasher.update(bytes->data(), bytes->size());
-      if (auto ok = files.write(*fd, *bytes); !ok)
-        return std::unexpected(ok.error());
+      if (auto ok = files.write(*fd, *bytes); !ok) return std::unexpected(ok.error());
       left -= bytes->size();
     }
     if (const Hash128 hash = hasher.digest(); hash != expected.hash) {
@@ -812,8 +817,9 @@ std::expected<PartChecksums, FetchError> fetchPart(
   // mkdir is the claim on dest_dir: a directory that exists is someone else's and stays as it is.
   std::error_code ec;
   if (auto made = makeDirectory(dest_dir); !made || !*made) {
-    return context.error(Kind::kLocal, made ? fmt::format("cannot create {}: it exists", dest_dir.string())
-                                            : made.error());
+    return context.error(
+        Kind::kLocal,
+        made ? fmt::format("cannot create {}: it exists", dest_dir.string()) : made.error());
   }
   auto fetched = fetchInto(context, secret, dest_dir, schema, timeouts);
   if (!fetched) fs::remove_all(dest_dir, ec);

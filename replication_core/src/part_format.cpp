@@ -37,7 +37,8 @@ using Result = std::expected<T, std::string>;
 
 // zstd's fastest standard level: on inserts compression is most of writing a part, and level 1
 // still stores the benchmark's columns at about a third of their size. Part of the format: another
-// level gives other bytes, and replicas that merge the same parts must write byte-identical results.
+// level gives other bytes, and replicas that merge the same parts must write byte-identical
+// results.
 constexpr int kZstdLevel = 1;
 // Uncompressed bytes per compressed block (ClickHouse's max_compress_block_size): bounds the
 // memory of writers, readers and verifiers.
@@ -165,7 +166,8 @@ class DeferredSyncs {
   // For files whose fsync is someone else's (the part journal's): close(2)'s errors still count.
   Status closeAll(const fs::path& dir) {
     for (auto& [name, fd] : files_) {
-      if (auto closed = fd.close(); !closed) return std::unexpected(fileError(dir, name, closed.error()));
+      if (auto closed = fd.close(); !closed)
+        return std::unexpected(fileError(dir, name, closed.error()));
     }
     files_.clear();
     return {};
@@ -241,7 +243,8 @@ class FileReader {
 // Where a part's files are read from: its directory, or an image in memory (`dir` then names the
 // part in errors).
 struct PartSource {
-  explicit PartSource(const fs::path& dir, const PartImage* image = nullptr) : dir(dir), image(image) {}
+  explicit PartSource(const fs::path& dir, const PartImage* image = nullptr)
+      : dir(dir), image(image) {}
   const fs::path& dir;
   const PartImage* image;
 
@@ -330,7 +333,8 @@ Result<ZSTD_CCtx*> threadCompressContext() {
 
 Result<ZSTD_DCtx*> threadDecompressContext() {
   thread_local DecompressContext context(ZSTD_createDCtx());
-  if (!context) return std::unexpected(std::string("zstd: cannot allocate a decompression context"));
+  if (!context)
+    return std::unexpected(std::string("zstd: cannot allocate a decompression context"));
   return context.get();
 }
 
@@ -656,8 +660,8 @@ Result<uint64_t> readCount(const PartSource& source, const PartChecksums& checks
   if (!text) return std::unexpected(text.error());
   auto rows = parseDecimal<uint64_t>(*text);
   if (!rows) {
-    return std::unexpected(
-        fileError(part_dir, kCountFile, fmt::format("{} is not a row count", quotedExcerpt(*text))));
+    return std::unexpected(fileError(part_dir, kCountFile,
+                                     fmt::format("{} is not a row count", quotedExcerpt(*text))));
   }
   return *rows;
 }
@@ -747,7 +751,9 @@ Result<PartChecksums> encodePartFiles(const fs::path& dir, const TableSchema& sc
     return file;
   };
   auto text = [](std::string value) {
-    return [value = std::move(value)](FileWriter& out) { return out.write(value.data(), value.size()); };
+    return [value = std::move(value)](FileWriter& out) {
+      return out.write(value.data(), value.size());
+    };
   };
   std::vector<PartChecksums::File> files;
   for (const Column& column : block.columns) {
@@ -766,7 +772,8 @@ Result<PartChecksums> encodePartFiles(const fs::path& dir, const TableSchema& sc
     files.push_back(std::move(*file));
   }
   PartChecksums checksums = PartChecksums::fromFiles(std::move(files));
-  if (auto file = encode(kChecksumsFile, text(checksums.format())); !file) return std::unexpected(file.error());
+  if (auto file = encode(kChecksumsFile, text(checksums.format())); !file)
+    return std::unexpected(file.error());
   return checksums;
 }
 
@@ -899,16 +906,16 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
       hash = parseHashHex(line->substr(tab2 + 1));
     }
     if (!size || !hash) {
-      return fail(
-          fmt::format("expected '<name>\\t<size>\\t<32 hex digits>', found {}", quotedExcerpt(*line)));
+      return fail(fmt::format("expected '<name>\\t<size>\\t<32 hex digits>', found {}",
+                              quotedExcerpt(*line)));
     }
     if (name.empty() || name == "." || name == ".." ||
         name.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos) {
       return fail(fmt::format("{} is not a file name", quotedExcerpt(name)));
     }
     if (!checksums.files.empty() && name <= checksums.files.back().name) {
-      return fail(fmt::format("file {} is not after {} (names are sorted and unique)", quotedExcerpt(name),
-                              quotedExcerpt(checksums.files.back().name)));
+      return fail(fmt::format("file {} is not after {} (names are sorted and unique)",
+                              quotedExcerpt(name), quotedExcerpt(checksums.files.back().name)));
     }
     checksums.files.push_back(File{std::string(name), *size, *hash});
   }
@@ -954,7 +961,8 @@ std::expected<PartChecksums, std::string> writePart(const fs::path& table_dir, c
         "part {}: {}", part_dir.string(),
         !made ? made.error()
               : fmt::format("cannot create {}: it exists (a write of this part is running, or a "
-                            "crash left it: loadParts removes it)", tmp_dir.string())));
+                            "crash left it: loadParts removes it)",
+                            tmp_dir.string())));
   }
   auto fail = [&](std::string error) {
     fs::remove_all(tmp_dir, ec);
@@ -1015,7 +1023,10 @@ std::expected<PartImage, std::string> encodePart(const TableSchema& schema, cons
   }
   PartImage image;
   auto checksums = encodePartFiles(
-      kInMemory, schema, block, [](std::string_view name) { return Result<FileWriter>(FileWriter::inMemory(std::string(name))); },
+      kInMemory, schema, block,
+      [](std::string_view name) {
+        return Result<FileWriter>(FileWriter::inMemory(std::string(name)));
+      },
       [&](FileWriter& out) {
         auto file = out.finish();
         if (file) image.files.push_back(PartFile{file->name, std::move(out.memory())});
@@ -1026,8 +1037,8 @@ std::expected<PartImage, std::string> encodePart(const TableSchema& schema, cons
   return image;
 }
 
-std::expected<void, std::string> writePartImage(const fs::path& dir, const std::vector<PartFile>& files,
-                                                PartSync sync) {
+std::expected<void, std::string> writePartImage(const fs::path& dir,
+                                                const std::vector<PartFile>& files, PartSync sync) {
   std::error_code ec;
   if (auto made = makeDirectory(dir); !made || !*made) {
     return std::unexpected(fmt::format("part {}: cannot create it: {}", dir.string(),
@@ -1041,17 +1052,22 @@ std::expected<void, std::string> writePartImage(const fs::path& dir, const std::
   for (const auto& file : files) {
     auto out = FileWriter::create(dir / file.name);
     if (!out) return fail(fileError(dir, file.name, out.error()));
-    if (auto ok = out->write(file.bytes.data(), file.bytes.size()); !ok) return fail(fileError(dir, file.name, ok.error()));
-    if (auto ok = out->finishDeferringSync(syncs); !ok) return fail(fileError(dir, file.name, ok.error()));
+    if (auto ok = out->write(file.bytes.data(), file.bytes.size()); !ok)
+      return fail(fileError(dir, file.name, ok.error()));
+    if (auto ok = out->finishDeferringSync(syncs); !ok)
+      return fail(fileError(dir, file.name, ok.error()));
   }
-  if (Status done = sync == PartSync::kNow ? syncs.syncAll(dir) : syncs.closeAll(dir); !done) return fail(done.error());
+  if (Status done = sync == PartSync::kNow ? syncs.syncAll(dir) : syncs.closeAll(dir); !done)
+    return fail(done.error());
   if (sync == PartSync::kNow) {
-    if (auto synced = fsyncDirectory(dir); !synced) return fail(fmt::format("part {}: {}", dir.string(), synced.error()));
+    if (auto synced = fsyncDirectory(dir); !synced)
+      return fail(fmt::format("part {}: {}", dir.string(), synced.error()));
   }
   return {};
 }
 
-std::expected<void, std::string> syncPartFiles(const fs::path& dir, const PartChecksums& checksums) {
+std::expected<void, std::string> syncPartFiles(const fs::path& dir,
+                                               const PartChecksums& checksums) {
   DeferredSyncs syncs;
   std::vector<std::string_view> names{kChecksumsFile};
   for (const auto& file : checksums.files) names.push_back(file.name);

@@ -72,12 +72,14 @@ std::optional<JournaledPart> decodePayload(std::string_view payload) {
   JournaledPart part;
   uint16_t name_size = 0;
   uint32_t files = 0;
-  if (!in.get(&name_size) || !in.get(name_size, &part.name) || !plainName(part.name)) return std::nullopt;
+  if (!in.get(&name_size) || !in.get(name_size, &part.name) || !plainName(part.name))
+    return std::nullopt;
   if (!in.get(&files)) return std::nullopt;
   for (uint32_t i = 0; i < files; ++i) {
     JournaledPart::File file;
     uint64_t size = 0;
-    if (!in.get(&name_size) || !in.get(name_size, &file.name) || !plainName(file.name)) return std::nullopt;
+    if (!in.get(&name_size) || !in.get(name_size, &file.name) || !plainName(file.name))
+      return std::nullopt;
     if (!in.get(&size) || !in.get(size, &file.bytes)) return std::nullopt;
     part.files.push_back(std::move(file));
   }
@@ -104,7 +106,8 @@ std::expected<std::string, std::string> readWhole(const fs::path& path) {
   for (;;) {
     const ssize_t n = ::read(fd->get(), buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return std::unexpected(fmt::format("{}: read failed: {}", path.string(), errnoText(errno)));
+    if (n < 0)
+      return std::unexpected(fmt::format("{}: read failed: {}", path.string(), errnoText(errno)));
     if (n == 0) return bytes;
     bytes.append(buffer, static_cast<std::size_t>(n));
   }
@@ -119,14 +122,17 @@ std::expected<void, std::string> rewritePart(const fs::path& table_dir, const Jo
   fs::remove_all(tmp, ec);
   if (auto written = writePartImage(tmp, part.files, PartSync::kNow); !written) return written;
   fs::remove_all(target, ec);
-  if (ec) return std::unexpected(fmt::format("cannot remove {}: {}", target.string(), ec.message()));
+  if (ec)
+    return std::unexpected(fmt::format("cannot remove {}: {}", target.string(), ec.message()));
   if (auto renamed = renamePath(tmp, target); !renamed) return renamed;
   return fsyncDirectory(table_dir);
 }
 
 }  // namespace
 
-std::string JournaledPart::encodeRecord() const { return encodeJournalRecord(name, files); }
+std::string JournaledPart::encodeRecord() const {
+  return encodeJournalRecord(name, files);
+}
 
 std::string encodeJournalRecord(std::string_view name, const std::vector<PartFile>& files) {
   std::string payload;
@@ -155,7 +161,8 @@ DecodedJournal decodeJournal(std::string_view bytes) {
     // A file's zero-filled rest (kSpareBytes) is its clean end: a record starts with "RTJ1".
     if (bytes.find_first_not_of('\0', offset) == std::string_view::npos) break;
     auto damaged = [&](std::string_view what) {
-      decoded.damage = fmt::format("record {} at byte {}: {}", decoded.parts.size() + 1, offset, what);
+      decoded.damage =
+          fmt::format("record {} at byte {}: {}", decoded.parts.size() + 1, offset, what);
     };
     const std::string_view rest = bytes.substr(offset);
     if (rest.size() < kHeaderBytes) {
@@ -172,7 +179,8 @@ DecodedJournal decodeJournal(std::string_view bytes) {
     std::memcpy(&expected.high, rest.data() + 8, sizeof(expected.high));
     std::memcpy(&expected.low, rest.data() + 16, sizeof(expected.low));
     if (size > kMaxRecordBytes || rest.size() - kHeaderBytes < size) {
-      damaged(fmt::format("cut short ({} payload bytes announced, {} present)", size, rest.size() - kHeaderBytes));
+      damaged(fmt::format("cut short ({} payload bytes announced, {} present)", size,
+                          rest.size() - kHeaderBytes));
       break;
     }
     const std::string_view payload = rest.substr(kHeaderBytes, size);
@@ -198,7 +206,8 @@ std::expected<std::unique_ptr<PartJournal>, std::string> PartJournal::open(const
   std::unique_ptr<PartJournal> journal(new PartJournal(dir));
   std::vector<std::pair<uint64_t, fs::path>> found;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (auto number = journalNumber(it->path().filename().string())) found.emplace_back(*number, it->path());
+    if (auto number = journalNumber(it->path().filename().string()))
+      found.emplace_back(*number, it->path());
   }
   if (ec) return std::unexpected(fmt::format("cannot list {}: {}", dir.string(), ec.message()));
   std::sort(found.begin(), found.end());
@@ -237,7 +246,9 @@ std::expected<void, std::string> PartJournal::prepareSpare() {
   }();
   std::lock_guard lock(mu_);
   preparing_spare_ = false;
-  if (!made) return std::unexpected(fmt::format("part journal: preparing {}: {}", path.string(), made.error()));
+  if (!made)
+    return std::unexpected(
+        fmt::format("part journal: preparing {}: {}", path.string(), made.error()));
   spare_ready_ = true;
   return {};
 }
@@ -256,11 +267,13 @@ std::expected<void, std::string> PartJournal::startFile() {
   // The file's name must survive a crash with the records in it.
   if (auto synced = fsyncDirectory(dir_); !synced) return synced;
   fd_ = dup(fd->get());
-  if (fd_ < 0) return std::unexpected(fmt::format("{}: dup failed: {}", current_.string(), errnoText(errno)));
+  if (fd_ < 0)
+    return std::unexpected(fmt::format("{}: dup failed: {}", current_.string(), errnoText(errno)));
   return {};
 }
 
-std::expected<void, std::string> PartJournal::append(const std::string& name, const PartImage& image) {
+std::expected<void, std::string> PartJournal::append(const std::string& name,
+                                                     const PartImage& image) {
   return appendRecord(encodeJournalRecord(name, image.files));
 }
 
@@ -285,7 +298,8 @@ std::expected<void, std::string> PartJournal::appendRecord(const std::string& re
   // A checkpoint may have cleared failed_ (and later syncs moved synced_ on) since this record
   // failed: its offset says.
   auto failedRecord = [&] {
-    return std::ranges::any_of(failed_ranges_, [&](const auto& r) { return r.first < mine && mine <= r.second; });
+    return std::ranges::any_of(failed_ranges_,
+                               [&](const auto& r) { return r.first < mine && mine <= r.second; });
   };
   while (synced_ < mine) {
     if (failedRecord()) return std::unexpected(failure_);
@@ -343,7 +357,8 @@ std::expected<std::vector<std::string>, std::string> restoreParts(
   for (const auto& part : parts) {
     if (!wanted(part.name)) continue;
     if (auto rewritten = rewritePart(table_dir, part); !rewritten) {
-      return std::unexpected(fmt::format("restoring part {} from {}: {}", part.name, source, rewritten.error()));
+      return std::unexpected(
+          fmt::format("restoring part {} from {}: {}", part.name, source, rewritten.error()));
     }
     restored.push_back(part.name);
   }
@@ -385,7 +400,8 @@ void PartJournal::cancelCheckpoint(Rotation rotation) {
   pending_bytes_ += std::max<uint64_t>(rotation.bytes, 1);
 }
 
-std::expected<void, std::string> PartJournal::finishCheckpoint(Rotation rotation, const fs::path& table_dir) {
+std::expected<void, std::string> PartJournal::finishCheckpoint(Rotation rotation,
+                                                               const fs::path& table_dir) {
   const std::vector<fs::path> covered = rotation.covered;
   if (covered.empty()) return {};
   if (auto synced = syncFileSystem(table_dir); !synced) {

@@ -15,8 +15,8 @@ std::expected<T, std::string> parseField(std::string_view name, std::string_view
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || ptr != end || text[0] == '-' || text[0] == '+') {
-    return std::unexpected(fmt::format("part name '{}': {} '{}' is not a non-negative number", name,
-                                       field, text));
+    return std::unexpected(
+        fmt::format("part name '{}': {} '{}' is not a non-negative number", name, field, text));
   }
   return value;
 }
@@ -26,7 +26,8 @@ std::expected<T, std::string> parseField(std::string_view name, std::string_view
 bool isValidPartitionId(std::string_view id) {
   if (id.empty()) return false;
   for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -41,8 +42,8 @@ std::expected<PartName, std::string> PartName::parse(std::string_view name) {
     start = end + 1;
   }
   if (fields.size() != 4 && fields.size() != 5) {
-    return std::unexpected(fmt::format(
-        "part name '{}': expected <partition>_<min>_<max>_<level>[_<mutation>]", name));
+    return std::unexpected(
+        fmt::format("part name '{}': expected <partition>_<min>_<max>_<level>[_<mutation>]", name));
   }
   if (!isValidPartitionId(fields[0])) {
     return std::unexpected(fmt::format(
@@ -66,12 +67,12 @@ std::expected<PartName, std::string> PartName::parse(std::string_view name) {
   }
   // One part, one name: "all_01_1_0" or an explicit "_0" mutation would alias "all_1_1_0".
   if (part.format() != name) {
-    return std::unexpected(fmt::format("part name '{}' is not canonical (it would be '{}')", name,
-                                       part.format()));
+    return std::unexpected(
+        fmt::format("part name '{}' is not canonical (it would be '{}')", name, part.format()));
   }
   if (part.min_block > part.max_block) {
-    return std::unexpected(
-        fmt::format("part name '{}': min block {} is above max block {}", name, part.min_block, part.max_block));
+    return std::unexpected(fmt::format("part name '{}': min block {} is above max block {}", name,
+                                       part.min_block, part.max_block));
   }
   return part;
 }

@@ -28,14 +28,16 @@ uint64_t valueBytes(const Block& block) {
   uint64_t total = 0;
   for (const auto& column : block.columns) {
     total += column.null_map.size();
-    std::visit([&](const auto& values) {
-      using T = typename std::decay_t<decltype(values)>::value_type;
-      if constexpr (std::is_same_v<T, std::string>) {
-        for (const auto& value : values) total += value.size() + 1;
-      } else {
-        total += values.size() * sizeof(T);
-      }
-    }, column.values);
+    std::visit(
+        [&](const auto& values) {
+          using T = typename std::decay_t<decltype(values)>::value_type;
+          if constexpr (std::is_same_v<T, std::string>) {
+            for (const auto& value : values) total += value.size() + 1;
+          } else {
+            total += values.size() * sizeof(T);
+          }
+        },
+        column.values);
   }
   return total;
 }
@@ -86,11 +88,13 @@ std::expected<std::vector<std::string>, std::string> PartStore::load(
   // (after a failed sync), so it is written again either way.
   auto restored = journal_->restore(data_dir_, wanted);
   if (!restored) return std::unexpected(restored.error());
-  for (const auto& name : *restored) spdlog::info("part {} written again from the part journal", name);
+  for (const auto& name : *restored)
+    spdlog::info("part {} written again from the part journal", name);
   if (!other_copies.empty()) {
     auto copied = restoreParts(data_dir_, other_copies, wanted, "its image in ZooKeeper");
     if (!copied) return std::unexpected(copied.error());
-    for (const auto& name : *copied) spdlog::info("part {} written from its image in ZooKeeper", name);
+    for (const auto& name : *copied)
+      spdlog::info("part {} written from its image in ZooKeeper", name);
   }
   auto loaded = loadParts(data_dir_, schema_);
   if (!loaded) return std::unexpected(loaded.error());
@@ -221,7 +225,8 @@ void PartStore::endCommit(const PartName& name) {
   committing_.erase(name);
 }
 
-std::expected<void, std::string> PartStore::writeSyncedPart(const PartName& name, const PartImage& image) {
+std::expected<void, std::string> PartStore::writeSyncedPart(const PartName& name,
+                                                            const PartImage& image) {
   const fs::path tmp = data_dir_ / kStagingDir / ("synced-" + name.format());
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -238,7 +243,8 @@ std::expected<void, std::string> PartStore::makeDurable(const PartName& name, Ne
   if (part.image) {
     auto journaled = journal_->append(name.format(), *part.image);
     if (journaled) return {};
-    spdlog::warn("part journal: {}; writing part {} as synced files", journaled.error(), name.format());
+    spdlog::warn("part journal: {}; writing part {} as synced files", journaled.error(),
+                 name.format());
     // Out of the held parts first, so that no checkpoint writes it any more; a copy one wrote
     // (not known durable) is replaced.
     forgetHeld(name);
@@ -305,9 +311,9 @@ void PartStore::makeVisible(const PartName& name, PartChecksums checksums, uint6
   // The parts it covers start at its partition and min block (the map's order): a single-row
   // insert looks at one or two parts, not at every active part of the table.
   const PartName first{name.partition_id, name.min_block, name.min_block, 0, 0};
-  for (auto it = active_.lower_bound(first);
-       it != active_.end() && it->first.partition_id == name.partition_id &&
-       it->first.min_block <= name.max_block;) {
+  for (auto it = active_.lower_bound(first); it != active_.end() &&
+                                             it->first.partition_id == name.partition_id &&
+                                             it->first.min_block <= name.max_block;) {
     if (name.contains(it->first) && it->first != name) {
       it = retireLocked(it);
     } else {
@@ -332,17 +338,20 @@ std::expected<std::vector<DataPartPtr>, std::string> PartStore::mergeSources(
   // merged in: refuse (the leader chose wrongly) rather than lose them.
   for (const auto& [name, part] : active_) {
     if (!result.contains(name)) continue;
-    const bool is_source =
-        std::any_of(parts.begin(), parts.end(), [&](const DataPartPtr& s) { return s->name == name; });
+    const bool is_source = std::any_of(parts.begin(), parts.end(),
+                                       [&](const DataPartPtr& s) { return s->name == name; });
     if (!is_source) {
-      return std::unexpected(fmt::format("merge {} would cover part {}, which is not one of its "
-                                         "sources; not merging", result.format(), name.format()));
+      return std::unexpected(
+          fmt::format("merge {} would cover part {}, which is not one of its "
+                      "sources; not merging",
+                      result.format(), name.format()));
     }
   }
   return parts;
 }
 
-std::shared_ptr<const PartImage> PartStore::holdMergeResult(const PartName& name, const Block& rows) {
+std::shared_ptr<const PartImage> PartStore::holdMergeResult(const PartName& name,
+                                                            const Block& rows) {
   // A stream of small inserts keeps merging small parts: a synced file per column for each
   // result contended with the inserts' journal appends for the same disk. Held and journaled, a
   // merge result is as durable as a small insert; the next checkpoint writes it out (unless a
@@ -359,7 +368,8 @@ std::shared_ptr<const PartImage> PartStore::holdMergeResult(const PartName& name
     holdLocked(name, image);
   }
   if (auto journaled = journal_->append(name.format(), *image); !journaled) {
-    spdlog::warn("part journal: {}; writing merged part {} as files", journaled.error(), name.format());
+    spdlog::warn("part journal: {}; writing merged part {} as files", journaled.error(),
+                 name.format());
     forgetHeld(name);
     return nullptr;
   }
@@ -401,7 +411,8 @@ void PartStore::retire(const std::vector<PartName>& parts, const std::string& de
   }
 }
 
-std::map<PartName, DataPartPtr>::iterator PartStore::retireLocked(std::map<PartName, DataPartPtr>::iterator it) {
+std::map<PartName, DataPartPtr>::iterator PartStore::retireLocked(
+    std::map<PartName, DataPartPtr>::iterator it) {
   it->second->remove_when_unused = true;
   releaseHeldLocked(it->first);  // a merged or dropped part needs no writing out
   return active_.erase(it);
@@ -486,8 +497,9 @@ std::expected<void, std::string> PartStore::checkpoint() {
     settleHeldParts(/*synced=*/false);
     return std::unexpected("part journal checkpoint: " + written.error());
   }
-  auto synced = rotation.covered.empty() ? syncFileSystem(data_dir_)
-                                         : journal_->finishCheckpoint(std::move(rotation), data_dir_);
+  auto synced = rotation.covered.empty()
+                    ? syncFileSystem(data_dir_)
+                    : journal_->finishCheckpoint(std::move(rotation), data_dir_);
   // A failed sync may have lost any write since the last one, and the next sync would not say so:
   // the parts stay held and are written again, and the journal keeps their records meanwhile.
   settleHeldParts(synced.has_value());
@@ -512,7 +524,8 @@ std::expected<void, std::string> PartStore::writeHeldParts() {
     const fs::path tmp = data_dir_ / kStagingDir / ("held-" + name.format());
     const fs::path final_dir = data_dir_ / name.format();
     fs::remove_all(tmp, ec);
-    if (auto written = writePartImage(tmp, image->files, PartSync::kLater); !written) return written;
+    if (auto written = writePartImage(tmp, image->files, PartSync::kLater); !written)
+      return written;
     std::lock_guard lock(mu_);
     auto held = held_.find(name);
     if (held == held_.end() || held->second.written) {
@@ -543,7 +556,8 @@ void PartStore::settleHeldParts(bool synced) {
     // Durable by its files now: readers take them from there (readers of the held DataPart keep
     // its image).
     if (auto active = active_.find(it->first); active != active_.end() && active->second->image) {
-      active->second = makeDataPart(it->first, active->second->checksums, active->second->rows, nullptr);
+      active->second =
+          makeDataPart(it->first, active->second->checksums, active->second->rows, nullptr);
     }
     held_bytes_ -= it->second.bytes;
     it = held_.erase(it);

@@ -23,7 +23,9 @@
 
 namespace rtable::core {
 
-inline std::string errnoText(int error) { return std::generic_category().message(error); }
+inline std::string errnoText(int error) {
+  return std::generic_category().message(error);
+}
 
 // Whether a file error (as this layer words it) is a full file system or an exceeded quota: what
 // an operator frees space for, not a bug. File errors are text on their way up; this is the one
@@ -88,8 +90,8 @@ inline std::expected<void, std::string> writeAll(const Fd& fd, std::string_view 
 }
 
 // Writes all of `bytes` at `offset`. `path`: the file's, for the fail points.
-inline std::expected<void, std::string> pwriteAll(int fd, std::string_view path, std::string_view bytes,
-                                                  uint64_t offset) {
+inline std::expected<void, std::string> pwriteAll(int fd, std::string_view path,
+                                                  std::string_view bytes, uint64_t offset) {
   if (int error = faultFor(FailPoint::kWrite, path)) {
     return std::unexpected(fmt::format("write failed: {}", errnoText(error)));
   }
@@ -119,7 +121,8 @@ inline std::expected<void, std::string> fdatasyncFd(int fd, std::string_view pat
     return std::unexpected(fmt::format("fdatasync failed: {}", errnoText(error)));
   }
   while (::fdatasync(fd) != 0) {
-    if (errno != EINTR) return std::unexpected(fmt::format("fdatasync failed: {}", errnoText(errno)));
+    if (errno != EINTR)
+      return std::unexpected(fmt::format("fdatasync failed: {}", errnoText(errno)));
   }
   return {};
 }
@@ -142,7 +145,8 @@ inline std::expected<void, std::string> syncFileSystem(const std::filesystem::pa
   if (!fd) return std::unexpected(fmt::format("{}: {}", dir.string(), fd.error()));
   int error = faultFor(FailPoint::kSyncfs, dir.native());
   if (error == 0 && ::syncfs(fd->get()) != 0) error = errno;
-  if (error != 0) return std::unexpected(fmt::format("syncfs of {} failed: {}", dir.string(), errnoText(error)));
+  if (error != 0)
+    return std::unexpected(fmt::format("syncfs of {} failed: {}", dir.string(), errnoText(error)));
   return {};
 }
 
@@ -152,7 +156,8 @@ inline std::expected<void, std::string> renamePath(const std::filesystem::path& 
   int error = faultFor(FailPoint::kRename, to.native());
   if (error == 0 && ::rename(from.c_str(), to.c_str()) != 0) error = errno;
   if (error != 0) {
-    return std::unexpected(fmt::format("cannot rename {} to {}: {}", from.string(), to.string(), errnoText(error)));
+    return std::unexpected(
+        fmt::format("cannot rename {} to {}: {}", from.string(), to.string(), errnoText(error)));
   }
   return {};
 }

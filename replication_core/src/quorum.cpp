@@ -48,7 +48,8 @@ std::expected<QuorumEntry, std::string> QuorumEntry::parse(std::string_view text
   std::size_t at = 0;
   auto expect = [&](std::string_view what) -> std::expected<std::string_view, std::string> {
     auto line = nextLine(text, at);
-    if (!line) return std::unexpected(fmt::format("quorum entry: expected '{}', found the end", what));
+    if (!line)
+      return std::unexpected(fmt::format("quorum entry: expected '{}', found the end", what));
     if (!line->starts_with(what)) {
       return std::unexpected(fmt::format("quorum entry: expected '{}', found '{}'", what, *line));
     }
@@ -56,14 +57,16 @@ std::expected<QuorumEntry, std::string> QuorumEntry::parse(std::string_view text
   };
   auto version = expect("version: ");
   if (!version) return std::unexpected(version.error());
-  if (*version != "version: 1") return std::unexpected(fmt::format("quorum entry: unknown {}", *version));
+  if (*version != "version: 1")
+    return std::unexpected(fmt::format("quorum entry: unknown {}", *version));
   auto part = expect("part_name: ");
   if (!part) return std::unexpected(part.error());
   entry.part_name = std::string(part->substr(11));
   auto required = expect("required_number_of_replicas: ");
   if (!required) return std::unexpected(required.error());
   auto required_value = field(*required, "required_number_of_replicas: ");
-  if (!required_value) return std::unexpected(fmt::format("quorum entry: bad line '{}'", *required));
+  if (!required_value)
+    return std::unexpected(fmt::format("quorum entry: bad line '{}'", *required));
   entry.required_replicas = *required_value;
   auto actual = expect("actual_number_of_replicas: ");
   if (!actual) return std::unexpected(actual.error());
@@ -73,7 +76,9 @@ std::expected<QuorumEntry, std::string> QuorumEntry::parse(std::string_view text
   if (!header) return std::unexpected(header.error());
   for (std::size_t i = 0; i < *actual_value; ++i) {
     auto line = nextLine(text, at);
-    if (!line) return std::unexpected(fmt::format("quorum entry: {} replicas announced, {} listed", *actual_value, i));
+    if (!line)
+      return std::unexpected(
+          fmt::format("quorum entry: {} replicas announced, {} listed", *actual_value, i));
     auto name = unescapeString(*line);
     if (!name) return std::unexpected("quorum entry: " + name.error());
     entry.replicas.push_back(std::move(*name));
@@ -106,8 +111,10 @@ KeeperStatus addToQuorum(Keeper& keeper, const TablePaths& paths, const std::str
       return std::unexpected(current.error());
     }
     auto entry = QuorumEntry::parse(current->data);
-    if (!entry) return std::unexpected(KeeperError{KeeperCode::kBadArguments, node, entry.error(), {}});
-    if (std::find(entry->replicas.begin(), entry->replicas.end(), paths.replica) != entry->replicas.end()) {
+    if (!entry)
+      return std::unexpected(KeeperError{KeeperCode::kBadArguments, node, entry.error(), {}});
+    if (std::find(entry->replicas.begin(), entry->replicas.end(), paths.replica) !=
+        entry->replicas.end()) {
       return {};
     }
     entry->replicas.push_back(paths.replica);
@@ -120,7 +127,8 @@ KeeperStatus addToQuorum(Keeper& keeper, const TablePaths& paths, const std::str
     }
     if (updated) return {};
     // Another replica counted itself meanwhile (bad version) or finished it (no node): look again.
-    if (updated.error().code != KeeperCode::kBadVersion && updated.error().code != KeeperCode::kNoNode) {
+    if (updated.error().code != KeeperCode::kBadVersion &&
+        updated.error().code != KeeperCode::kNoNode) {
       return updated;
     }
   }

@@ -34,16 +34,20 @@ InsertError unavailable(const std::string& message) {
   return InsertError{InsertError::Kind::kUnavailable, message};
 }
 
-KeeperError noSession() { return KeeperError{KeeperCode::kConnectionLoss, "", "no ZooKeeper session", {}}; }
+KeeperError noSession() {
+  return KeeperError{KeeperCode::kConnectionLoss, "", "no ZooKeeper session", {}};
+}
 
 // host/port of a replica from its `host` node (ReplicatedMergeTreeAddress text).
-std::optional<FetchSource> parseReplicaAddress(const std::string& replica, const std::string& text) {
+std::optional<FetchSource> parseReplicaAddress(const std::string& replica,
+                                               const std::string& text) {
   FetchSource source;
   source.replica = replica;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.starts_with("host: ")) source.host = line.substr(6);
-    if (line.starts_with("port: ")) source.port = static_cast<uint16_t>(std::atoi(line.c_str() + 6));
+    if (line.starts_with("port: "))
+      source.port = static_cast<uint16_t>(std::atoi(line.c_str() + 6));
   }
   if (source.host.empty() || source.port == 0) return std::nullopt;
   return source;
@@ -67,7 +71,9 @@ ReplicationWorker::ReplicationWorker(const TableSpec& spec, TablePaths paths,
       queue_(QueueLimits{spec_.fetch_threads, spec_.merge_threads}),
       puller_(paths_) {}
 
-ReplicationWorker::~ReplicationWorker() { stop(); }
+ReplicationWorker::~ReplicationWorker() {
+  stop();
+}
 
 KeeperStatus ReplicationWorker::readLost(Keeper& keeper) {
   // Read after activateReplica, whose multi also sets `host`: the leader marks a replica lost
@@ -171,8 +177,10 @@ bool ReplicationWorker::cloneIfLost(Keeper& keeper) {
   lost_ = true;
   auto source = chooseCloneSource(keeper, paths_);
   if (!source || !*source) {
-    spdlog::warn("replica {} is lost (or new on a table with history) and no live replica can be "
-                 "cloned yet", spec_.replica);
+    spdlog::warn(
+        "replica {} is lost (or new on a table with history) and no live replica can be "
+        "cloned yet",
+        spec_.replica);
     return false;
   }
   std::lock_guard pull_lock(pull_mu_);  // no pull in between: the clone replaces the queue
@@ -339,12 +347,13 @@ std::size_t ReplicationWorker::assignMerges(Keeper& keeper, std::size_t min_part
           const bool ok = mergeable(part);
           candidates.push_back({ok ? view.active_rows.at(part) : 0, ok});
         }
-        auto best = selectMergeRange(
-            candidates, options_.merge_min_parts, options_.merge_max_parts, [&](const MergeRange& r) {
-              const PartName range{partition, parts[r.start].min_block,
-                                   parts[r.start + r.width - 1].max_block, PartName::kMaxLevel, 0};
-              return !coversArrivingBlock(range);
-            });
+        auto best = selectMergeRange(candidates, options_.merge_min_parts, options_.merge_max_parts,
+                                     [&](const MergeRange& r) {
+                                       const PartName range{partition, parts[r.start].min_block,
+                                                            parts[r.start + r.width - 1].max_block,
+                                                            PartName::kMaxLevel, 0};
+                                       return !coversArrivingBlock(range);
+                                     });
         if (!best) break;
         LogEntry entry;
         entry.type = LogEntry::Type::kMergeParts;
@@ -450,9 +459,15 @@ bool ReplicationWorker::executeEntry(Execution& execution) {
           done = std::unexpected(removed.error().toString());
         }
         break;
-      case QueueAction::kFetch: done = executeFetch(*keeper, selected); break;
-      case QueueAction::kMerge: done = executeMerge(*keeper, selected); break;
-      case QueueAction::kDropRange: done = executeDropRange(*keeper, selected); break;
+      case QueueAction::kFetch:
+        done = executeFetch(*keeper, selected);
+        break;
+      case QueueAction::kMerge:
+        done = executeMerge(*keeper, selected);
+        break;
+      case QueueAction::kDropRange:
+        done = executeDropRange(*keeper, selected);
+        break;
     }
   }
   const bool succeeded = done.has_value();
@@ -503,8 +518,9 @@ void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOu
       } else if (done.error().gave_way) {
         queue_.giveWay(selected.node_name, done.error().message, clock_.now());
       } else {
-        spdlog::warn("queue entry {} ({} {}): {}", selected.node_name, queueActionName(selected.action),
-                     selected.entry.new_part_name, done.error().message);
+        spdlog::warn("queue entry {} ({} {}): {}", selected.node_name,
+                     queueActionName(selected.action), selected.entry.new_part_name,
+                     done.error().message);
         queue_.fail(selected.node_name, done.error().message, clock_.now());
       }
     }
@@ -574,7 +590,8 @@ KeeperResult<std::vector<ReplicationWorker::FetchCandidate>> ReplicationWorker::
     return it != failed.end() && now - it->second < kRemembered;
   };
   for (auto* group : {&exact, &covering}) {
-    std::stable_partition(group->begin(), group->end(), [&](const FetchCandidate& c) { return !failedLately(c); });
+    std::stable_partition(group->begin(), group->end(),
+                          [&](const FetchCandidate& c) { return !failedLately(c); });
   }
   exact.insert(exact.end(), covering.begin(), covering.end());
   return exact;
@@ -601,8 +618,10 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
     if (!removed && removed.error().code != KeeperCode::kNoNode) {
       return std::unexpected(removed.error().toString());
     }
-    spdlog::error("part {} is lost forever: no replica has it or a part covering it; giving up "
-                  "queue entry {}", wanted->format(), selected.node_name);
+    spdlog::error(
+        "part {} is lost forever: no replica has it or a part covering it; giving up "
+        "queue entry {}",
+        wanted->format(), selected.node_name);
     metrics_.parts_lost_forever.Increment();
     std::vector<std::string> duplicates;
     {
@@ -620,24 +639,28 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
       std::lock_guard lock(queue_mu_);
       if (!queue_.setActualPart(selected.node_name, candidate.part)) {
         // Another entry fetches or makes a part overlapping this one: its result will serve us.
-        EntryError gave_way(fmt::format("Not fetching part {} covering {}: it is being fetched or "
-                                        "made by another entry", name, wanted->format()));
+        EntryError gave_way(
+            fmt::format("Not fetching part {} covering {}: it is being fetched or "
+                        "made by another entry",
+                        name, wanted->format()));
         gave_way.gave_way = true;
         return std::unexpected(std::move(gave_way));
       }
     }
     const fs::path staging = store_.dataDir() / kStagingDir /
                              fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
-    if (auto made = makeDirectories(staging.parent_path()); !made) return std::unexpected(made.error());
-    auto fetched = fetchPart(candidate.source, spec_.interserver_secret, name, staging,
-                             spec_.schema,
-                             FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout});
+    if (auto made = makeDirectories(staging.parent_path()); !made)
+      return std::unexpected(made.error());
+    auto fetched =
+        fetchPart(candidate.source, spec_.interserver_secret, name, staging, spec_.schema,
+                  FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout});
     if (!fetched) {
       // A corrupt or cut transfer, a source cut off: the next replica may do better. A failure
       // on our side (our disk) says nothing about the source.
       errors += (errors.empty() ? "" : "; ") + fetched.error().toString();
       metrics_.fetch_errors.Increment();
-      if (fetched.error().kind != FetchError::Kind::kLocal) noteFetchSource(candidate.source.replica, true);
+      if (fetched.error().kind != FetchError::Kind::kLocal)
+        noteFetchSource(candidate.source.replica, true);
       continue;
     }
     noteFetchSource(candidate.source.replica, false);
@@ -657,8 +680,8 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
       fs::remove_all(staging, ec);
       // Another entry brought the same part in meanwhile: then this entry's work is done.
       if (auto here = store_.lookup()(*wanted)) {
-        spdlog::debug("part {} arrived meanwhile (as {}); dropping the copy fetched for {}",
-                      name, here->format(), selected.node_name);
+        spdlog::debug("part {} arrived meanwhile (as {}); dropping the copy fetched for {}", name,
+                      here->format(), selected.node_name);
         return {};
       }
       return std::unexpected(fmt::format("placing fetched part {}: {}", name, placed.error()));
@@ -740,7 +763,8 @@ std::expected<void, std::string> ReplicationWorker::executeMerge(Keeper& keeper,
     part.checksums = std::move(*written);
   }
   std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
-  for (const auto& source : *sources) ops.push_back(op::Remove{paths_.part(source->name.format()), -1});
+  for (const auto& source : *sources)
+    ops.push_back(op::Remove{paths_.part(source->name.format()), -1});
   ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
   if (auto registered = registerPart(keeper, ops, *result, part); !registered) {
     return std::unexpected("registering the merged part: " + registered.error());
@@ -756,8 +780,8 @@ std::expected<void, std::string> ReplicationWorker::executeMerge(Keeper& keeper,
   return {};
 }
 
-std::expected<void, std::string> ReplicationWorker::executeDropRange(Keeper& keeper,
-                                                                     const SelectedEntry& selected) {
+std::expected<void, std::string> ReplicationWorker::executeDropRange(
+    Keeper& keeper, const SelectedEntry& selected) {
   auto range = PartName::parse(selected.entry.new_part_name);
   if (!range) return std::unexpected(range.error());
   const std::vector<PartName> dropped = store_.partsCoveredBy(*range);
@@ -773,7 +797,8 @@ std::expected<void, std::string> ReplicationWorker::executeDropRange(Keeper& kee
 
 void ReplicationWorker::updateQueueMetrics() {
   std::lock_guard lock(queue_mu_);
-  std::map<std::string, double> by_type = {{"get", 0}, {"merge", 0}, {"drop_range", 0}, {"attach", 0}};
+  std::map<std::string, double> by_type = {
+      {"get", 0}, {"merge", 0}, {"drop_range", 0}, {"attach", 0}};
   int64_t oldest = 0;
   int64_t oldest_insert = 0;
   for (const auto& queued : queue_.entries()) {
@@ -782,10 +807,18 @@ void ReplicationWorker::updateQueueMetrics() {
       oldest_insert = queued.entry.create_time;
     }
     switch (queued.entry.type) {
-      case LogEntry::Type::kGetPart: by_type["get"] += 1; break;
-      case LogEntry::Type::kMergeParts: by_type["merge"] += 1; break;
-      case LogEntry::Type::kDropRange: by_type["drop_range"] += 1; break;
-      case LogEntry::Type::kAttachPart: by_type["attach"] += 1; break;
+      case LogEntry::Type::kGetPart:
+        by_type["get"] += 1;
+        break;
+      case LogEntry::Type::kMergeParts:
+        by_type["merge"] += 1;
+        break;
+      case LogEntry::Type::kDropRange:
+        by_type["drop_range"] += 1;
+        break;
+      case LogEntry::Type::kAttachPart:
+        by_type["attach"] += 1;
+        break;
     }
     if (queued.entry.create_time > 0 && (oldest == 0 || queued.entry.create_time < oldest)) {
       oldest = queued.entry.create_time;
@@ -793,14 +826,16 @@ void ReplicationWorker::updateQueueMetrics() {
   }
   for (const auto& [type, count] : by_type) metrics_.queueEntries(type).Set(count);
   for (auto action : {QueueAction::kFetch, QueueAction::kMerge, QueueAction::kDropRange}) {
-    metrics_.queueExecuting(std::string(queueActionName(action))).Set(static_cast<double>(queue_.executing(action)));
+    metrics_.queueExecuting(std::string(queueActionName(action)))
+        .Set(static_cast<double>(queue_.executing(action)));
   }
   metrics_.queue_size.Set(static_cast<double>(queue_.size()));
   metrics_.queue_oldest_entry_age_seconds.Set(
       oldest == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest)));
   metrics_.replica_lost.Set(lost_ ? 1 : 0);
   metrics_.absolute_delay_seconds.Set(
-      oldest_insert == 0 ? 0.0 : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest_insert)));
+      oldest_insert == 0 ? 0.0
+                         : static_cast<double>(std::max<int64_t>(0, unixNow() - oldest_insert)));
   // The queue counts postponements itself; the counters follow it.
   for (auto reason : kAllPostponeReasons) {
     auto& counter = metrics_.queuePostponed(std::string(postponeReasonName(reason)));
@@ -816,7 +851,8 @@ void ReplicationWorker::updateLogMetrics(Keeper& keeper) {
   metrics_.log_counter.Set(static_cast<double>(counter->counter()));
   metrics_.log_counter_headroom_ratio.Set(counter->headroomRatio());
   counter_rate_.addSample(steadySeconds(), counter->counter());
-  metrics_.log_counter_exhaustion_seconds.Set(counter_rate_.secondsToExhaustion(counter->createsLeft()));
+  metrics_.log_counter_exhaustion_seconds.Set(
+      counter_rate_.secondsToExhaustion(counter->createsLeft()));
 }
 
 bool ReplicationWorker::isLeader(Keeper& keeper) {
@@ -831,12 +867,13 @@ bool ReplicationWorker::isLeader(Keeper& keeper) {
 }
 
 void ReplicationWorker::cleanLog(Keeper& keeper) {
-  auto cleaned = clearOldLogs(keeper, paths_, LogRetention{spec_.min_logs_to_keep, spec_.max_logs_to_keep});
+  auto cleaned =
+      clearOldLogs(keeper, paths_, LogRetention{spec_.min_logs_to_keep, spec_.max_logs_to_keep});
   if (!cleaned) spdlog::warn("trimming the replication log: {}", cleaned.error().toString());
 }
 
-KeeperResult<std::vector<int64_t>> ReplicationWorker::lockedBlockNumbers(Keeper& keeper,
-                                                                         const std::string& partition) {
+KeeperResult<std::vector<int64_t>> ReplicationWorker::lockedBlockNumbers(
+    Keeper& keeper, const std::string& partition) {
   std::vector<int64_t> numbers;
   auto locks = keeper.children(paths_.blockNumbers(partition));
   if (!locks) {
@@ -845,15 +882,18 @@ KeeperResult<std::vector<int64_t>> ReplicationWorker::lockedBlockNumbers(Keeper&
   }
   for (const auto& lock : locks->names) {
     const auto dash = lock.rfind('-');
-    if (dash != std::string::npos) numbers.push_back(std::strtoll(lock.c_str() + dash + 1, nullptr, 10));
+    if (dash != std::string::npos)
+      numbers.push_back(std::strtoll(lock.c_str() + dash + 1, nullptr, 10));
   }
   return numbers;
 }
 
-std::expected<std::string, InsertError> ReplicationWorker::dropPartition(const std::string& partition) {
+std::expected<std::string, InsertError> ReplicationWorker::dropPartition(
+    const std::string& partition) {
   if (!isValidPartitionId(partition)) {
-    return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
-                                       fmt::format("partition '{}' is not a partition id", partition)});
+    return std::unexpected(
+        InsertError{InsertError::Kind::kBadRequest,
+                    fmt::format("partition '{}' is not a partition id", partition)});
   }
   std::shared_ptr<Keeper> keeper = session_.current();
   if (!keeper) return std::unexpected(unavailable("ZooKeeper is unreachable; nothing was dropped"));
@@ -863,7 +903,8 @@ std::expected<std::string, InsertError> ReplicationWorker::dropPartition(const s
   // Our own block number bounds the range: every block below it was allocated before the drop.
   constexpr int kAttempts = 10;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    auto lock = keeper->create(paths_.blockLockPrefix(partition), "", CreateMode::kEphemeralSequential);
+    auto lock =
+        keeper->create(paths_.blockLockPrefix(partition), "", CreateMode::kEphemeralSequential);
     if (!lock) return std::unexpected(unavailable("ZooKeeper: " + lock.error().toString()));
     const int64_t bound = std::strtoll(lock->c_str() + lock->rfind('-') + 1, nullptr, 10);
     auto locks = lockedBlockNumbers(*keeper, partition);
@@ -887,7 +928,9 @@ std::expected<std::string, InsertError> ReplicationWorker::dropPartition(const s
         op::Remove{*lock, -1}};
     // Inserts holding a block in the range are cancelled: their commit finds its lock gone.
     for (int64_t number : *locks) {
-      if (number < bound) ops.push_back(op::Remove{fmt::format("{}{:010d}", paths_.blockLockPrefix(partition), number), -1});
+      if (number < bound)
+        ops.push_back(
+            op::Remove{fmt::format("{}{:010d}", paths_.blockLockPrefix(partition), number), -1});
     }
     auto done = keeper->multi(ops);
     if (!done) {
@@ -1014,7 +1057,8 @@ void ReplicationWorker::backgroundLoop() {
     }
     if (!stopping_ && wake_requested_) {
       const auto pull_allowed = clock_.now() + options_.min_pull_interval;
-      while (!stopping_ && clock_.now() < pull_allowed) clock_.waitUntil(background_wake_, lock, pull_allowed);
+      while (!stopping_ && clock_.now() < pull_allowed)
+        clock_.waitUntil(background_wake_, lock, pull_allowed);
     }
   }
 }

@@ -39,7 +39,8 @@ class Lexer {
       if (std::toupper(static_cast<unsigned char>(text_[pos_ + i])) != word[i]) return false;
     }
     const std::size_t after = pos_ + word.size();
-    if (after < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[after])) || text_[after] == '_')) {
+    if (after < text_.size() &&
+        (std::isalnum(static_cast<unsigned char>(text_[after])) || text_[after] == '_')) {
       return false;
     }
     pos_ = after;
@@ -112,17 +113,29 @@ std::expected<ColumnValues, std::string> literalFor(const DataType& type, const 
           vector.push_back(text);
         } else if (type.id == TypeId::kDate) {
           auto days = parseDate(text);
-          if (days) vector.push_back(static_cast<T>(*days)); else error = days.error();
+          if (days)
+            vector.push_back(static_cast<T>(*days));
+          else
+            error = days.error();
         } else if (type.id == TypeId::kDateTime) {
           auto seconds = parseDateTime(text);
-          if (seconds) vector.push_back(static_cast<T>(*seconds)); else error = seconds.error();
+          if (seconds)
+            vector.push_back(static_cast<T>(*seconds));
+          else
+            error = seconds.error();
         } else if (type.id == TypeId::kBool) {
-          if (text == "true" || text == "1") vector.push_back(1);
-          else if (text == "false" || text == "0") vector.push_back(0);
-          else error = fmt::format("'{}' is not true or false", text);
+          if (text == "true" || text == "1")
+            vector.push_back(1);
+          else if (text == "false" || text == "0")
+            vector.push_back(0);
+          else
+            error = fmt::format("'{}' is not true or false", text);
         } else {
           auto number = parseNumber<T>(text);
-          if (number) vector.push_back(*number); else error = number.error();
+          if (number)
+            vector.push_back(*number);
+          else
+            error = number.error();
         }
       },
       values);
@@ -132,14 +145,16 @@ std::expected<ColumnValues, std::string> literalFor(const DataType& type, const 
 
 }  // namespace
 
-std::expected<RowFilter, std::string> RowFilter::parse(std::string_view text, const TableSchema& schema) {
+std::expected<RowFilter, std::string> RowFilter::parse(std::string_view text,
+                                                       const TableSchema& schema) {
   RowFilter filter;
   Lexer lexer(text);
   if (lexer.atEnd()) return filter;
   for (;;) {
     const std::string name = lexer.identifier();
     if (name.empty()) {
-      return std::unexpected(fmt::format("where: expected a column name at position {}", lexer.position() + 1));
+      return std::unexpected(
+          fmt::format("where: expected a column name at position {}", lexer.position() + 1));
     }
     auto index = schema.columnIndex(name);
     if (!index) return std::unexpected(fmt::format("where: unknown column '{}'", name));
@@ -147,27 +162,34 @@ std::expected<RowFilter, std::string> RowFilter::parse(std::string_view text, co
     Condition condition{*index, Op::kEq, {}};
     if (lexer.keyword("IS")) {
       condition.op = lexer.keyword("NOT") ? Op::kIsNotNull : Op::kIsNull;
-      if (!lexer.keyword("NULL")) return std::unexpected(fmt::format("where: column '{}': expected IS [NOT] NULL", name));
+      if (!lexer.keyword("NULL"))
+        return std::unexpected(fmt::format("where: column '{}': expected IS [NOT] NULL", name));
     } else {
       const std::string op = lexer.op();
-      if (op.empty()) return std::unexpected(fmt::format("where: column '{}': expected an operator (= != < <= > >= IS)", name));
-      condition.op = op == "=" || op == "==" ? Op::kEq
+      if (op.empty())
+        return std::unexpected(
+            fmt::format("where: column '{}': expected an operator (= != < <= > >= IS)", name));
+      condition.op = op == "=" || op == "=="    ? Op::kEq
                      : op == "!=" || op == "<>" ? Op::kNe
-                     : op == "<" ? Op::kLt
-                     : op == "<=" ? Op::kLe
-                     : op == ">" ? Op::kGt
-                                 : Op::kGe;
+                     : op == "<"                ? Op::kLt
+                     : op == "<="               ? Op::kLe
+                     : op == ">"                ? Op::kGt
+                                                : Op::kGe;
       bool quoted = false;
       auto literal = lexer.literal(quoted);
-      if (!literal) return std::unexpected(fmt::format("where: column '{}': {}", name, literal.error()));
+      if (!literal)
+        return std::unexpected(fmt::format("where: column '{}': {}", name, literal.error()));
       auto value = literalFor(type, *literal);
-      if (!value) return std::unexpected(fmt::format("where: column '{}' ({}): {}", name, type.name(), value.error()));
+      if (!value)
+        return std::unexpected(
+            fmt::format("where: column '{}' ({}): {}", name, type.name(), value.error()));
       condition.literal = std::move(*value);
     }
     filter.conditions_.push_back(std::move(condition));
     if (lexer.atEnd()) return filter;
     if (!lexer.keyword("AND")) {
-      return std::unexpected(fmt::format("where: expected AND at position {}", lexer.position() + 1));
+      return std::unexpected(
+          fmt::format("where: expected AND at position {}", lexer.position() + 1));
     }
   }
 }
@@ -194,13 +216,20 @@ std::vector<std::size_t> RowFilter::matchingRows(const Block& block) const {
             const auto& x = values[row];
             const auto& y = std::get<V>(condition.literal)[0];
             switch (condition.op) {
-              case Op::kEq: return x == y;
-              case Op::kNe: return x != y;
-              case Op::kLt: return x < y;
-              case Op::kLe: return x <= y;
-              case Op::kGt: return x > y;
-              case Op::kGe: return x >= y;
-              default: return 0;
+              case Op::kEq:
+                return x == y;
+              case Op::kNe:
+                return x != y;
+              case Op::kLt:
+                return x < y;
+              case Op::kLe:
+                return x <= y;
+              case Op::kGt:
+                return x > y;
+              case Op::kGe:
+                return x >= y;
+              default:
+                return 0;
             }
           },
           column.values);

@@ -7,12 +7,12 @@
 #endif
 
 #include <algorithm>
-#include <chrono>
-#include <future>
-#include <deque>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -50,7 +50,8 @@ inline uint64_t byteMask64(const char* p, char c) {
   uint64_t mask = 0;
   for (int i = 0; i < 4; ++i) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i));
-    mask |= static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, wanted))))
+    mask |= static_cast<uint64_t>(
+                static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, wanted))))
             << (16 * i);
   }
   return mask;

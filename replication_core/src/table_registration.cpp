@@ -23,9 +23,9 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
   }
   std::vector<Op> ops = {op::Create{paths.generationRoot(), "", CreateMode::kPersistent},
                          op::Create{paths.metadata(), metadata, CreateMode::kPersistent}};
-  for (const std::string& node : {paths.columns(), paths.log(), paths.blockNumbers(),
-                                  paths.dedupHashes(), paths.quorum(), paths.leaderElection(),
-                                  paths.temp(), paths.replicas()}) {
+  for (const std::string& node :
+       {paths.columns(), paths.log(), paths.blockNumbers(), paths.dedupHashes(), paths.quorum(),
+        paths.leaderElection(), paths.temp(), paths.replicas()}) {
     ops.push_back(op::Create{node, "", CreateMode::kPersistent});
   }
   auto created = keeper.multi(ops);
@@ -37,7 +37,8 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
   if (!existing) return std::unexpected(existing.error());
   if (existing->data != metadata) {
     return std::unexpected(KeeperError{
-        KeeperCode::kBadArguments, paths.metadata(),
+        KeeperCode::kBadArguments,
+        paths.metadata(),
         fmt::format("the table in ZooKeeper has metadata '{}', this replica's spec gives '{}'",
                     existing->data, metadata),
         {}});
@@ -48,7 +49,8 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
 KeeperResult<Registration> createReplicaIfNotExists(Keeper& keeper, const TablePaths& paths) {
   auto log = keeper.exists(paths.log());
   if (!log) return std::unexpected(log.error());
-  if (!*log) return std::unexpected(KeeperError{KeeperCode::kNoNode, paths.log(), "table not created", {}});
+  if (!*log)
+    return std::unexpected(KeeperError{KeeperCode::kNoNode, paths.log(), "table not created", {}});
   const bool log_has_entries = SequentialCounter::fromStat(**log).counter() > 0;
   auto replicas = keeper.exists(paths.replicas());
   if (!replicas) return std::unexpected(replicas.error());
@@ -107,7 +109,8 @@ KeeperResult<ReplicaRemoval> dropReplica(Keeper& keeper, const TablePaths& table
   if (!marked) {
     if (marked.error().code == KeeperCode::kNodeExists && marked.error().failed_op_index == 0u) {
       return std::unexpected(KeeperError{
-          KeeperCode::kBadArguments, paths.isActive(),
+          KeeperCode::kBadArguments,
+          paths.isActive(),
           fmt::format("replica '{}' is active: stop its process before removing it", replica),
           {}});
     }
@@ -137,14 +140,18 @@ KeeperResult<ReplicaRemoval> dropReplica(Keeper& keeper, const TablePaths& table
   if (!replicas) return std::unexpected(replicas.error());
   std::vector<Op> last = {op::CheckNotExists{paths.isActive()}, op::Remove{paths.isLost(), -1},
                           op::Remove{paths.replicaRoot(), -1}};
-  if (*replicas) last.push_back(op::Set{paths.replicas(), "last removed replica: " + replica, (*replicas)->version});
+  if (*replicas)
+    last.push_back(
+        op::Set{paths.replicas(), "last removed replica: " + replica, (*replicas)->version});
   auto removed = keeper.multi(last);
   if (!removed) {
     if (removed.error().code == KeeperCode::kNodeExists && removed.error().failed_op_index == 0u) {
       return std::unexpected(KeeperError{
-          KeeperCode::kBadArguments, paths.isActive(),
+          KeeperCode::kBadArguments,
+          paths.isActive(),
           fmt::format("replica '{}' became active while being removed; it was marked lost and "
-                      "will clone; stop its process and remove it again", replica),
+                      "will clone; stop its process and remove it again",
+                      replica),
           {}});
     }
     return std::unexpected(removed.error());
@@ -203,7 +210,8 @@ KeeperStatus activateReplica(Keeper& keeper, const TablePaths& paths, const std:
   // ours to remove: it goes when that session times out.
   auto owner = keeper.get(paths.isActive());
   if (owner && owner->data == session) return {};
-  return std::unexpected(KeeperError{KeeperCode::kNodeExists, paths.isActive(),
+  return std::unexpected(KeeperError{KeeperCode::kNodeExists,
+                                     paths.isActive(),
                                      "another live session holds this replica's is_active; "
                                      "is a second process serving the same replica?",
                                      {}});

@@ -22,8 +22,9 @@ int64_t unixNow() {
 
 std::string replicaAddress(const TableSpec& spec) {
   // ClickHouse's ReplicatedMergeTreeAddress text, so tools that read `host` find their way.
-  return fmt::format("host: {}\nport: {}\ntcp_port: 0\ndatabase: default\ntable: {}\nscheme: http\n",
-                     spec.replica_host, spec.http_port, spec.table);
+  return fmt::format(
+      "host: {}\nport: {}\ntcp_port: 0\ndatabase: default\ntable: {}\nscheme: http\n",
+      spec.replica_host, spec.http_port, spec.table);
 }
 
 InsertError unavailable(const std::string& message) {
@@ -34,9 +35,8 @@ InsertError unavailable(const std::string& message) {
 // 2026-12-04 put small parts there until a checkpoint wrote them out. Nothing writes them any
 // more; a replica that stopped with some left reads the committed ones back once, here, and
 // removes them all after they are on disk. `found`: whether the node exists.
-KeeperResult<std::vector<JournaledPart>> readLegacyPartImages(Keeper& keeper, const TablePaths& paths,
-                                                              const std::set<std::string>& committed,
-                                                              bool& found) {
+KeeperResult<std::vector<JournaledPart>> readLegacyPartImages(
+    Keeper& keeper, const TablePaths& paths, const std::set<std::string>& committed, bool& found) {
   std::vector<JournaledPart> parts;
   auto listed = keeper.children(paths.partImages());
   found = listed.has_value();
@@ -85,7 +85,9 @@ std::expected<std::unique_ptr<TableReplica>, std::string> TableReplica::open(
   return table;
 }
 
-TableReplica::~TableReplica() { shutdown(); }
+TableReplica::~TableReplica() {
+  shutdown();
+}
 
 KeeperStatus TableReplica::activate(Keeper& keeper) {
   if (auto activated = activateReplica(keeper, paths_, replicaAddress(spec_)); !activated) {
@@ -99,10 +101,10 @@ std::expected<void, std::string> TableReplica::start() {
   auto store = PartStore::open(spec_.data_dir, spec_.schema, options_.parts, metrics_, clock_);
   if (!store) return std::unexpected(store.error());
   store_ = std::move(*store);
-  worker_ = std::make_unique<ReplicationWorker>(spec_, paths_, options_.replication, session_, *store_,
-                                                allocator_, metrics_, clock_);
-  inserts_ = std::make_unique<InsertCommit>(spec_, paths_, options_.max_part_rows, session_, *store_,
-                                            allocator_, *worker_, metrics_);
+  worker_ = std::make_unique<ReplicationWorker>(spec_, paths_, options_.replication, session_,
+                                                *store_, allocator_, metrics_, clock_);
+  inserts_ = std::make_unique<InsertCommit>(spec_, paths_, options_.max_part_rows, session_,
+                                            *store_, allocator_, *worker_, metrics_);
 
   auto connected = session_.connect();
   if (!connected) return std::unexpected("ZooKeeper: " + connected.error().toString());
@@ -123,7 +125,8 @@ std::expected<void, std::string> TableReplica::start() {
   for (;;) {
     auto activated = activate(*keeper);
     if (activated) break;
-    if (activated.error().code != KeeperCode::kNodeExists || std::chrono::steady_clock::now() > deadline) {
+    if (activated.error().code != KeeperCode::kNodeExists ||
+        std::chrono::steady_clock::now() > deadline) {
       return std::unexpected("activating the replica: " + activated.error().toString());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -133,7 +136,8 @@ std::expected<void, std::string> TableReplica::start() {
   const std::set<std::string> committed(listed->names.begin(), listed->names.end());
   bool legacy_images = false;
   auto images = readLegacyPartImages(*keeper, paths_, committed, legacy_images);
-  if (!images) return std::unexpected("reading part images in ZooKeeper: " + images.error().toString());
+  if (!images)
+    return std::unexpected("reading part images in ZooKeeper: " + images.error().toString());
   auto lost = store_->load(committed, *images);
   if (!lost) return std::unexpected(lost.error());
   if (legacy_images) {
@@ -148,9 +152,9 @@ std::expected<void, std::string> TableReplica::start() {
     get.type = LogEntry::Type::kGetPart;
     get.create_time = unixNow();
     get.new_part_name = name;
-    auto requeued = keeper->multi({op::Remove{paths_.part(name), -1},
-                                   op::Create{paths_.queue() + "/queue-", get.format(),
-                                              CreateMode::kPersistentSequential}});
+    auto requeued = keeper->multi(
+        {op::Remove{paths_.part(name), -1},
+         op::Create{paths_.queue() + "/queue-", get.format(), CreateMode::kPersistentSequential}});
     if (requeued) {
       spdlog::warn("part {} is listed for this replica but not on disk: fetching it again", name);
     } else {
@@ -160,7 +164,8 @@ std::expected<void, std::string> TableReplica::start() {
   }
   // The queue as this replica left it; the log after it is pulled by the background work.
   auto queued = loadQueue(*keeper, paths_);
-  if (!queued) return std::unexpected("loading the replication queue: " + queued.error().toString());
+  if (!queued)
+    return std::unexpected("loading the replication queue: " + queued.error().toString());
   worker_->load(std::move(*queued));
   session_.install(keeper, [this](Keeper& renewed) { return activate(renewed); });
   worker_->updateLogMetrics(*keeper);
@@ -197,9 +202,11 @@ ReplicaState TableReplica::state() {
 
 std::expected<void, InsertError> TableReplica::dropReplica(const std::string& replica) {
   if (replica == spec_.replica) {
-    return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
-                                       fmt::format("replica '{}' is this one: ask another replica, or "
-                                                   "stop this one first", replica)});
+    return std::unexpected(
+        InsertError{InsertError::Kind::kBadRequest,
+                    fmt::format("replica '{}' is this one: ask another replica, or "
+                                "stop this one first",
+                                replica)});
   }
   if (replica.empty() || replica.find('/') != std::string::npos) {
     return std::unexpected(InsertError{InsertError::Kind::kBadRequest,
@@ -215,8 +222,9 @@ std::expected<void, InsertError> TableReplica::dropReplica(const std::string& re
     return std::unexpected(unavailable("ZooKeeper: " + removed.error().toString()));
   }
   if (*removed == ReplicaRemoval::kNotThere) {
-    return std::unexpected(InsertError{InsertError::Kind::kNotFound,
-                                       fmt::format("replica '{}' is not a replica of this table", replica)});
+    return std::unexpected(
+        InsertError{InsertError::Kind::kNotFound,
+                    fmt::format("replica '{}' is not a replica of this table", replica)});
   }
   return {};
 }
@@ -239,12 +247,14 @@ std::vector<std::string> TableReplica::handOff(std::chrono::milliseconds timeout
     if (only) {
       only_here = std::move(*only);
       if (only_here.empty()) {
-        if (announced) spdlog::info("hand-off done: every part of this replica is on another live replica");
+        if (announced)
+          spdlog::info("hand-off done: every part of this replica is on another live replica");
         return {};
       }
       if (!announced) {
-        spdlog::info("handing off {} part(s) only this replica has before stopping (up to {} ms): {}",
-                     only_here.size(), timeout.count(), fmt::join(only_here, ", "));
+        spdlog::info(
+            "handing off {} part(s) only this replica has before stopping (up to {} ms): {}",
+            only_here.size(), timeout.count(), fmt::join(only_here, ", "));
         announced = true;
       }
     }

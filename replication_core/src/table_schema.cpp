@@ -22,7 +22,9 @@ bool isIdentifier(std::string_view name) {
   });
 }
 
-bool isDateLike(TypeId id) { return id == TypeId::kDate || id == TypeId::kDateTime; }
+bool isDateLike(TypeId id) {
+  return id == TypeId::kDate || id == TypeId::kDateTime;
+}
 
 // "YYYYMM" or "YYYYMMDD" of a day number, cached: a block's rows mostly share few days.
 class DayFormatter {
@@ -32,7 +34,8 @@ class DayFormatter {
     if (days != last_days_ || last_.empty()) {
       const std::chrono::year_month_day ymd{std::chrono::sys_days{std::chrono::days{days}}};
       last_ = with_day_ ? fmt::format("{:04}{:02}{:02}", static_cast<int>(ymd.year()),
-                                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()))
+                                      static_cast<unsigned>(ymd.month()),
+                                      static_cast<unsigned>(ymd.day()))
                         : fmt::format("{:04}{:02}", static_cast<int>(ymd.year()),
                                       static_cast<unsigned>(ymd.month()));
       last_days_ = days;
@@ -90,17 +93,22 @@ std::expected<PartitionKey, std::string> PartitionKey::parse(std::string_view te
   }
   if (!isIdentifier(key.column)) {
     return std::unexpected(fmt::format(
-        "partition key '{}' must be a column, toYYYYMM(column), toYYYYMMDD(column) or tuple()", text));
+        "partition key '{}' must be a column, toYYYYMM(column), toYYYYMMDD(column) or tuple()",
+        text));
   }
   return key;
 }
 
 std::string PartitionKey::format() const {
   switch (kind) {
-    case Kind::kNone: return "tuple()";
-    case Kind::kColumn: return column;
-    case Kind::kToYYYYMM: return fmt::format("toYYYYMM({})", column);
-    case Kind::kToYYYYMMDD: return fmt::format("toYYYYMMDD({})", column);
+    case Kind::kNone:
+      return "tuple()";
+    case Kind::kColumn:
+      return column;
+    case Kind::kToYYYYMM:
+      return fmt::format("toYYYYMM({})", column);
+    case Kind::kToYYYYMMDD:
+      return fmt::format("toYYYYMMDD({})", column);
   }
   return "tuple()";
 }
@@ -112,8 +120,9 @@ std::expected<TableSchema, std::string> TableSchema::create(std::vector<ColumnSp
   std::set<std::string> names;
   for (const auto& column : columns) {
     if (!isIdentifier(column.name)) {
-      return std::unexpected(fmt::format(
-          "column name '{}' must be letters, digits and '_', not starting with a digit", column.name));
+      return std::unexpected(
+          fmt::format("column name '{}' must be letters, digits and '_', not starting with a digit",
+                      column.name));
     }
     if (!names.insert(column.name).second) {
       return std::unexpected(fmt::format("column '{}' is declared twice", column.name));
@@ -124,11 +133,13 @@ std::expected<TableSchema, std::string> TableSchema::create(std::vector<ColumnSp
   if (partition_by.kind != PartitionKey::Kind::kNone) {
     auto index = schema.columnIndex(partition_by.column);
     if (!index) {
-      return std::unexpected(fmt::format("partition key {} names no column", partition_by.format()));
+      return std::unexpected(
+          fmt::format("partition key {} names no column", partition_by.format()));
     }
     const DataType& type = schema.columns_[*index].type;
     if (type.nullable) {
-      return std::unexpected(fmt::format("partition key column '{}' must not be Nullable", partition_by.column));
+      return std::unexpected(
+          fmt::format("partition key column '{}' must not be Nullable", partition_by.column));
     }
     if (partition_by.kind != PartitionKey::Kind::kColumn && !isDateLike(type.id)) {
       return std::unexpected(fmt::format("{} needs a Date or DateTime column, '{}' is {}",
@@ -138,7 +149,8 @@ std::expected<TableSchema, std::string> TableSchema::create(std::vector<ColumnSp
   schema.partition_by_ = std::move(partition_by);
   for (const auto& column : order_by) {
     if (!schema.columnIndex(column)) {
-      return std::unexpected(fmt::format("ORDER BY column '{}' is not a column of the table", column));
+      return std::unexpected(
+          fmt::format("ORDER BY column '{}' is not a column of the table", column));
     }
   }
   schema.order_by_ = std::move(order_by);
@@ -154,7 +166,8 @@ std::optional<std::size_t> TableSchema::columnIndex(std::string_view name) const
 
 Block TableSchema::emptyBlock() const {
   Block block;
-  for (const auto& column : columns_) block.columns.push_back(Column::empty(column.name, column.type));
+  for (const auto& column : columns_)
+    block.columns.push_back(Column::empty(column.name, column.type));
   return block;
 }
 
@@ -171,7 +184,8 @@ std::vector<std::string> TableSchema::partitionIds(const Block& block) const {
           DayFormatter day(partition_by_.kind == PartitionKey::Kind::kToYYYYMMDD);
           const bool seconds = column.type.id == TypeId::kDateTime;
           if constexpr (std::is_integral_v<T>) {
-            for (const auto& v : values) ids.push_back(day(seconds ? int64_t(v) / 86400 : int64_t(v)));
+            for (const auto& v : values)
+              ids.push_back(day(seconds ? int64_t(v) / 86400 : int64_t(v)));
           }
         } else if (column.type.id == TypeId::kDate) {
           DayFormatter day(true);

@@ -55,7 +55,8 @@ class Fields {
     const std::string text = node_[key].IsScalar() ? node_[key].Scalar() : "";
     int64_t value = 0;
     std::istringstream in(text);
-    if (!(in >> value) || !in.eof() || value < static_cast<int64_t>(min) || value > static_cast<int64_t>(max)) {
+    if (!(in >> value) || !in.eof() || value < static_cast<int64_t>(min) ||
+        value > static_cast<int64_t>(max)) {
       throw SpecError{fmt::format("{}: expected a whole number from {} to {}, got '{}'", where(key),
                                   min, max, text)};
     }
@@ -113,7 +114,8 @@ TableSpec parse(const YAML::Node& root) {
 
   if (spec.has("deduplication")) {
     Fields dedup(spec.node("deduplication"), "deduplication");
-    result.deduplication.max_ids = dedup.number<std::size_t>("window", result.deduplication.max_ids, 0, 10'000'000);
+    result.deduplication.max_ids =
+        dedup.number<std::size_t>("window", result.deduplication.max_ids, 0, 10'000'000);
     result.deduplication.max_age = std::chrono::seconds(dedup.number<int64_t>(
         "windowSeconds", result.deduplication.max_age.count(), 0, 365 * 86400));
     dedup.rejectUnknown();
@@ -126,14 +128,15 @@ TableSpec parse(const YAML::Node& root) {
     throw SpecError{fmt::format("zookeeper.root: '{}' must start with '/' and not end with it",
                                 result.zookeeper_root)};
   }
-  result.zookeeper_session_timeout = std::chrono::milliseconds(
-      zookeeper.number<int64_t>("sessionTimeoutMs", result.zookeeper_session_timeout.count(), 1000, 600000));
+  result.zookeeper_session_timeout = std::chrono::milliseconds(zookeeper.number<int64_t>(
+      "sessionTimeoutMs", result.zookeeper_session_timeout.count(), 1000, 600000));
   zookeeper.rejectUnknown();
 
   Fields replica(spec.node("replica"), "replica");
   result.replica = replica.string("name");
   if (result.replica.empty() || result.replica.find('/') != std::string::npos) {
-    throw SpecError{fmt::format("replica.name: '{}' must be non-empty and contain no '/'", result.replica)};
+    throw SpecError{
+        fmt::format("replica.name: '{}' must be non-empty and contain no '/'", result.replica)};
   }
   result.replica_host = replica.string("host", result.replica_host);
   replica.rejectUnknown();
@@ -157,24 +160,28 @@ TableSpec parse(const YAML::Node& root) {
       if (!in) throw SpecError{fmt::format("replication.secretFile: cannot read '{}'", file)};
       result.interserver_secret = text.str();
       // A Secret's file often ends with a newline that is not part of the secret.
-      while (!result.interserver_secret.empty() &&
-             (result.interserver_secret.back() == '\n' || result.interserver_secret.back() == '\r')) {
+      while (!result.interserver_secret.empty() && (result.interserver_secret.back() == '\n' ||
+                                                    result.interserver_secret.back() == '\r')) {
         result.interserver_secret.pop_back();
       }
       if (result.interserver_secret.empty()) {
         throw SpecError{fmt::format("replication.secretFile: '{}' is empty", file)};
       }
     }
-    result.fetch_threads = replication.number<std::size_t>("fetchThreads", result.fetch_threads, 1, 64);
-    result.merge_threads = replication.number<std::size_t>("mergeThreads", result.merge_threads, 1, 64);
-    result.min_logs_to_keep = replication.number<std::size_t>("minLogsToKeep", result.min_logs_to_keep, 1, 1'000'000);
-    result.max_logs_to_keep = replication.number<std::size_t>("maxLogsToKeep", result.max_logs_to_keep, 1, 10'000'000);
+    result.fetch_threads =
+        replication.number<std::size_t>("fetchThreads", result.fetch_threads, 1, 64);
+    result.merge_threads =
+        replication.number<std::size_t>("mergeThreads", result.merge_threads, 1, 64);
+    result.min_logs_to_keep =
+        replication.number<std::size_t>("minLogsToKeep", result.min_logs_to_keep, 1, 1'000'000);
+    result.max_logs_to_keep =
+        replication.number<std::size_t>("maxLogsToKeep", result.max_logs_to_keep, 1, 10'000'000);
     if (result.max_logs_to_keep < result.min_logs_to_keep) {
       throw SpecError{fmt::format("replication.maxLogsToKeep: {} is below minLogsToKeep {}",
                                   result.max_logs_to_keep, result.min_logs_to_keep)};
     }
-    result.cleanup_period = std::chrono::seconds(
-        replication.number<int64_t>("cleanupPeriodSeconds", result.cleanup_period.count(), 1, 3600));
+    result.cleanup_period = std::chrono::seconds(replication.number<int64_t>(
+        "cleanupPeriodSeconds", result.cleanup_period.count(), 1, 3600));
     result.fetch_connect_timeout = std::chrono::milliseconds(replication.number<int64_t>(
         "fetchConnectTimeoutMs", result.fetch_connect_timeout.count(), 10, 600'000));
     result.fetch_receive_timeout = std::chrono::milliseconds(replication.number<int64_t>(
@@ -192,7 +199,8 @@ TableSpec parse(const YAML::Node& root) {
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (ec != std::errc() || end != text.data() + text.size() || value > 1000) {
         throw SpecError{fmt::format(
-            "inserts.quorum: expected a number of replicas from 0 to 1000 or 'auto', got '{}'", text)};
+            "inserts.quorum: expected a number of replicas from 0 to 1000 or 'auto', got '{}'",
+            text)};
       }
       result.insert_quorum = value;
     }

@@ -19,7 +19,8 @@ namespace rtable::core {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(std::size_t threads, std::size_t max_queued = SIZE_MAX) : max_queued_(max_queued) {
+  explicit WorkerPool(std::size_t threads, std::size_t max_queued = SIZE_MAX)
+      : max_queued_(max_queued) {
     for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
   }
   ~WorkerPool() { stop(); }

@@ -15,20 +15,33 @@ namespace {
 
 KeeperCode toKeeperCode(int rc) {
   switch (rc) {
-    case ZOK: return KeeperCode::kOk;
-    case ZCONNECTIONLOSS: return KeeperCode::kConnectionLoss;
-    case ZOPERATIONTIMEOUT: return KeeperCode::kOperationTimeout;
-    case ZSESSIONEXPIRED: return KeeperCode::kSessionExpired;
+    case ZOK:
+      return KeeperCode::kOk;
+    case ZCONNECTIONLOSS:
+      return KeeperCode::kConnectionLoss;
+    case ZOPERATIONTIMEOUT:
+      return KeeperCode::kOperationTimeout;
+    case ZSESSIONEXPIRED:
+      return KeeperCode::kSessionExpired;
     // The handle is unusable after expiry; the C client then answers ZINVALIDSTATE.
-    case ZINVALIDSTATE: return KeeperCode::kSessionExpired;
-    case ZNONODE: return KeeperCode::kNoNode;
-    case ZNODEEXISTS: return KeeperCode::kNodeExists;
-    case ZBADVERSION: return KeeperCode::kBadVersion;
-    case ZNOTEMPTY: return KeeperCode::kNotEmpty;
-    case ZNOCHILDRENFOREPHEMERALS: return KeeperCode::kNoChildrenForEphemerals;
-    case ZBADARGUMENTS: return KeeperCode::kBadArguments;
-    case ZRUNTIMEINCONSISTENCY: return KeeperCode::kRuntimeInconsistency;
-    default: return KeeperCode::kOther;
+    case ZINVALIDSTATE:
+      return KeeperCode::kSessionExpired;
+    case ZNONODE:
+      return KeeperCode::kNoNode;
+    case ZNODEEXISTS:
+      return KeeperCode::kNodeExists;
+    case ZBADVERSION:
+      return KeeperCode::kBadVersion;
+    case ZNOTEMPTY:
+      return KeeperCode::kNotEmpty;
+    case ZNOCHILDRENFOREPHEMERALS:
+      return KeeperCode::kNoChildrenForEphemerals;
+    case ZBADARGUMENTS:
+      return KeeperCode::kBadArguments;
+    case ZRUNTIMEINCONSISTENCY:
+      return KeeperCode::kRuntimeInconsistency;
+    default:
+      return KeeperCode::kOther;
   }
 }
 
@@ -38,23 +51,28 @@ KeeperError toError(int rc, const std::string& path) {
 }
 
 Stat toStat(const struct ::Stat& s) {
-  return Stat{s.czxid,          s.mzxid,      s.ctime,       s.mtime,
-              s.version,        s.cversion,   s.aversion,    s.ephemeralOwner,
-              s.dataLength,     s.numChildren, s.pzxid};
+  return Stat{s.czxid,    s.mzxid,          s.ctime,      s.mtime,       s.version, s.cversion,
+              s.aversion, s.ephemeralOwner, s.dataLength, s.numChildren, s.pzxid};
 }
 
 int toZooMode(CreateMode mode) {
   switch (mode) {
-    case CreateMode::kPersistent: return ZOO_PERSISTENT;
-    case CreateMode::kEphemeral: return ZOO_EPHEMERAL;
-    case CreateMode::kPersistentSequential: return ZOO_PERSISTENT_SEQUENTIAL;
-    case CreateMode::kEphemeralSequential: return ZOO_EPHEMERAL_SEQUENTIAL;
+    case CreateMode::kPersistent:
+      return ZOO_PERSISTENT;
+    case CreateMode::kEphemeral:
+      return ZOO_EPHEMERAL;
+    case CreateMode::kPersistentSequential:
+      return ZOO_PERSISTENT_SEQUENTIAL;
+    case CreateMode::kEphemeralSequential:
+      return ZOO_EPHEMERAL_SEQUENTIAL;
   }
   return ZOO_PERSISTENT;
 }
 
 // Room for the sequence suffix ZooKeeper appends ("%010d", or 11 chars once negative).
-std::size_t createdPathCapacity(const std::string& path) { return path.size() + 16; }
+std::size_t createdPathCapacity(const std::string& path) {
+  return path.size() + 16;
+}
 
 constexpr int kServersResolutionDelayMs = 30'000;
 
@@ -84,10 +102,11 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     handle_ = zookeeper_init(config_.connect_string.c_str(), &ZooKeeperClientImpl::sessionWatcher,
                              static_cast<int>(config_.session_timeout.count()), nullptr, this, 0);
     if (!handle_) {
-      return std::unexpected(KeeperError{KeeperCode::kBadArguments, "",
-                                         fmt::format("invalid connect string '{}': {}",
-                                                     config_.connect_string, strerror(errno)),
-                                         {}});
+      return std::unexpected(KeeperError{
+          KeeperCode::kBadArguments,
+          "",
+          fmt::format("invalid connect string '{}': {}", config_.connect_string, strerror(errno)),
+          {}});
     }
     // By default the C client re-resolves the connect string (getaddrinfo: a netlink dump) on every
     // turn of its I/O loop, i.e. before each request and after each answer: ~1 ms per request on
@@ -98,11 +117,12 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     if (!state_changed_.wait_for(lock, config_.connect_timeout,
                                  [this] { return connected_ || expired_; }) ||
         expired_) {
-      return std::unexpected(KeeperError{
-          KeeperCode::kConnectionLoss, "",
-          fmt::format("could not connect to ZooKeeper at {} within {} ms", config_.connect_string,
-                      config_.connect_timeout.count()),
-          {}});
+      return std::unexpected(
+          KeeperError{KeeperCode::kConnectionLoss,
+                      "",
+                      fmt::format("could not connect to ZooKeeper at {} within {} ms",
+                                  config_.connect_string, config_.connect_timeout.count()),
+                      {}});
     }
     return {};
   }
@@ -111,11 +131,12 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     // Try a buffer that fits most nodes; the Stat says when the data was longer.
     std::string buffer(64 * 1024, '\0');
     for (;;) {
-      struct ::Stat stat {};
+      struct ::Stat stat{};
       int len = static_cast<int>(buffer.size());
       WatchContext* ctx = registerWatch(std::move(watch));
-      const int rc = zoo_wget(handle_, path.c_str(), ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr,
-                              ctx, buffer.data(), &len, &stat);
+      const int rc =
+          zoo_wget(handle_, path.c_str(), ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr, ctx,
+                   buffer.data(), &len, &stat);
       if (rc != ZOK) {
         unregisterWatch(ctx);
         return std::unexpected(toError(rc, path));
@@ -147,22 +168,23 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
       const std::string* path;
     };
     Batch batch;
-    batch.results.assign(paths.size(), std::unexpected(KeeperError{KeeperCode::kOther, "",
-                                                                   "not answered", {}}));
+    batch.results.assign(paths.size(),
+                         std::unexpected(KeeperError{KeeperCode::kOther, "", "not answered", {}}));
     std::vector<Slot> slots(paths.size());
-    static constexpr data_completion_t kCompletion = [](int rc, const char* value, int value_len,
-                                                        const struct ::Stat* stat, const void* data) {
-      const auto* slot = static_cast<const Slot*>(data);
-      KeeperResult<GetResult> result =
-          rc == ZOK ? KeeperResult<GetResult>(GetResult{
-                          value ? std::string(value, static_cast<std::size_t>(std::max(value_len, 0)))
-                                : std::string(),
-                          toStat(*stat)})
-                    : std::unexpected(toError(rc, *slot->path));
-      std::lock_guard lock(slot->batch->mu);
-      slot->batch->results[slot->index] = std::move(result);
-      if (--slot->batch->pending == 0) slot->batch->done.notify_all();
-    };
+    static constexpr data_completion_t kCompletion =
+        [](int rc, const char* value, int value_len, const struct ::Stat* stat, const void* data) {
+          const auto* slot = static_cast<const Slot*>(data);
+          KeeperResult<GetResult> result =
+              rc == ZOK
+                  ? KeeperResult<GetResult>(GetResult{
+                        value ? std::string(value, static_cast<std::size_t>(std::max(value_len, 0)))
+                              : std::string(),
+                        toStat(*stat)})
+                  : std::unexpected(toError(rc, *slot->path));
+          std::lock_guard lock(slot->batch->mu);
+          slot->batch->results[slot->index] = std::move(result);
+          if (--slot->batch->pending == 0) slot->batch->done.notify_all();
+        };
     for (std::size_t i = 0; i < paths.size(); ++i) {
       slots[i] = Slot{&batch, i, &paths[i]};
       {
@@ -183,10 +205,10 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   }
 
   KeeperResult<std::optional<Stat>> exists(const std::string& path, WatchCallback watch) override {
-    struct ::Stat stat {};
+    struct ::Stat stat{};
     WatchContext* ctx = registerWatch(std::move(watch));
-    const int rc = zoo_wexists(handle_, path.c_str(), ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr,
-                               ctx, &stat);
+    const int rc = zoo_wexists(handle_, path.c_str(),
+                               ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr, ctx, &stat);
     if (rc == ZNONODE) return std::optional<Stat>{};  // the watch stays, for the creation
     if (rc != ZOK) {
       unregisterWatch(ctx);
@@ -196,12 +218,12 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   }
 
   KeeperResult<ChildrenResult> children(const std::string& path, WatchCallback watch) override {
-    struct String_vector names {};
-    struct ::Stat stat {};
+    struct String_vector names{};
+    struct ::Stat stat{};
     WatchContext* ctx = registerWatch(std::move(watch));
-    const int rc = zoo_wget_children2(handle_, path.c_str(),
-                                      ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr, ctx,
-                                      &names, &stat);
+    const int rc =
+        zoo_wget_children2(handle_, path.c_str(), ctx ? &ZooKeeperClientImpl::nodeWatcher : nullptr,
+                           ctx, &names, &stat);
     if (rc != ZOK) {
       unregisterWatch(ctx);
       return std::unexpected(toError(rc, path));
@@ -226,9 +248,9 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
 
   KeeperResult<Stat> set(const std::string& path, const std::string& data,
                          int32_t version) override {
-    struct ::Stat stat {};
-    const int rc = zoo_set2(handle_, path.c_str(), data.data(), static_cast<int>(data.size()),
-                            version, &stat);
+    struct ::Stat stat{};
+    const int rc =
+        zoo_set2(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), version, &stat);
     if (rc != ZOK) return std::unexpected(toError(rc, path));
     return toStat(stat);
   }
@@ -303,7 +325,8 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
       for (std::size_t i = 0; i < n; ++i) {
         const int err = zoo_results[i].err;
         if (err != ZOK && err != ZRUNTIMEINCONSISTENCY) {
-          KeeperError error = toError(err, std::visit([](const auto& o) { return o.path; }, ops[i]));
+          KeeperError error =
+              toError(err, std::visit([](const auto& o) { return o.path; }, ops[i]));
           error.failed_op_index = i;
           return std::unexpected(std::move(error));
         }

@@ -8,7 +8,6 @@
 #include <prometheus/registry.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
@@ -51,7 +50,8 @@ const Override kOverrides[] = {
 // is checked exactly as the field's would be). The file is read and checked as it is first: its
 // own errors name the file, a bad override names its flag.
 std::expected<rtable::core::TableSpec, std::string> loadSpec(
-    const std::string& config, const std::vector<std::pair<const Override*, std::string>>& overrides) {
+    const std::string& config,
+    const std::vector<std::pair<const Override*, std::string>>& overrides) {
   auto spec = rtable::core::TableSpec::load(config);
   if (!spec) return spec;
   if (overrides.empty()) return spec;
@@ -70,14 +70,16 @@ std::expected<rtable::core::TableSpec, std::string> loadSpec(
       root[flag->path[0]] = value;
     }
     auto checked = rtable::core::TableSpec::parseYaml(YAML::Dump(root));
-    if (!checked) return std::unexpected(fmt::format("{} '{}': {}", flag->flag, value, checked.error()));
+    if (!checked)
+      return std::unexpected(fmt::format("{} '{}': {}", flag->flag, value, checked.error()));
   }
   return rtable::core::TableSpec::parseYaml(YAML::Dump(root));
 }
 
 // Returns the signal if one is pending, after waiting up to `timeout`.
 int waitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
-  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
+  timespec ts{static_cast<time_t>(timeout.count() / 1000),
+              static_cast<long>(timeout.count() % 1000) * 1000000};
   const int signal = sigtimedwait(&signals, nullptr, &ts);
   return signal > 0 ? signal : 0;
 }
@@ -138,7 +140,8 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
-  const std::string metrics_address = fmt::format("{}:{}", spec->listen_address, spec->metrics_port);
+  const std::string metrics_address =
+      fmt::format("{}:{}", spec->listen_address, spec->metrics_port);
   try {
     exposer = std::make_unique<prometheus::Exposer>(metrics_address);
   } catch (const std::exception& e) {
@@ -147,9 +150,10 @@ int main(int argc, char** argv) {
   }
   exposer->RegisterCollectable(registry);
 
-  const rtable::core::ZooKeeperConfig zk_config{spec->zookeeper_connect, spec->zookeeper_session_timeout,
-                                                std::chrono::seconds(10)};
-  auto factory = [zk_config]() -> rtable::core::KeeperResult<std::unique_ptr<rtable::core::Keeper>> {
+  const rtable::core::ZooKeeperConfig zk_config{
+      spec->zookeeper_connect, spec->zookeeper_session_timeout, std::chrono::seconds(10)};
+  auto factory =
+      [zk_config]() -> rtable::core::KeeperResult<std::unique_ptr<rtable::core::Keeper>> {
     auto client = rtable::core::ZooKeeperClient::connect(zk_config);
     if (!client) return std::unexpected(client.error());
     return std::unique_ptr<rtable::core::Keeper>(std::move(*client));
@@ -164,8 +168,8 @@ int main(int argc, char** argv) {
       table = std::move(*opened);
       break;
     }
-    spdlog::warn("table {} replica {}: {}; retrying in {} ms", spec->table, spec->replica, opened.error(),
-                 backoff.count());
+    spdlog::warn("table {} replica {}: {}; retrying in {} ms", spec->table, spec->replica,
+                 opened.error(), backoff.count());
     if (int signal = waitForSignal(signals, backoff)) {
       spdlog::info("signal {} before start: exiting", signal);
       return 0;
@@ -173,11 +177,13 @@ int main(int argc, char** argv) {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
   }
   auto state = table->state();
-  spdlog::info("table {} replica {}: {} active parts, {} rows; {} broken, {} unexpected, {} lost parts",
-               spec->table, spec->replica, state.active_parts, state.rows, state.broken_parts.size(),
-               state.unexpected_parts.size(), state.lost_parts.size());
+  spdlog::info(
+      "table {} replica {}: {} active parts, {} rows; {} broken, {} unexpected, {} lost parts",
+      spec->table, spec->replica, state.active_parts, state.rows, state.broken_parts.size(),
+      state.unexpected_parts.size(), state.lost_parts.size());
 
-  auto server = rtable::core::ReplicaHttpServer::start(*table, spec->listen_address, spec->http_port);
+  auto server =
+      rtable::core::ReplicaHttpServer::start(*table, spec->listen_address, spec->http_port);
   if (!server) {
     spdlog::error("{}", server.error());
     return 1;

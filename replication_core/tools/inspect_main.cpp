@@ -84,8 +84,8 @@ std::expected<Options, UsageError> parseOptions(int argc, char** argv) {
     } else if (flag == "--min-headroom-percent") {
       auto number = parseNumber<double>(value);
       if (!number || *number < 0 || *number > 100) {
-        return std::unexpected(UsageError{fmt::format(
-            "--min-headroom-percent must be a number from 0 to 100, got '{}'", value)});
+        return std::unexpected(UsageError{
+            fmt::format("--min-headroom-percent must be a number from 0 to 100, got '{}'", value)});
       }
       options.min_headroom_percent = *number;
     } else if (flag == "--max-depth") {

@@ -7,8 +7,8 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rtable/common/testing/http_client.h"
@@ -20,14 +20,15 @@
 
 namespace {
 
+using rtable::core::createAncestorsAndSelf;
 using rtable::core::CreateMode;
 using rtable::core::Keeper;
-using rtable::core::createAncestorsAndSelf;
 namespace testing = rtable::core::testing;
 
 constexpr const char* kUsage =
     "usage: rtable-local [--work-dir DIR] [--keep-running]\n"
-    "Starts a local ZooKeeper and three rtable-core replicas, inserts demo rows, builds a demo tree of\n"
+    "Starts a local ZooKeeper and three rtable-core replicas, inserts demo rows, builds a demo "
+    "tree of\n"
     "replicated tables and runs rtable-inspect.\n"
     "--keep-running leaves ZooKeeper and the replicas up (Ctrl-C to stop) to try them yourself.\n";
 
@@ -45,7 +46,8 @@ constexpr const char* kDemoRows =
     "{\"d\":\"2026-12-02\",\"user\":\"bob\",\"clicks\":1,\"score\":null}\n"
     "{\"d\":\"2026-11-30\",\"user\":\"cy\",\"clicks\":7,\"score\":2.25}\n";
 
-std::string show(const std::expected<rtable::common::testing::HttpResponse, std::string>& response) {
+std::string show(
+    const std::expected<rtable::common::testing::HttpResponse, std::string>& response) {
   if (!response) return "(no answer: " + response.error() + ")";
   std::string body = response->body;
   while (!body.empty() && body.back() == '\n') body.pop_back();
@@ -74,7 +76,8 @@ Step createTableTree(Keeper& keeper, const std::string& path, int replicas) {
   for (int r = 1; r <= replicas; ++r) {
     const std::string replica = fmt::format("{}/replicas/r{}", path, r);
     for (const char* child : {"queue", "parts", "log_pointer", "is_lost"}) {
-      if (auto s = check(createAncestorsAndSelf(keeper, replica + "/" + child), replica); !s) return s;
+      if (auto s = check(createAncestorsAndSelf(keeper, replica + "/" + child), replica); !s)
+        return s;
     }
   }
   return {};
@@ -96,14 +99,17 @@ Step appendLogEntries(Keeper& keeper, const std::string& table, int count, int f
   for (int i = 0; i < count; ++i) {
     auto made = keeper.create(table + "/log/log-", getEntry(first_block + i),
                               CreateMode::kPersistentSequential);
-    if (!made) return std::unexpected(Failure{"create " + table + "/log/log-: " + made.error().toString()});
+    if (!made)
+      return std::unexpected(Failure{"create " + table + "/log/log-: " + made.error().toString()});
     if (created) ++*created;
   }
   return {};
 }
 
 volatile sig_atomic_t g_stop = 0;
-void onSignal(int) { g_stop = 1; }
+void onSignal(int) {
+  g_stop = 1;
+}
 
 Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
   fmt::print("Starting ZooKeeper 3.8 ...\n");
@@ -119,7 +125,10 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
     auto keeper = (*zk)->connect();
     if (!keeper) return std::unexpected(Failure{"connect: " + keeper.error().toString()});
     auto& k = **keeper;
-    if (auto s = check(createAncestorsAndSelf(k, "/rtable/tables/3f2a9c1e-events/active"), "active"); !s) return s;
+    if (auto s =
+            check(createAncestorsAndSelf(k, "/rtable/tables/3f2a9c1e-events/active"), "active");
+        !s)
+      return s;
     if (auto set = k.set("/rtable/tables/3f2a9c1e-events/active", "1"); !set) {
       return std::unexpected(Failure{"set active: " + set.error().toString()});
     }
@@ -133,8 +142,10 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
 
   // Jump two counters forward in the stopped server's snapshot, as if billions of inserts ran.
   fmt::print("Raising log counters in the snapshot (ZooKeeper restarts twice) ...\n");
-  if (auto s = (*zk)->setSequentialCounter(near_limit + "/log", 2100000000); !s) return std::unexpected(Failure{s.error()});
-  if (auto s = (*zk)->setSequentialCounter(stuck + "/log", 2147483644); !s) return std::unexpected(Failure{s.error()});
+  if (auto s = (*zk)->setSequentialCounter(near_limit + "/log", 2100000000); !s)
+    return std::unexpected(Failure{s.error()});
+  if (auto s = (*zk)->setSequentialCounter(stuck + "/log", 2147483644); !s)
+    return std::unexpected(Failure{s.error()});
 
   auto keeper = (*zk)->connect();
   if (!keeper) return std::unexpected(Failure{"connect: " + keeper.error().toString()});
@@ -161,27 +172,36 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
     replica_options.zookeeper = (*zk)->connectString();
     replica_options.replica = name;
     auto started = testing::LocalReplica::start(replica_options);
-    if (!started) return std::unexpected(Failure{fmt::format("rtable-core {} did not start: {}", name, started.error())});
+    if (!started)
+      return std::unexpected(
+          Failure{fmt::format("rtable-core {} did not start: {}", name, started.error())});
     fmt::print("  {} serves http://127.0.0.1:{} (spec: {})\n", name, (*started)->httpPort(),
                (replica_options.work_dir / "spec.yaml").string());
     replicas.push_back(std::move(*started));
   }
-  auto url = [&](std::size_t i) { return fmt::format("http://127.0.0.1:{}", replicas[i]->httpPort()); };
+  auto url = [&](std::size_t i) {
+    return fmt::format("http://127.0.0.1:{}", replicas[i]->httpPort());
+  };
   auto& replica = replicas[0];
   const std::string base = url(0);
-  fmt::print("\n$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl   # r1: 3 rows, 2 months\n  {}\n",
-             base, show(replica->post("/insert?format=JSONEachRow", kDemoRows)));
-  fmt::print("$ (the client did not see the answer and retries the same insert, on r2)\n"
-             "$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl\n  {}\n",
-             url(1), show(replicas[1]->post("/insert?format=JSONEachRow", kDemoRows)));
+  fmt::print(
+      "\n$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl   # r1: 3 rows, 2 "
+      "months\n  {}\n",
+      base, show(replica->post("/insert?format=JSONEachRow", kDemoRows)));
+  fmt::print(
+      "$ (the client did not see the answer and retries the same insert, on r2)\n"
+      "$ curl -X POST '{}/insert?format=JSONEachRow' --data-binary @rows.jsonl\n  {}\n",
+      url(1), show(replicas[1]->post("/insert?format=JSONEachRow", kDemoRows)));
   // Replicas fetch the part in the background: a read right after the answer may not see it yet
   // (as in ClickHouse). /sync waits until a replica has executed everything in the log.
   for (std::size_t i = 1; i < replicas.size(); ++i) {
-    fmt::print("$ curl -X POST '{}/sync'   # r{}: wait until its replication queue has drained\n  {}\n",
-               url(i), i + 1, show(replicas[i]->post("/sync", "")));
+    fmt::print(
+        "$ curl -X POST '{}/sync'   # r{}: wait until its replication queue has drained\n  {}\n",
+        url(i), i + 1, show(replicas[i]->post("/sync", "")));
   }
   for (std::size_t i = 0; i < replicas.size(); ++i) {
-    fmt::print("$ curl '{}/count'   # r{}\n  {}\n", url(i), i + 1, show(replicas[i]->get("/count")));
+    fmt::print("$ curl '{}/count'   # r{}\n  {}\n", url(i), i + 1,
+               show(replicas[i]->get("/count")));
   }
   fmt::print("$ curl '{}/select?where=clicks%20%3E%202'   # r3\n  {}\n", url(2),
              show(replicas[2]->get("/select?where=clicks%20%3E%202")));
@@ -212,7 +232,7 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
   if (!inspected) return std::unexpected(Failure{"rtable-inspect: " + inspected.error()});
   fmt::print("{}{}", inspected->out, inspected->err);
   fmt::print("(rtable-inspect exited {}: {})\n", inspected->exit_code,
-             inspected->exit_code == 1 ? "a table is under the 5% headroom threshold, as intended"
+             inspected->exit_code == 1   ? "a table is under the 5% headroom threshold, as intended"
              : inspected->exit_code == 0 ? "every table has headroom"
                                          : "error");
   if (inspected->exit_code != 0 && inspected->exit_code != 1) {
@@ -220,13 +240,14 @@ Step run(const testing::LocalZooKeeperOptions& zk_options, bool keep_running) {
   }
 
   if (keep_running) {
-    fmt::print("\nZooKeeper keeps running at {} and rtable-core r1 at {} (r2 at {}, r3 at {}). Try:\n"
-               "  {} --zookeeper {} --format json\n"
-               "  curl -X POST '{}/insert?format=TSV' --data-binary $'2026-12-03\\tdee\\t2\\t\\\\N\\n'\n"
-               "  curl '{}/replica'\n"
-               "Ctrl-C stops both.\n",
-               (*zk)->connectString(), base, url(1), url(2), RTABLE_INSPECT_BINARY,
-               (*zk)->connectString(), base, url(2));
+    fmt::print(
+        "\nZooKeeper keeps running at {} and rtable-core r1 at {} (r2 at {}, r3 at {}). Try:\n"
+        "  {} --zookeeper {} --format json\n"
+        "  curl -X POST '{}/insert?format=TSV' --data-binary $'2026-12-03\\tdee\\t2\\t\\\\N\\n'\n"
+        "  curl '{}/replica'\n"
+        "Ctrl-C stops both.\n",
+        (*zk)->connectString(), base, url(1), url(2), RTABLE_INSPECT_BINARY, (*zk)->connectString(),
+        base, url(2));
     std::fflush(stdout);
     signal(SIGINT, onSignal);
     signal(SIGTERM, onSignal);

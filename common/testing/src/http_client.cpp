@@ -27,7 +27,8 @@ class Socket {
 };
 
 bool waitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
   if (left.count() <= 0) return false;
   pollfd p{fd, events, 0};
   return ::poll(&p, 1, static_cast<int>(left.count())) > 0;
@@ -46,7 +47,8 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return std::unexpected("bad host " + host);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    return std::unexpected("bad host " + host);
   if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return std::unexpected(fmt::format("connect {}:{}: {}", host, port, strerror(errno)));
   }
@@ -55,7 +57,8 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
       target, host, port, body.size(), body);
   for (std::size_t sent = 0; sent < request.size();) {
     if (!waitFor(socket.fd(), POLLOUT, deadline)) return std::unexpected("timed out sending");
-    const ssize_t n = ::send(socket.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n =
+        ::send(socket.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) return std::unexpected(fmt::format("send: {}", strerror(errno)));
     sent += static_cast<std::size_t>(n);
   }
@@ -68,12 +71,14 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
         raw.size() >= header_end + 4 + content_length) {
       break;
     }
-    if (!waitFor(socket.fd(), POLLIN, deadline)) return std::unexpected("timed out waiting for the answer");
+    if (!waitFor(socket.fd(), POLLIN, deadline))
+      return std::unexpected("timed out waiting for the answer");
     const ssize_t n = ::recv(socket.fd(), buffer, sizeof(buffer), 0);
     if (n < 0) return std::unexpected(fmt::format("recv: {}", strerror(errno)));
     if (n == 0) break;
     raw.append(buffer, static_cast<std::size_t>(n));
-    if (header_end == std::string::npos && (header_end = raw.find("\r\n\r\n")) != std::string::npos) {
+    if (header_end == std::string::npos &&
+        (header_end = raw.find("\r\n\r\n")) != std::string::npos) {
       std::string lower = raw.substr(0, header_end);
       for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (auto at = lower.find("content-length:"); at != std::string::npos) {

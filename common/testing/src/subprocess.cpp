@@ -40,7 +40,8 @@ std::vector<char*> toArgv(const std::vector<std::string>& args) {
 std::expected<Subprocess, std::string> Subprocess::start(const std::vector<std::string>& args,
                                                          const std::filesystem::path& log_file) {
   const int log_fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return std::unexpected(fmt::format("cannot open {}: {}", log_file.string(), strerror(errno)));
+  if (log_fd < 0)
+    return std::unexpected(fmt::format("cannot open {}: {}", log_file.string(), strerror(errno)));
   const auto argv = toArgv(args);
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -69,7 +70,9 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
   return *this;
 }
 
-Subprocess::~Subprocess() { kill(); }
+Subprocess::~Subprocess() {
+  kill();
+}
 
 bool Subprocess::running() {
   if (pid_ <= 0) return false;
@@ -160,7 +163,8 @@ std::expected<CommandResult, std::string> runCommand(const std::vector<std::stri
   int status = 0;
   waitpid(pid, &status, 0);
   if (timed_out) {
-    return std::unexpected(fmt::format("{} did not finish within {} ms", args.front(), timeout.count()));
+    return std::unexpected(
+        fmt::format("{} did not finish within {} ms", args.front(), timeout.count()));
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;

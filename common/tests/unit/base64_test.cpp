@@ -66,7 +66,7 @@ TEST(Base64, RejectsBadInputSayingWhy) {
   const Case cases[] = {
       {"!!notbase64", "'!' at offset 0 is not a base64 character"},
       {"Zm9v\tYmFy", "'\\x09' at offset 4 is not a base64 character"},
-      {"Zm9-", "'-' at offset 3 is not a base64 character"},   // base64url, not standard
+      {"Zm9-", "'-' at offset 3 is not a base64 character"},  // base64url, not standard
       {"Zm9_", "'_' at offset 3 is not a base64 character"},
       {"Zm9", "3 base64 characters, not a multiple of 4 (missing padding?)"},
       {"Zg", "2 base64 characters, not a multiple of 4 (missing padding?)"},

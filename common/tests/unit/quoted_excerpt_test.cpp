@@ -13,7 +13,8 @@ TEST(QuotedExcerpt, QuotesPrintableText) {
 }
 
 TEST(QuotedExcerpt, EscapesControlBytesHighBytesAndTheBackslash) {
-  EXPECT_EQ(quotedExcerpt(std::string("a\tb\r\n\0\x7f\xff\\", 9)), "'a\\x09b\\x0d\\x0a\\x00\\x7f\\xff\\x5c'");
+  EXPECT_EQ(quotedExcerpt(std::string("a\tb\r\n\0\x7f\xff\\", 9)),
+            "'a\\x09b\\x0d\\x0a\\x00\\x7f\\xff\\x5c'");
 }
 
 TEST(QuotedExcerpt, CutsAfterEightyBytes) {

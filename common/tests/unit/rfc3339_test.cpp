@@ -23,13 +23,16 @@ TEST(Rfc3339, WholeSecondsRoundDown) {
 TEST(Rfc3339, MicrosecondsHaveSixDigits) {
   EXPECT_EQ(formatRfc3339Micros(time_point_cast<system_clock::duration>(kTime)),
             "2025-01-02T03:04:05.123456Z");
-  EXPECT_EQ(formatRfc3339Micros(sys_days{2025y / January / 2} + 7us), "2025-01-02T00:00:00.000007Z");
+  EXPECT_EQ(formatRfc3339Micros(sys_days{2025y / January / 2} + 7us),
+            "2025-01-02T00:00:00.000007Z");
   EXPECT_EQ(formatRfc3339Micros(sys_days{2025y / January / 2}), "2025-01-02T00:00:00.000000Z");
   // A leap day, and the last microsecond of a year.
   EXPECT_EQ(formatRfc3339Micros(sys_days{2028y / February / 29} + 12h),
             "2028-02-29T12:00:00.000000Z");
-  EXPECT_EQ(formatRfc3339Micros(sys_days{2026y / January / 1} - 1us), "2025-12-31T23:59:59.999999Z");
-  EXPECT_EQ(formatRfc3339Micros(system_clock::time_point(1500000us)), "1970-01-01T00:00:01.500000Z");
+  EXPECT_EQ(formatRfc3339Micros(sys_days{2026y / January / 1} - 1us),
+            "2025-12-31T23:59:59.999999Z");
+  EXPECT_EQ(formatRfc3339Micros(system_clock::time_point(1500000us)),
+            "1970-01-01T00:00:01.500000Z");
   EXPECT_EQ(formatRfc3339Micros(system_clock::time_point(1'700'000'000s) + 7us),
             "2023-11-14T22:13:20.000007Z");
 }

@@ -1,5 +1,4 @@
 #include "rtable/operator/testing/local_kubelet.h"
-#include "rtable/operator/testing/sandbox_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -34,6 +33,7 @@
 #include "rtable/operator/informer.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
+#include "rtable/operator/testing/sandbox_process.h"
 
 namespace rtable::op::testing {
 namespace {
@@ -48,12 +48,24 @@ const ResourceType kPvcs = resources::persistentVolumeClaims();
 const ResourceType kConfigMaps = resources::configMaps();
 const ResourceType kSecrets = resources::secrets();
 const ResourceType kLeases = resources::leases();
-const ResourceType kNodes{"", "v1", "nodes", "Node", /*namespaced=*/false,
+const ResourceType kNodes{"",
+                          "v1",
+                          "nodes",
+                          "Node",
+                          /*namespaced=*/false,
                           /*status_subresource=*/true};
-const ResourceType kPersistentVolumes{"", "v1", "persistentvolumes", "PersistentVolume",
-                                      /*namespaced=*/false, /*status_subresource=*/true};
+const ResourceType kPersistentVolumes{"",
+                                      "v1",
+                                      "persistentvolumes",
+                                      "PersistentVolume",
+                                      /*namespaced=*/false,
+                                      /*status_subresource=*/true};
 // The legacy POST /api/v1/namespaces/{ns}/bindings: the same as pods/{name}/binding.
-const ResourceType kBindings{"", "v1", "bindings", "Binding", /*namespaced=*/true,
+const ResourceType kBindings{"",
+                             "v1",
+                             "bindings",
+                             "Binding",
+                             /*namespaced=*/true,
                              /*status_subresource=*/false};
 
 constexpr std::string_view kNodeLeaseNamespace = "kube-node-lease";
@@ -86,14 +98,21 @@ int intOr(const json& object, const char* key, int fallback) {
   return it->get<int>();
 }
 
-std::string uidOf(const json& object) { return stringOr(object["metadata"], "uid"); }
+std::string uidOf(const json& object) {
+  return stringOr(object["metadata"], "uid");
+}
 
-bool isDeleting(const json& object) { return object["metadata"].contains("deletionTimestamp"); }
+bool isDeleting(const json& object) {
+  return object["metadata"].contains("deletionTimestamp");
+}
 
 // The wall clock now as metav1.Time (status times) and as MicroTime (Lease.spec.renewTime).
-std::string rfc3339Now() { return common::formatRfc3339(std::chrono::system_clock::now()); }
-std::string rfc3339MicroNow() { return common::formatRfc3339Micros(std::chrono::system_clock::now()); }
-
+std::string rfc3339Now() {
+  return common::formatRfc3339(std::chrono::system_clock::now());
+}
+std::string rfc3339MicroNow() {
+  return common::formatRfc3339Micros(std::chrono::system_clock::now());
+}
 
 fs::path defaultSandbox() {
   if (const char* path = std::getenv("RTABLE_POD_SANDBOX"); path && *path) return path;
@@ -209,8 +228,8 @@ struct LocalKubelet::State : std::enable_shared_from_this<LocalKubelet::State> {
 
   ObjectSource objectSource() const {
     ObjectSource source;
-    source.config_map = [this](const std::string& ns, const std::string& name)
-        -> std::optional<json> {
+    source.config_map = [this](const std::string& ns,
+                               const std::string& name) -> std::optional<json> {
       auto object = config_maps->store().get({ns, name});
       if (!object) return std::nullopt;
       return *object;
@@ -259,7 +278,9 @@ class LocalKubelet::State::PodWorker {
     if (thread_.joinable()) thread_.join();
   }
 
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
   void notify() {
     std::lock_guard lock(mu_);
     notified_ = true;
@@ -525,8 +546,8 @@ std::expected<fs::path, std::string> LocalKubelet::State::PodWorker::volumeSourc
     return fs::path(path);
   }
   (void)pod;
-  return std::unexpected(fmt::format("volume \"{}\": type not emulated by LocalKubelet ({})", name,
-                                     volume.dump()));
+  return std::unexpected(
+      fmt::format("volume \"{}\": type not emulated by LocalKubelet ({})", name, volume.dump()));
 }
 
 std::expected<void, std::string> LocalKubelet::State::PodWorker::writeVolumes(const json& pod) {
@@ -630,9 +651,8 @@ bool LocalKubelet::State::PodWorker::prepareSandbox(const json& pod) {
   }
   all.push_back(own);
   std::sort(all.begin(), all.end());
-  if (auto written = writeFileInPlace(dir_ / "etc-hosts",
-                                      renderPodHosts(own, aliases, all,
-                                                     kubelet_.options.cluster_domain));
+  if (auto written = writeFileInPlace(
+          dir_ / "etc-hosts", renderPodHosts(own, aliases, all, kubelet_.options.cluster_domain));
       !written) {
     sandbox_problem_ = written.error();
     return false;
@@ -646,7 +666,7 @@ bool LocalKubelet::State::PodWorker::prepareSandbox(const json& pod) {
 }
 
 void LocalKubelet::State::PodWorker::manage(ContainerRun& c, const json& pod,
-                                           const std::string& policy) {
+                                            const std::string& policy) {
   if (c.process) {
     if (auto exit_code = c.process->poll()) onExit(c, *exit_code, policy);
   }
@@ -664,10 +684,10 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
   if (found == kubelet_.options.images.end()) {
     // kubelet alternates ErrImagePull and ImagePullBackOff, retrying with its backoff.
     ++c.config_failures;
-    c.state = {{"waiting",
-                {{"reason", c.config_failures == 1 ? "ErrImagePull" : "ImagePullBackOff"},
-                 {"message",
-                  fmt::format("image \"{}\" is not in LocalKubelet's image map", image)}}}};
+    c.state = {
+        {"waiting",
+         {{"reason", c.config_failures == 1 ? "ErrImagePull" : "ImagePullBackOff"},
+          {"message", fmt::format("image \"{}\" is not in LocalKubelet's image map", image)}}}};
     c.next_start = steady_clock::now() + kubelet_.options.restart_backoff_initial;
     return;
   }
@@ -764,10 +784,10 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
     for (const auto& a : *argv) line += (line.empty() ? "" : " ") + a;
     out << fmt::format(
         "==> {} rtable-local-kubelet: pod {} uid {} container {} start #{} on {}: {}\n",
-                       rfc3339Now(), key_.toString(), uid_, c.name, c.starts + 1, pod_ip_, line);
+        rfc3339Now(), key_.toString(), uid_, c.name, c.starts + 1, pod_ip_, line);
   }
-  auto process = SandboxProcess::start(
-      {kubelet_.options.sandbox_binary.string(), spec_file.string()}, log);
+  auto process =
+      SandboxProcess::start({kubelet_.options.sandbox_binary.string(), spec_file.string()}, log);
   if (!process) {
     c.state = {{"waiting", {{"reason", "RunContainerError"}, {"message", process.error()}}}};
     c.next_start = steady_clock::now() + kNotReadyRetry;
@@ -791,18 +811,18 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
 }
 
 void LocalKubelet::State::PodWorker::onExit(ContainerRun& c, int exit_code,
-                                           const std::string& policy, std::string reason) {
+                                            const std::string& policy, std::string reason) {
   const std::string finished = rfc3339Now();
   const auto ran = steady_clock::now() - c.started_steady;
   c.process.reset();
   c.main_pid = -1;
   if (reason.empty()) reason = exit_code == 0 ? "Completed" : "Error";
-  json terminated = {{"exitCode", exit_code},
-                     {"reason", reason},
-                     {"startedAt", c.started_at},
-                     {"finishedAt", finished},
-                     {"containerID", fmt::format("rtable-local://{}/{}/{}", uid_, c.name,
-                                                 c.restartCount())}};
+  json terminated = {
+      {"exitCode", exit_code},
+      {"reason", reason},
+      {"startedAt", c.started_at},
+      {"finishedAt", finished},
+      {"containerID", fmt::format("rtable-local://{}/{}/{}", uid_, c.name, c.restartCount())}};
   c.state = {{"terminated", terminated}};
   c.last_state = {{"terminated", terminated}};
   c.succeeded = exit_code == 0;
@@ -863,8 +883,9 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
   if (auto exec = probe.find("exec"); exec != probe.end()) {
     if (c.main_pid <= 0) return false;
     // In the container's namespaces, root and working dir.
-    std::vector<std::string> argv = {"nsenter", "--target", std::to_string(c.main_pid), "--mount",
-                                     "--uts", "--pid", "--root", "--wd", "--"};
+    std::vector<std::string> argv = {"nsenter", "--target", std::to_string(c.main_pid),
+                                     "--mount", "--uts",    "--pid",
+                                     "--root",  "--wd",     "--"};
     for (const auto& a : exec->value("command", json::array())) {
       argv.push_back(a.is_string() ? a.get<std::string>() : a.dump());
     }
@@ -876,7 +897,7 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
 }
 
 void LocalKubelet::State::PodWorker::runProbes(ContainerRun& c, const json& pod,
-                                              const std::string& policy) {
+                                               const std::string& policy) {
   const auto now = steady_clock::now();
   auto step = [&](ProbeState& probe) -> std::optional<bool> {  // result when it ran
     if (!probe.present() || now < probe.next) return std::nullopt;
@@ -889,16 +910,16 @@ void LocalKubelet::State::PodWorker::runProbes(ContainerRun& c, const json& pod,
       }
     } else {
       probe.successes = 0;
-      if (++probe.failures >= std::max(1, intOr(probe.spec, "failureThreshold",
-                                                kDefaultProbeFailureThreshold))) {
+      if (++probe.failures >=
+          std::max(1, intOr(probe.spec, "failureThreshold", kDefaultProbeFailureThreshold))) {
         probe.ok = false;
       }
     }
     return ok;
   };
   auto failed = [](const ProbeState& probe) {
-    return probe.failures >= std::max(1, intOr(probe.spec, "failureThreshold",
-                                                kDefaultProbeFailureThreshold));
+    return probe.failures >=
+           std::max(1, intOr(probe.spec, "failureThreshold", kDefaultProbeFailureThreshold));
   };
   if (!c.started) {
     step(c.startup);
@@ -918,9 +939,8 @@ void LocalKubelet::State::PodWorker::runProbes(ContainerRun& c, const json& pod,
   step(c.readiness);
 }
 
-void LocalKubelet::State::PodWorker::stopContainer(ContainerRun& c,
-                                                  std::chrono::milliseconds grace,
-                                                  const std::string& policy) {
+void LocalKubelet::State::PodWorker::stopContainer(ContainerRun& c, std::chrono::milliseconds grace,
+                                                   const std::string& policy) {
   if (!c.process) return;
   c.process->signal(SIGTERM);
   const auto deadline = steady_clock::now() + grace;
@@ -1042,16 +1062,16 @@ std::string LocalKubelet::State::PodWorker::phase() const {
 }
 
 json LocalKubelet::State::PodWorker::condition(const std::string& type, bool status,
-                                              const std::string& reason,
-                                              const std::string& message) {
+                                               const std::string& reason,
+                                               const std::string& message) {
   const std::string value = status ? "True" : "False";
   auto& [last_status, time] = conditions_[type];
   if (last_status != value) {
     last_status = value;
     time = rfc3339Now();
   }
-  json c = {{"type", type}, {"status", value}, {"lastProbeTime", nullptr},
-            {"lastTransitionTime", time}};
+  json c = {
+      {"type", type}, {"status", value}, {"lastProbeTime", nullptr}, {"lastTransitionTime", time}};
   if (!reason.empty()) c["reason"] = reason;
   if (!message.empty()) c["message"] = message;
   return c;
@@ -1099,8 +1119,8 @@ json LocalKubelet::State::PodWorker::buildStatus(const json& pod) {
   const std::string not_ready_reason = terminal ? "PodCompleted" : "ContainersNotReady";
   json conditions = json::array();
   conditions.push_back(condition("PodReadyToStartContainers", sandbox_ready_, "", ""));
-  conditions.push_back(condition("Initialized", initialized,
-                                 initialized ? "" : "ContainersNotInitialized", ""));
+  conditions.push_back(
+      condition("Initialized", initialized, initialized ? "" : "ContainersNotInitialized", ""));
   conditions.push_back(condition("Ready", all_ready, all_ready ? "" : not_ready_reason,
                                  all_ready || terminal ? "" : unready_message));
   conditions.push_back(condition("ContainersReady", all_ready, all_ready ? "" : not_ready_reason,
@@ -1127,9 +1147,9 @@ void LocalKubelet::State::PodWorker::patchStatus(const json& pod) {
   if (steady_clock::now() < next_status_retry_) return;
   PatchOptions options;
   options.subresource = "status";
-  auto patched = kubelet_.client->patch(kPods, key_, PatchType::kStrategicMerge,
-                                        json{{"metadata", {{"uid", uid_}}}, {"status", status}},
-                                        options);
+  auto patched =
+      kubelet_.client->patch(kPods, key_, PatchType::kStrategicMerge,
+                             json{{"metadata", {{"uid", uid_}}}, {"status", status}}, options);
   if (patched) {
     last_patch_ = std::move(status);
   } else {
@@ -1163,7 +1183,9 @@ SteadyTime LocalKubelet::State::PodWorker::nextWake() const {
 // ---------------------------------------------------------------------------------------------
 // State: the node, the scheduler, the provisioner, the pod workers.
 
-LocalKubelet::State::~State() { stop(); }
+LocalKubelet::State::~State() {
+  stop();
+}
 
 void LocalKubelet::State::stop() {
   {
@@ -1207,7 +1229,7 @@ void LocalKubelet::State::wakeWorker(const std::string& uid) {
 json LocalKubelet::State::nodeStatus() const {
   const std::string now = rfc3339Now();
   auto cond = [this, &now](const char* type, const char* status, const char* reason,
-                     const char* message) {
+                           const char* message) {
     return json{{"type", type},
                 {"status", status},
                 {"reason", reason},
@@ -1219,49 +1241,47 @@ json LocalKubelet::State::nodeStatus() const {
                           {"memory", options.capacity_memory},
                           {"pods", std::to_string(options.capacity_pods)},
                           {"ephemeral-storage", "100Gi"}};
-  return {
-      {"capacity", resources},
-      {"allocatable", resources},
-      {"conditions",
-       json::array({cond("MemoryPressure", "False", "KubeletHasSufficientMemory",
-                         "kubelet has sufficient memory available"),
-                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure",
-                         "kubelet has no disk pressure"),
-                    cond("PIDPressure", "False", "KubeletHasSufficientPID",
-                         "kubelet has sufficient PID available"),
-                    cond("Ready", "True", "KubeletReady", "kubelet is posting ready status")})},
-      {"addresses", json::array({{{"type", "InternalIP"}, {"address", "127.0.0.1"}},
-                                 {{"type", "Hostname"}, {"address", options.node_name}}})},
-      {"daemonEndpoints", {{"kubeletEndpoint", {{"Port", 0}}}}},
-      {"nodeInfo",
-       {{"machineID", ""},
-        {"systemUUID", ""},
-        {"bootID", ""},
-        {"kernelVersion", kernel_version},
-        {"osImage", "rtable LocalKubelet"},
-        {"containerRuntimeVersion", "rtable-local://0.1"},
-        {"kubeletVersion", controlPlaneVersion()},
-        {"kubeProxyVersion", ""},
-        {"operatingSystem", "linux"},
-        {"architecture", "amd64"}}}};
+  return {{"capacity", resources},
+          {"allocatable", resources},
+          {"conditions",
+           json::array({cond("MemoryPressure", "False", "KubeletHasSufficientMemory",
+                             "kubelet has sufficient memory available"),
+                        cond("DiskPressure", "False", "KubeletHasNoDiskPressure",
+                             "kubelet has no disk pressure"),
+                        cond("PIDPressure", "False", "KubeletHasSufficientPID",
+                             "kubelet has sufficient PID available"),
+                        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status")})},
+          {"addresses", json::array({{{"type", "InternalIP"}, {"address", "127.0.0.1"}},
+                                     {{"type", "Hostname"}, {"address", options.node_name}}})},
+          {"daemonEndpoints", {{"kubeletEndpoint", {{"Port", 0}}}}},
+          {"nodeInfo",
+           {{"machineID", ""},
+            {"systemUUID", ""},
+            {"bootID", ""},
+            {"kernelVersion", kernel_version},
+            {"osImage", "rtable LocalKubelet"},
+            {"containerRuntimeVersion", "rtable-local://0.1"},
+            {"kubeletVersion", controlPlaneVersion()},
+            {"kubeProxyVersion", ""},
+            {"operatingSystem", "linux"},
+            {"architecture", "amd64"}}}};
 }
 
 std::expected<void, std::string> LocalKubelet::State::registerNode() {
   utsname uts{};
   if (uname(&uts) == 0) kernel_version = uts.release;
-  const json node = {
-      {"apiVersion", "v1"},
-      {"kind", "Node"},
-      {"metadata",
-       {{"name", options.node_name},
-        {"labels",
-         {{"kubernetes.io/hostname", options.node_name},
-          {"kubernetes.io/os", "linux"},
-          {"kubernetes.io/arch", "amd64"},
-          {"beta.kubernetes.io/os", "linux"},
-          {"beta.kubernetes.io/arch", "amd64"}}}}},
-      {"spec", json::object()},
-      {"status", nodeStatus()}};
+  const json node = {{"apiVersion", "v1"},
+                     {"kind", "Node"},
+                     {"metadata",
+                      {{"name", options.node_name},
+                       {"labels",
+                        {{"kubernetes.io/hostname", options.node_name},
+                         {"kubernetes.io/os", "linux"},
+                         {"kubernetes.io/arch", "amd64"},
+                         {"beta.kubernetes.io/os", "linux"},
+                         {"beta.kubernetes.io/arch", "amd64"}}}}},
+                     {"spec", json::object()},
+                     {"status", nodeStatus()}};
   auto created = client->create(kNodes, node);
   if (created) {
     node_uid = uidOf(*created);
@@ -1294,11 +1314,10 @@ void LocalKubelet::State::heartbeat() {
                      {{"name", key.name},
                       {"namespace", key.ns},
                       {"resourceVersion", lease_resource_version},
-                      {"ownerReferences",
-                       json::array({{{"apiVersion", "v1"},
-                                     {"kind", "Node"},
-                                     {"name", options.node_name},
-                                     {"uid", node_uid}}})}}},
+                      {"ownerReferences", json::array({{{"apiVersion", "v1"},
+                                                        {"kind", "Node"},
+                                                        {"name", options.node_name},
+                                                        {"uid", node_uid}}})}}},
                     {"spec",
                      {{"holderIdentity", options.node_name},
                       {"leaseDurationSeconds", options.lease_duration.count()},
@@ -1330,11 +1349,10 @@ void LocalKubelet::State::heartbeat() {
                       {"metadata",
                        {{"name", key.name},
                         {"namespace", key.ns},
-                        {"ownerReferences",
-                         json::array({{{"apiVersion", "v1"},
-                                       {"kind", "Node"},
-                                       {"name", options.node_name},
-                                       {"uid", node_uid}}})}}},
+                        {"ownerReferences", json::array({{{"apiVersion", "v1"},
+                                                          {"kind", "Node"},
+                                                          {"name", options.node_name},
+                                                          {"uid", node_uid}}})}}},
                       {"spec",
                        {{"holderIdentity", options.node_name},
                         {"leaseDurationSeconds", options.lease_duration.count()},
@@ -1347,16 +1365,16 @@ void LocalKubelet::State::heartbeat() {
       }
     }
     // kubelet retries a failed renewal sooner (its 200 ms .. 7 s backoff); 1 s here.
-    next_lease_renew = now + (renewed ? options.lease_renew_interval
-                                      : std::chrono::milliseconds(1000));
+    next_lease_renew =
+        now + (renewed ? options.lease_renew_interval : std::chrono::milliseconds(1000));
   }
   if (now >= next_node_status) {
     PatchOptions status_options;
     status_options.subresource = "status";
     auto patched = client->patch(kNodes, {"", options.node_name}, PatchType::kStrategicMerge,
                                  json{{"status", nodeStatus()}}, status_options);
-    next_node_status = now + (patched ? options.node_status_interval
-                                      : std::chrono::milliseconds(1000));
+    next_node_status =
+        now + (patched ? options.node_status_interval : std::chrono::milliseconds(1000));
   }
 }
 
@@ -1377,11 +1395,11 @@ void LocalKubelet::State::schedule() {
     }
     bind_attempts[uid] = now;
     const ObjectKey key = objectKeyOf(*pod);
-    const json binding = {{"apiVersion", "v1"},
-                          {"kind", "Binding"},
-                          {"metadata", {{"name", key.name}, {"namespace", key.ns}, {"uid", uid}}},
-                          {"target",
-                           {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}};
+    const json binding = {
+        {"apiVersion", "v1"},
+        {"kind", "Binding"},
+        {"metadata", {{"name", key.name}, {"namespace", key.ns}, {"uid", uid}}},
+        {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}};
     (void)client->create(kBindings, binding);  // a conflict means someone else bound it
   }
   std::erase_if(bind_attempts, [&](const auto& entry) { return !pending.contains(entry.first); });
@@ -1407,29 +1425,28 @@ void LocalKubelet::State::provision() {
     if (spec.contains("resources") && spec["resources"].contains("requests")) {
       size = stringOr(spec["resources"]["requests"], "storage", size);
     }
-    const json pv = {
-        {"apiVersion", "v1"},
-        {"kind", "PersistentVolume"},
-        {"metadata",
-         {{"name", "pvc-" + uid},
-          {"labels", {{"rtable.io/local-kubelet-node", options.node_name}}},
-          {"annotations",
-           {{std::string(kProvisionedByAnnotation), std::string(kProvisionerName)}}}}},
-        {"spec",
-         {{"capacity", {{"storage", size}}},
-          {"accessModes", access},
-          // Delete, done by us as the external provisioner: the PV controller leaves a PV with
-          // a provisioned-by annotation it does not know to that provisioner.
-          {"persistentVolumeReclaimPolicy", "Delete"},
-          {"storageClassName", stringOr(spec, "storageClassName")},
-          {"volumeMode", stringOr(spec, "volumeMode", "Filesystem")},
-          {"claimRef",
-           {{"apiVersion", "v1"},
-            {"kind", "PersistentVolumeClaim"},
-            {"namespace", key.ns},
-            {"name", key.name},
-            {"uid", uid}}},
-          {"hostPath", {{"path", dir.string()}, {"type", "DirectoryOrCreate"}}}}}};
+    const json pv = {{"apiVersion", "v1"},
+                     {"kind", "PersistentVolume"},
+                     {"metadata",
+                      {{"name", "pvc-" + uid},
+                       {"labels", {{"rtable.io/local-kubelet-node", options.node_name}}},
+                       {"annotations",
+                        {{std::string(kProvisionedByAnnotation), std::string(kProvisionerName)}}}}},
+                     {"spec",
+                      {{"capacity", {{"storage", size}}},
+                       {"accessModes", access},
+                       // Delete, done by us as the external provisioner: the PV controller leaves a
+                       // PV with a provisioned-by annotation it does not know to that provisioner.
+                       {"persistentVolumeReclaimPolicy", "Delete"},
+                       {"storageClassName", stringOr(spec, "storageClassName")},
+                       {"volumeMode", stringOr(spec, "volumeMode", "Filesystem")},
+                       {"claimRef",
+                        {{"apiVersion", "v1"},
+                         {"kind", "PersistentVolumeClaim"},
+                         {"namespace", key.ns},
+                         {"name", key.name},
+                         {"uid", uid}}},
+                       {"hostPath", {{"path", dir.string()}, {"type", "DirectoryOrCreate"}}}}}};
     auto created = client->create(kPersistentVolumes, pv);
     if (created || created.error().kind == KubeErrorKind::kAlreadyExists) provisioned.insert(uid);
   }
@@ -1547,9 +1564,8 @@ std::expected<LocalKubelet, std::string> LocalKubelet::start(LocalKubeletOptions
   auto state = std::make_shared<State>();
   if (options.sandbox_binary.empty()) options.sandbox_binary = defaultSandbox();
   if (!fs::exists(options.sandbox_binary)) {
-    return std::unexpected(
-        fmt::format("{} not found (build the rtable-pod-sandbox target)",
-                    options.sandbox_binary.string()));
+    return std::unexpected(fmt::format("{} not found (build the rtable-pod-sandbox target)",
+                                       options.sandbox_binary.string()));
   }
   if (options.work_dir.empty()) {
     std::string pattern = (fs::temp_directory_path() / "rtable-local-kubelet-XXXXXX").string();
@@ -1605,24 +1621,28 @@ std::expected<LocalKubelet, std::string> LocalKubelet::start(LocalKubeletOptions
   state->pvs = make(kPersistentVolumes, wake_all);
   state->config_maps = make(kConfigMaps, wake_all);
   state->secrets = make(kSecrets, wake_all);
-  for (auto* informer : {&state->pods, &state->pvcs, &state->pvs, &state->config_maps,
-                         &state->secrets}) {
+  for (auto* informer :
+       {&state->pods, &state->pvcs, &state->pvs, &state->config_maps, &state->secrets}) {
     (*informer)->start();
   }
-  for (auto* informer : {&state->pods, &state->pvcs, &state->pvs, &state->config_maps,
-                         &state->secrets}) {
+  for (auto* informer :
+       {&state->pods, &state->pvcs, &state->pvs, &state->config_maps, &state->secrets}) {
     if (!(*informer)->waitForSync(std::chrono::seconds(60))) {
       auto error = (*informer)->lastError();
-      return std::unexpected(fmt::format("informer did not sync: {}",
-                                         error ? error->toString() : "timeout"));
+      return std::unexpected(
+          fmt::format("informer did not sync: {}", error ? error->toString() : "timeout"));
     }
   }
   state->control = std::thread([raw] { raw->runControl(); });
   return LocalKubelet(std::move(state));
 }
 
-const std::string& LocalKubelet::nodeName() const { return state_->options.node_name; }
-const std::filesystem::path& LocalKubelet::workDir() const { return state_->work_dir; }
+const std::string& LocalKubelet::nodeName() const {
+  return state_->options.node_name;
+}
+const std::filesystem::path& LocalKubelet::workDir() const {
+  return state_->work_dir;
+}
 void LocalKubelet::keepWorkDir() {
   std::lock_guard lock(state_->mu);
   state_->remove_work_dir = false;
@@ -1672,6 +1692,8 @@ std::vector<HostsEntry> LocalKubelet::hostsEntries() const {
   return state_->hosts_entries;
 }
 
-std::filesystem::path defaultPodSandboxBinary() { return defaultSandbox(); }
+std::filesystem::path defaultPodSandboxBinary() {
+  return defaultSandbox();
+}
 
 }  // namespace rtable::op::testing

@@ -8,7 +8,8 @@ namespace {
 
 std::optional<int> lastPort(const std::string& text, const std::regex& line) {
   std::optional<int> port;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator();
+       ++it) {
     port = std::stoi((*it)[1].str());
   }
   return port;

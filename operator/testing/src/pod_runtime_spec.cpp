@@ -65,7 +65,9 @@ std::expected<std::map<std::string, std::string>, std::string> configMapData(con
   if (auto it = cm.find("binaryData"); it != cm.end() && it->is_object()) {
     for (auto& [k, v] : it->items()) {
       auto bytes = common::base64Decode(v.is_string() ? v.get<std::string>() : "");
-      if (!bytes) return std::unexpected(fmt::format("binaryData key {} is not base64: {}", k, bytes.error()));
+      if (!bytes)
+        return std::unexpected(
+            fmt::format("binaryData key {} is not base64: {}", k, bytes.error()));
       out[k] = *bytes;
     }
   }
@@ -77,7 +79,8 @@ std::expected<std::map<std::string, std::string>, std::string> secretData(const 
   if (auto it = secret.find("data"); it != secret.end() && it->is_object()) {
     for (auto& [k, v] : it->items()) {
       auto bytes = common::base64Decode(v.is_string() ? v.get<std::string>() : "");
-      if (!bytes) return std::unexpected(fmt::format("data key {} is not base64: {}", k, bytes.error()));
+      if (!bytes)
+        return std::unexpected(fmt::format("data key {} is not base64: {}", k, bytes.error()));
       out[k] = *bytes;
     }
   }
@@ -121,8 +124,7 @@ std::expected<void, std::string> writeFileWithMode(const fs::path& path, const s
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   if (ec) {
-    return std::unexpected(
-        fmt::format("mkdir {}: {}", path.parent_path().string(), ec.message()));
+    return std::unexpected(fmt::format("mkdir {}: {}", path.parent_path().string(), ec.message()));
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << content;
@@ -157,7 +159,7 @@ bool payloadEquals(const fs::path& dir, const std::vector<VolumeFile>& files) {
     const fs::path path = data / f.path;
     auto content = readWholeFile(path);
     if (!content || *content != f.content) return false;
-    struct stat st {};
+    struct stat st{};
     if (::stat(path.c_str(), &st) != 0 ||
         static_cast<int>(st.st_mode & 07777) != (f.mode & 07777)) {
       return false;
@@ -571,8 +573,8 @@ std::expected<void, std::string> writeFileInPlace(const fs::path& path,
   }
   std::size_t done = 0;
   while (done < content.size()) {
-    const ssize_t n = ::pwrite(fd, content.data() + done, content.size() - done,
-                               static_cast<off_t>(done));
+    const ssize_t n =
+        ::pwrite(fd, content.data() + done, content.size() - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       const std::string error = std::strerror(errno);
@@ -585,8 +587,7 @@ std::expected<void, std::string> writeFileInPlace(const fs::path& path,
   const int truncated = ::ftruncate(fd, static_cast<off_t>(content.size()));
   ::close(fd);
   if (truncated != 0) {
-    return std::unexpected(
-        fmt::format("truncate {}: {}", path.string(), std::strerror(errno)));
+    return std::unexpected(fmt::format("truncate {}: {}", path.string(), std::strerror(errno)));
   }
   return {};
 }

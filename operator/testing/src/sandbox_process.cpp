@@ -61,7 +61,9 @@ SandboxProcess& SandboxProcess::operator=(SandboxProcess&& other) noexcept {
   return *this;
 }
 
-SandboxProcess::~SandboxProcess() { killAndReap(); }
+SandboxProcess::~SandboxProcess() {
+  killAndReap();
+}
 
 std::optional<int> SandboxProcess::poll() {
   if (pid_ <= 0) return exit_code_;

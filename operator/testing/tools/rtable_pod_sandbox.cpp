@@ -42,7 +42,9 @@
 // of this process is born in the container's PID namespace, which refuses new processes once its
 // init has exited: the check died with a fatal error and turned every exit status into 134. This
 // process only lives as long as its container and frees nothing worth checking: no leak check.
-extern "C" __attribute__((used, visibility("default"))) int __lsan_is_turned_off() { return 1; }
+extern "C" __attribute__((used, visibility("default"))) int __lsan_is_turned_off() {
+  return 1;
+}
 
 namespace {
 
@@ -74,7 +76,9 @@ struct Spec {
   _exit(kSetupError);
 }
 
-std::string errnoText() { return std::strerror(errno); }
+std::string errnoText() {
+  return std::strerror(errno);
+}
 
 void mountOrFail(const std::string& source, const std::string& target, const char* type,
                  unsigned long flags, const char* data = nullptr) {
@@ -168,7 +172,7 @@ class RootBuilder {
       const std::string source = (from == "/" ? "" : from) + "/" + name;
       const std::string target = to + "/" + name;
       if (from == "/" && name == "proc") continue;  // a fresh one, see build()
-      struct stat st {};
+      struct stat st{};
       if (::lstat(source.c_str(), &st) != 0) continue;  // gone meanwhile
       if (S_ISLNK(st.st_mode)) {
         std::vector<char> link(static_cast<std::size_t>(PATH_MAX) + 1);
@@ -210,7 +214,7 @@ class RootBuilder {
   // Creates mount point `m.target` (a dir, or a file when the source is not a dir).
   void ensureMountPoint(const Mount& m) {
     const std::string target = normalize(m.target);
-    struct stat source_stat {};
+    struct stat source_stat{};
     if (::stat(m.source.c_str(), &source_stat) != 0) {
       fail("volume source " + m.source + ": " + errnoText());
     }
@@ -234,7 +238,7 @@ class RootBuilder {
       const bool last = i + 1 == parts.size();
       const std::string next = (current == "/" ? "" : current) + "/" + parts[i];
       const std::string in_root = root_ + next;
-      struct stat st {};
+      struct stat st{};
       if (::lstat(in_root.c_str(), &st) == 0) {
         if (S_ISLNK(st.st_mode)) fail("mount target " + target + " crosses symlink " + next);
         current = next;
@@ -341,7 +345,7 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << child << "\n";
     std::rename(tmp.c_str(), spec.pid_file.c_str());
   }
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_handler = forwardSignal;
   sigemptyset(&action.sa_mask);
   for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -73,7 +72,8 @@ class Recorder {
   template <class Matches>
   std::vector<WatchEvent> waitUntil(Matches matches, std::chrono::seconds timeout = 30s) {
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return std::any_of(events_.begin(), events_.end(), matches); });
+    cv_.wait_for(lock, timeout,
+                 [&] { return std::any_of(events_.begin(), events_.end(), matches); });
     return events_;
   }
   std::optional<WatchEnd> waitEnd(std::chrono::seconds timeout = 30s) {

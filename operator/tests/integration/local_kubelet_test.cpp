@@ -6,6 +6,8 @@
 // container with its PVC data kept, a deleted pod comes back with the same data, a ConfigMap
 // change reaches the mounted file, readiness follows the probe, a scale-down stops processes.
 // Also: unknown images, restartPolicy Never, liveness restarts, the node's lease heartbeat.
+#include "rtable/operator/testing/local_kubelet.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -25,7 +27,6 @@
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/testing/local_control_plane.h"
-#include "rtable/operator/testing/local_kubelet.h"
 #include "rtable/operator/testing/pod_runtime_spec.h"
 #include "rtable/operator/testing/sandbox_process.h"
 
@@ -74,9 +75,9 @@ TEST(PodRuntimeSpec, ExpandsVarsLikeKubernetes) {
   EXPECT_EQ(expand("$(MISSING)"), "$(MISSING)");  // undefined: kept as written
   EXPECT_EQ(expand("$$(A)"), "$(A)");             // escaped
   EXPECT_EQ(expand("$$"), "$");
-  EXPECT_EQ(expand("a$b"), "a$b");      // '$' before anything else is kept
-  EXPECT_EQ(expand("$(A"), "$(A");      // unterminated: kept
-  EXPECT_EQ(expand("end$"), "end$");    // trailing '$'
+  EXPECT_EQ(expand("a$b"), "a$b");    // '$' before anything else is kept
+  EXPECT_EQ(expand("$(A"), "$(A");    // unterminated: kept
+  EXPECT_EQ(expand("end$"), "end$");  // trailing '$'
   EXPECT_EQ(expand("$()"), "$()");
 }
 
@@ -133,11 +134,13 @@ TEST(PodRuntimeSpec, ResolvesEnvInKubeletOrder) {
   EXPECT_EQ(got["CFG_mode"], "overridden");
 
   auto missing = containerEnv(testPod(), json::parse(R"({"env": [{"name": "T", "valueFrom":
-      {"secretKeyRef": {"name": "sec", "key": "nope"}}}]})"), testObjects());
+      {"secretKeyRef": {"name": "sec", "key": "nope"}}}]})"),
+                              testObjects());
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().find("couldn't find key nope"), std::string::npos) << missing.error();
   auto optional = containerEnv(testPod(), json::parse(R"({"env": [{"name": "T", "valueFrom":
-      {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}}]})"), testObjects());
+      {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}}]})"),
+                               testObjects());
   ASSERT_TRUE(optional) << optional.error();
   EXPECT_TRUE(optional->empty());
 }
@@ -187,7 +190,7 @@ TEST(PodRuntimeSpec, WritesVolumesLikeKubeletsAtomicWriter) {
   EXPECT_EQ(fs::read_symlink(dir / "a"), "..data/a");
   EXPECT_EQ(readFile(dir / "a"), "1");
   EXPECT_EQ(readFile(dir / "sub" / "b"), "2");
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat((dir / "sub" / "b").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   const fs::path old_payload = fs::read_symlink(dir / "..data");
@@ -200,8 +203,8 @@ TEST(PodRuntimeSpec, WritesVolumesLikeKubeletsAtomicWriter) {
   ASSERT_TRUE(second) << second.error();
   EXPECT_TRUE(*second);
   EXPECT_EQ(readFile(dir / "a"), "changed");
-  EXPECT_FALSE(fs::exists(dir / "sub"));           // gone from the payload, link removed
-  EXPECT_FALSE(fs::exists(dir / old_payload));     // the old payload dir is removed
+  EXPECT_FALSE(fs::exists(dir / "sub"));        // gone from the payload, link removed
+  EXPECT_FALSE(fs::exists(dir / old_payload));  // the old payload dir is removed
   fs::remove_all(dir);
 }
 
@@ -242,9 +245,15 @@ TEST(PodSandbox, MountsVolumesInItsOwnNamespaces) {
   fs::create_directories(dir / "root");
   fs::create_directories(dir / "vol");
   fs::create_directories(dir / "cfg");
-  { std::ofstream(dir / "vol" / "data.txt") << "volume data"; }
-  { std::ofstream(dir / "cfg" / "c.txt") << "config"; }
-  { std::ofstream(dir / "hosts") << "127.0.0.9\tpeer.example\n"; }
+  {
+    std::ofstream(dir / "vol" / "data.txt") << "volume data";
+  }
+  {
+    std::ofstream(dir / "cfg" / "c.txt") << "config";
+  }
+  {
+    std::ofstream(dir / "hosts") << "127.0.0.9\tpeer.example\n";
+  }
   const std::string top = fmt::format("/rtable-sandbox-test-{}", getpid());
   ASSERT_FALSE(fs::exists(top));
   const json spec = {
@@ -252,18 +261,22 @@ TEST(PodSandbox, MountsVolumesInItsOwnNamespaces) {
       {"hostname", "web-0"},
       {"mounts", json::array({
                      {{"source", (dir / "vol").string()}, {"target", top + "/data"}},
-                     {{"source", (dir / "cfg").string()}, {"target", "/etc/rtable-test-cfg"},
+                     {{"source", (dir / "cfg").string()},
+                      {"target", "/etc/rtable-test-cfg"},
                       {"read_only", true}},
                      {{"source", (dir / "hosts").string()}, {"target", "/etc/hosts"}},
                  })},
       {"argv", json::array({"sh", "-c",
-                            "cat " + top + "/data/data.txt; echo; cat /etc/rtable-test-cfg/c.txt;"
-                            " echo; hostname; echo pid=$$; getent hosts peer.example;"
-                            " touch /etc/rtable-test-cfg/x 2>/dev/null || echo read-only;"
-                            " test -f /etc/passwd && echo etc-mirrored; exit 7"})},
+                            "cat " + top +
+                                "/data/data.txt; echo; cat /etc/rtable-test-cfg/c.txt;"
+                                " echo; hostname; echo pid=$$; getent hosts peer.example;"
+                                " touch /etc/rtable-test-cfg/x 2>/dev/null || echo read-only;"
+                                " test -f /etc/passwd && echo etc-mirrored; exit 7"})},
       {"env", json::array({"PATH=/usr/bin:/bin"})},
       {"pid_file", (dir / "pid").string()}};
-  { std::ofstream(dir / "spec.json") << spec.dump(); }
+  {
+    std::ofstream(dir / "spec.json") << spec.dump();
+  }
   auto result = common::testing::runCommand(
       {defaultPodSandboxBinary().string(), (dir / "spec.json").string()}, 30s);
   ASSERT_TRUE(result) << result.error();
@@ -314,7 +327,9 @@ TEST(SandboxProcess, TheSandboxForwardsAnEarlySigtermToTheContainer) {
                      {"argv", json::array({"sh", "-c", "exec sleep 30"})},
                      {"env", json::array({"PATH=/usr/bin:/bin"})},
                      {"pid_file", (dir / "pid").string()}};
-  { std::ofstream(dir / "spec.json") << spec.dump(); }
+  {
+    std::ofstream(dir / "spec.json") << spec.dump();
+  }
   expectAnEarlySigtermIsSurvived({defaultPodSandboxBinary().string(), (dir / "spec.json").string()},
                                  dir / "log", 3, 300ms);
   fs::remove_all(dir);
@@ -412,7 +427,9 @@ class LocalKubeletTest : public ::testing::Test {
     options.max_termination_grace = 10s;
     // A hosts file "of the host" (a stand-in for /etc/hosts) that the kubelet keeps a block in.
     host_hosts_ = new fs::path(plane_->workDir() / "host-hosts");
-    { std::ofstream(*host_hosts_) << "127.0.0.1\tlocalhost\n"; }
+    {
+      std::ofstream(*host_hosts_) << "127.0.0.1\tlocalhost\n";
+    }
     options.host_hosts_file = *host_hosts_;
     auto kubelet = LocalKubelet::start(options);
     ASSERT_TRUE(kubelet) << kubelet.error();
@@ -463,13 +480,14 @@ class LocalKubeletTest : public ::testing::Test {
                                             const std::function<bool(const json&)>& check,
                                             std::chrono::milliseconds timeout = 60s) {
     json last;
-    if (waitFor([&] {
-          auto pod = getPod(ns, name);
-          if (!pod) return false;
-          last = *pod;
-          return check(*pod);
-        },
-                timeout)) {
+    if (waitFor(
+            [&] {
+              auto pod = getPod(ns, name);
+              if (!pod) return false;
+              last = *pod;
+              return check(*pod);
+            },
+            timeout)) {
       return ::testing::AssertionSuccess();
     }
     return ::testing::AssertionFailure()
@@ -480,11 +498,13 @@ class LocalKubeletTest : public ::testing::Test {
   // The container's main process, once the kubelet knows its pid.
   static pid_t containerPid(const std::string& ns, const std::string& pod) {
     pid_t pid = -1;
-    waitFor([&] {
-      auto container = kubelet_->container(ns, pod, "server");
-      pid = container ? container->pid : -1;
-      return pid > 1;
-    }, 10s, 50ms);
+    waitFor(
+        [&] {
+          auto container = kubelet_->container(ns, pod, "server");
+          pid = container ? container->pid : -1;
+          return pid > 1;
+        },
+        10s, 50ms);
     return pid;
   }
 
@@ -506,15 +526,14 @@ json statefulSet(const std::string& ns, int replicas) {
       {"name", "server"},
       {"image", kPythonImage},
       {"command", json::array({"python3", "-c", kServer, "$(GREETING)"})},
-      {"env", json::array({
-                  {{"name", "POD_NAME"},
-                   {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
-                  {{"name", "POD_IP"},
-                   {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
-                  {{"name", "GREETING"}, {"value", "hello-$(POD_NAME)"}},
-                  {{"name", "SECRET_TOKEN"},
-                   {"valueFrom", {{"secretKeyRef", {{"name", "web-secret"}, {"key", "token"}}}}}},
-              })},
+      {"env",
+       json::array({
+           {{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+           {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
+           {{"name", "GREETING"}, {"value", "hello-$(POD_NAME)"}},
+           {{"name", "SECRET_TOKEN"},
+            {"valueFrom", {{"secretKeyRef", {{"name", "web-secret"}, {"key", "token"}}}}}},
+       })},
       {"ports", json::array({{{"name", "http"}, {"containerPort", 8080}}})},
       {"readinessProbe",
        {{"httpGet", {{"path", "/ready"}, {"port", "http"}}},
@@ -522,26 +541,25 @@ json statefulSet(const std::string& ns, int replicas) {
         {"failureThreshold", 1}}},
       {"volumeMounts", json::array({{{"name", "data"}, {"mountPath", "/data"}},
                                     {{"name", "config"}, {"mountPath", "/etc/app"}}})}};
-  return {
-      {"apiVersion", "apps/v1"},
-      {"kind", "StatefulSet"},
-      {"metadata", {{"name", "web"}, {"namespace", ns}}},
-      {"spec",
-       {{"serviceName", "web"},
-        {"replicas", replicas},
-        {"selector", {{"matchLabels", {{"app", "web"}}}}},
-        {"template",
-         {{"metadata", {{"labels", {{"app", "web"}}}}},
+  return {{"apiVersion", "apps/v1"},
+          {"kind", "StatefulSet"},
+          {"metadata", {{"name", "web"}, {"namespace", ns}}},
           {"spec",
-           {{"terminationGracePeriodSeconds", 5},
-            {"containers", json::array({container})},
-            {"volumes", json::array({{{"name", "config"},
-                                      {"configMap", {{"name", "web-config"}}}}})}}}}},
-        {"volumeClaimTemplates",
-         json::array({{{"metadata", {{"name", "data"}}},
-                       {"spec",
-                        {{"accessModes", json::array({"ReadWriteOnce"})},
-                         {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}})}}}};
+           {{"serviceName", "web"},
+            {"replicas", replicas},
+            {"selector", {{"matchLabels", {{"app", "web"}}}}},
+            {"template",
+             {{"metadata", {{"labels", {{"app", "web"}}}}},
+              {"spec",
+               {{"terminationGracePeriodSeconds", 5},
+                {"containers", json::array({container})},
+                {"volumes",
+                 json::array({{{"name", "config"}, {"configMap", {{"name", "web-config"}}}}})}}}}},
+            {"volumeClaimTemplates",
+             json::array({{{"metadata", {{"name", "data"}}},
+                           {"spec",
+                            {{"accessModes", json::array({"ReadWriteOnce"})},
+                             {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}})}}}};
 }
 
 TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
@@ -637,14 +655,18 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
 
   // Readiness follows the probe both ways.
   auto set_ready = [&](int value) {
-    auto answer = common::testing::httpRequest(ip0, 8080, "GET", fmt::format("/set-ready/{}", value));
+    auto answer =
+        common::testing::httpRequest(ip0, 8080, "GET", fmt::format("/set-ready/{}", value));
     return answer && answer->status == 200;
   };
   ASSERT_TRUE(set_ready(0));
-  EXPECT_TRUE(waitPod(ns, "web-0", [](const json& pod) {
-    return conditionOf(pod, "Ready").value("status", "") == "False" &&
-           at(pod, "/status/containerStatuses/0/ready") == false;
-  }, 30s));
+  EXPECT_TRUE(waitPod(
+      ns, "web-0",
+      [](const json& pod) {
+        return conditionOf(pod, "Ready").value("status", "") == "False" &&
+               at(pod, "/status/containerStatuses/0/ready") == false;
+      },
+      30s));
   ASSERT_TRUE(set_ready(1));
   EXPECT_TRUE(waitPod(ns, "web-0", podReady, 30s));
 
@@ -653,9 +675,12 @@ TEST_F(LocalKubeletTest, RunsAStatefulSetLikeAKubelet) {
     const std::string old_uid = (*getPod(ns, "web-2"))["metadata"]["uid"];
     auto deleted = client_->remove(resources::pods(), {ns, "web-2"});
     ASSERT_TRUE(deleted) << deleted.error().toString();
-    ASSERT_TRUE(waitPod(ns, "web-2", [&](const json& pod) {
-      return pod["metadata"].value("uid", "") != old_uid && podReady(pod);
-    }, 90s));
+    ASSERT_TRUE(waitPod(
+        ns, "web-2",
+        [&](const json& pod) {
+          return pod["metadata"].value("uid", "") != old_uid && podReady(pod);
+        },
+        90s));
     const json seen = info((*getPod(ns, "web-2"))["status"]["podIP"]);
     EXPECT_EQ(seen["starts"], json::array({"web-2", "web-2"}));
     EXPECT_EQ(readFile(kubelet_->volumeDir(ns, "data-web-2") / "starts.txt"), "web-2\nweb-2\n");
@@ -697,21 +722,22 @@ TEST_F(LocalKubeletTest, RunsPodsToCompletionAndLogsThem) {
   const std::string ns = "jobs";
   createNamespace(ns);
   auto pod = [&](const std::string& name, const std::string& script) {
-    return json{{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata", {{"name", name}, {"namespace", ns}}},
-                {"spec",
-                 {{"restartPolicy", "Never"},
-                  {"containers",
-                   json::array({{{"name", "main"},
-                                 {"image", "busybox:test"},
-                                 {"args", json::array({"-c", script})},
-                                 {"env", json::array({
-                                             {{"name", "NODE"},
-                                              {"valueFrom",
-                                               {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
-                                             {{"name", "MSG"}, {"value", "on $(NODE)"}},
-                                         })}}})}}}};
+    return json{
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"namespace", ns}}},
+        {"spec",
+         {{"restartPolicy", "Never"},
+          {"containers",
+           json::array(
+               {{{"name", "main"},
+                 {"image", "busybox:test"},
+                 {"args", json::array({"-c", script})},
+                 {"env", json::array({
+                             {{"name", "NODE"},
+                              {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
+                             {{"name", "MSG"}, {"value", "on $(NODE)"}},
+                         })}}})}}}};
   };
   apply(pod("fails", "echo \"$(MSG)\"; exit 3"));
   apply(pod("succeeds", "echo done"));
@@ -740,19 +766,21 @@ TEST_F(LocalKubeletTest, LivenessFailureRestartsWithBackoff) {
          {"metadata", {{"name", "dead"}, {"namespace", ns}}},
          {"spec",
           {{"terminationGracePeriodSeconds", 1},
-           {"containers",
-            json::array({{{"name", "main"},
-                          {"image", "busybox:test"},
-                          {"args", json::array({"-c", "exec sleep 1000"})},
-                          {"livenessProbe",
-                           {{"tcpSocket", {{"port", 9}}},  // nothing listens there
-                            {"periodSeconds", 1},
-                            {"failureThreshold", 1}}}}})}}}});
-  EXPECT_TRUE(waitPod(ns, "dead", [](const json& p) {
-    const json restarts = at(p, "/status/containerStatuses/0/restartCount");
-    return restarts.is_number() && restarts.get<int>() >= 2 &&
-           at(p, "/status/containerStatuses/0/lastState/terminated/exitCode") == 137;
-  }, 60s));
+           {"containers", json::array({{{"name", "main"},
+                                        {"image", "busybox:test"},
+                                        {"args", json::array({"-c", "exec sleep 1000"})},
+                                        {"livenessProbe",
+                                         {{"tcpSocket", {{"port", 9}}},  // nothing listens there
+                                          {"periodSeconds", 1},
+                                          {"failureThreshold", 1}}}}})}}}});
+  EXPECT_TRUE(waitPod(
+      ns, "dead",
+      [](const json& p) {
+        const json restarts = at(p, "/status/containerStatuses/0/restartCount");
+        return restarts.is_number() && restarts.get<int>() >= 2 &&
+               at(p, "/status/containerStatuses/0/lastState/terminated/exitCode") == 137;
+      },
+      60s));
 }
 
 TEST_F(LocalKubeletTest, ExecProbesRunInTheContainersNamespaces) {
@@ -760,29 +788,33 @@ TEST_F(LocalKubeletTest, ExecProbesRunInTheContainersNamespaces) {
   createNamespace(ns);
   // Ready only where the hostname is the pod's: the probe runs in the container's UTS namespace.
   auto pod = [&](const std::string& name, const std::string& expected_hostname) {
-    return json{{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata", {{"name", name}, {"namespace", ns}}},
-                {"spec",
-                 {{"terminationGracePeriodSeconds", 1},
-                  {"containers",
-                   json::array({{{"name", "main"},
-                                 {"image", "busybox:test"},
-                                 {"args", json::array({"-c", "exec sleep 1000"})},
-                                 {"readinessProbe",
-                                  {{"exec",
-                                    {{"command", json::array({"sh", "-c",
-                                                              "test \"$(hostname)\" = " +
-                                                                  expected_hostname})}}},
-                                   {"periodSeconds", 1}}}}})}}}};
+    return json{
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"namespace", ns}}},
+        {"spec",
+         {{"terminationGracePeriodSeconds", 1},
+          {"containers",
+           json::array(
+               {{{"name", "main"},
+                 {"image", "busybox:test"},
+                 {"args", json::array({"-c", "exec sleep 1000"})},
+                 {"readinessProbe",
+                  {{"exec",
+                    {{"command",
+                      json::array({"sh", "-c", "test \"$(hostname)\" = " + expected_hostname})}}},
+                   {"periodSeconds", 1}}}}})}}}};
   };
   apply(pod("probed", "probed"));
   apply(pod("unready", "someone-else"));
   EXPECT_TRUE(waitPod(ns, "probed", podReady, 30s));
-  EXPECT_TRUE(waitPod(ns, "unready", [](const json& p) {
-    return at(p, "/status/phase") == "Running" &&
-           at(conditionOf(p, "Ready"), "/status") == "False";
-  }, 30s));
+  EXPECT_TRUE(waitPod(
+      ns, "unready",
+      [](const json& p) {
+        return at(p, "/status/phase") == "Running" &&
+               at(conditionOf(p, "Ready"), "/status") == "False";
+      },
+      30s));
   auto unready = getPod(ns, "unready");
   ASSERT_TRUE(unready);
   EXPECT_EQ(at(*unready, "/status/containerStatuses/0/ready"), false);

@@ -239,11 +239,9 @@ TEST_F(OperatorProcessTest, TwoProcessesElectOneLeaderAndHandOver) {
   const auto status = leader2->process->stop(30s);
   watch_lease.join();
   ASSERT_TRUE(status);
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << "wait status " << *status << "\n"
-      << leader2->logText();
-  EXPECT_NE(leader2->logText().find("released the lease"), std::string::npos)
-      << leader2->logText();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "wait status " << *status << "\n"
+                                                               << leader2->logText();
+  EXPECT_NE(leader2->logText().find("released the lease"), std::string::npos) << leader2->logText();
   ASSERT_GE(handover_ms.load(), 0) << "holder " << holder();
   fmt::print("handover after SIGTERM: {} ms\n", handover_ms.load());
   // A released Lease: no waiting for its expiry (the lease duration).
@@ -270,8 +268,7 @@ TEST_F(OperatorProcessTest, ABadFlagExitsTwoNamingIt) {
       {RTABLE_OPERATOR_BINARY, "--leader-election-lease-duration=forever"}, 30s);
   ASSERT_TRUE(result) << result.error();
   EXPECT_EQ(result->exit_code, 2);
-  EXPECT_NE(result->err.find("--leader-election-lease-duration"), std::string::npos)
-      << result->err;
+  EXPECT_NE(result->err.find("--leader-election-lease-duration"), std::string::npos) << result->err;
   result = common::testing::runCommand({RTABLE_OPERATOR_BINARY, "--no-such-flag"}, 30s);
   ASSERT_TRUE(result) << result.error();
   EXPECT_EQ(result->exit_code, 2);

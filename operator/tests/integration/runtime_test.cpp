@@ -271,8 +271,7 @@ TEST_F(RuntimeTest, AfterAnApiServerRestartTheNextGetSucceedsAtOnce) {
   }
   // Either way the writer's next request goes out on a fresh connection.
   auto again = (*writer)->get(kConfigMaps, {ns, "after-restart"});
-  EXPECT_TRUE(again || again.error().kind == KubeErrorKind::kNotFound)
-      << again.error().toString();
+  EXPECT_TRUE(again || again.error().kind == KubeErrorKind::kNotFound) << again.error().toString();
   fmt::print("after the restart: reader retried {} time(s); writer {} ({} retries)\n",
              (*reader)->retriesOnFreshConnection(),
              created ? "created" : created.error().toString(),

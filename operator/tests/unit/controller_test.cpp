@@ -20,8 +20,8 @@ namespace rtable::op {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::eventually;
 using common::testing::FakeClock;
+using testing::eventually;
 
 // The value of one sample: a counter or a gauge, or a histogram's sample count.
 double metricValue(prometheus::Registry& registry, const std::string& name,

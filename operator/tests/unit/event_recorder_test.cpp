@@ -52,11 +52,11 @@ class WallClock {
 class EventRecorderTest : public ::testing::Test {
  protected:
   EventRecorderTest() {
-    auto created = client_.create(
-        resources::configMaps(),
-        json{{"apiVersion", "v1"},
-             {"kind", "ConfigMap"},
-             {"metadata", {{"name", "events-config"}, {"namespace", "default"}}}});
+    auto created =
+        client_.create(resources::configMaps(),
+                       json{{"apiVersion", "v1"},
+                            {"kind", "ConfigMap"},
+                            {"metadata", {{"name", "events-config"}, {"namespace", "default"}}}});
     EXPECT_TRUE(created) << created.error().toString();
     object_ = *created;
   }
@@ -249,8 +249,7 @@ TEST_F(EventRecorderTest, AnAnswerIsNotRetriedAndNoAnswerIs) {
   o.retry_delay = 0s;
   KubeEventRecorder recorder(client_, o);
   const auto ref = ObjectReference::of(object_);
-  client_.failNextForTest(Verb::kCreate,
-                          kubeErrorFromResponse(403, R"({"kind":"Status","code":403,
+  client_.failNextForTest(Verb::kCreate, kubeErrorFromResponse(403, R"({"kind":"Status","code":403,
                             "reason":"Forbidden","message":"events is forbidden"})"));
   recorder.record(ref, EventType::kNormal, "Denied", "RBAC says no");
   ASSERT_TRUE(recorder.flush(10s));

@@ -22,9 +22,9 @@ struct HttpAnswer {
 };
 
 // nullopt when nothing answered within `timeout`.
-inline std::optional<HttpAnswer> httpGet(int port, const std::string& path,
-                                         std::chrono::milliseconds timeout =
-                                             std::chrono::seconds(5)) {
+inline std::optional<HttpAnswer> httpGet(
+    int port, const std::string& path,
+    std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return std::nullopt;
   sockaddr_in addr{};

@@ -20,8 +20,8 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-using testing::eventually;
 using common::testing::FakeClock;
+using testing::eventually;
 using testing::FakeKubeClient;
 using testing::InterceptingKubeClient;
 

@@ -19,8 +19,8 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-using testing::eventually;
 using common::testing::FakeClock;
+using testing::eventually;
 using testing::FakeKubeClient;
 using testing::InterceptingKubeClient;
 
@@ -110,7 +110,8 @@ class LeaderElectionTest : public ::testing::Test {
 
   // Advances until `predicate` holds; false after `limit`.
   template <class Predicate>
-  bool advanceUntil(Predicate predicate, common::Clock::Duration limit, common::Clock::Duration step = 250ms) {
+  bool advanceUntil(Predicate predicate, common::Clock::Duration limit,
+                    common::Clock::Duration step = 250ms) {
     for (common::Clock::Duration done{}; done < limit; done += step) {
       if (predicate()) return true;
       clock_.advance(step);

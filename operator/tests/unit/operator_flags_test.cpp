@@ -25,13 +25,12 @@ TEST(OperatorFlagsTest, DefaultsAreControllerRuntimes) {
 }
 
 TEST(OperatorFlagsTest, BothValueFormsAndBareBooleans) {
-  auto flags = parseOperatorFlags({"--kubeconfig", "/tmp/kc", "--leader-elect=false",
-                                   "--leader-election-namespace=ops", "-leader-election-id=x",
-                                   "--leader-election-lease-duration=4s",
-                                   "--leader-election-renew-deadline", "3s",
-                                   "--leader-election-retry-period=1s",
-                                   "--health-probe-bind-address=127.0.0.1:0",
-                                   "--metrics-bind-address", ":0", "--log-level=debug"});
+  auto flags = parseOperatorFlags(
+      {"--kubeconfig", "/tmp/kc", "--leader-elect=false", "--leader-election-namespace=ops",
+       "-leader-election-id=x", "--leader-election-lease-duration=4s",
+       "--leader-election-renew-deadline", "3s", "--leader-election-retry-period=1s",
+       "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address", ":0",
+       "--log-level=debug"});
   ASSERT_TRUE(flags) << flags.error().toString();
   EXPECT_EQ(flags->kubeconfig, "/tmp/kc");
   EXPECT_FALSE(flags->leader_elect);

@@ -35,8 +35,7 @@ const ObjectKey kLease{"default", "rtable-operator-lock"};
 class CountingTask {
  public:
   LeaderTask task(const std::string& name) {
-    return {name,
-            [this] { ++starts_; },
+    return {name, [this] { ++starts_; },
             [this] {
               std::unique_lock lock(mu_);
               stopping_ = true;
@@ -88,7 +87,8 @@ OperatorProcessOptions fastOptions(const std::string& identity) {
 
 std::string holderOf(KubeClient& client) {
   auto lease = client.get(resources::leases(), kLease);
-  return lease ? LeaseRecord::fromLease(*lease).holder_identity : "<" + lease.error().toString() + ">";
+  return lease ? LeaseRecord::fromLease(*lease).holder_identity
+               : "<" + lease.error().toString() + ">";
 }
 
 // The value of `leader_election_master_status{name="rtable-operator-lock"}` on /metrics.
@@ -264,8 +264,7 @@ TEST(OperatorProcessTest, ReadinessWaitsForTheApiServerAndEveryInformer) {
     if (!apiserver_up) return KubeError::connection("connection refused");
     // The process probes with a list of namespaces (limit 1); the informer lists configmaps in
     // pages of 500.
-    if (call == InterceptingKubeClient::Call::kList && !configmaps_listable &&
-        listing_configmaps) {
+    if (call == InterceptingKubeClient::Call::kList && !configmaps_listable && listing_configmaps) {
       return KubeError::connection("configmaps: connection reset");
     }
     return std::nullopt;

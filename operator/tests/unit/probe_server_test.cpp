@@ -39,12 +39,11 @@ class ProbeServerTest : public ::testing::Test {
  protected:
   std::unique_ptr<ProbeServer> start() {
     std::vector<NamedCheck> healthz{{"ping", [] { return std::expected<void, std::string>(); }}};
-    std::vector<NamedCheck> readyz{
-        {"apiserver", [] { return std::expected<void, std::string>(); }},
-        {"informers", [this]() -> std::expected<void, std::string> {
-           if (synced_.load()) return {};
-           return std::unexpected(std::string("not synced: configmaps"));
-         }}};
+    std::vector<NamedCheck> readyz{{"apiserver", [] { return std::expected<void, std::string>(); }},
+                                   {"informers", [this]() -> std::expected<void, std::string> {
+                                      if (synced_.load()) return {};
+                                      return std::unexpected(std::string("not synced: configmaps"));
+                                    }}};
     auto server = ProbeServer::start(*parseBindAddress("127.0.0.1:0"), healthz, readyz);
     EXPECT_TRUE(server) << server.error();
     return server ? std::move(*server) : nullptr;

@@ -16,7 +16,8 @@ namespace {
 using namespace std::chrono_literals;
 using common::testing::FakeClock;
 
-WorkQueue::Options options(const common::Clock& clock, std::unique_ptr<RateLimiter> limiter = nullptr) {
+WorkQueue::Options options(const common::Clock& clock,
+                           std::unique_ptr<RateLimiter> limiter = nullptr) {
   WorkQueue::Options o;
   o.name = "test";
   o.clock = &clock;

@@ -34,7 +34,9 @@ bool validPath(const std::string& path, bool sequential) {
   return true;
 }
 
-KeeperError error(KeeperCode code, std::string path) { return KeeperError{code, std::move(path), {}, {}}; }
+KeeperError error(KeeperCode code, std::string path) {
+  return KeeperError{code, std::move(path), {}, {}};
+}
 
 struct Node {
   std::string data;
@@ -209,8 +211,8 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
     Node* mutableNode(const std::string& path) {
       auto it = server.nodes_.find(path);
       if (saved.insert(path).second) {
-        undo.emplace_back(path, it == server.nodes_.end() ? std::nullopt
-                                                          : std::optional<Node>(it->second));
+        undo.emplace_back(
+            path, it == server.nodes_.end() ? std::nullopt : std::optional<Node>(it->second));
       }
       return it == server.nodes_.end() ? nullptr : &it->second;
     }
@@ -249,7 +251,8 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
       }
       const std::string path =
           sequential ? o.path + fmt::format("{:010d}", parent_it->second.counter) : o.path;
-      if (server.nodes_.contains(path)) return std::unexpected(error(KeeperCode::kNodeExists, o.path));
+      if (server.nodes_.contains(path))
+        return std::unexpected(error(KeeperCode::kNodeExists, o.path));
 
       Node* parent = mutableNode(parent_path);
       // ZooKeeper >= 3.6 (DataTree.createNode) only raises the counter: an overflow is dropped.
@@ -272,14 +275,16 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
     }
 
     KeeperResult<OpResult> apply(const op::Remove& o) {
-      if (!validPath(o.path, false)) return std::unexpected(error(KeeperCode::kBadArguments, o.path));
+      if (!validPath(o.path, false))
+        return std::unexpected(error(KeeperCode::kBadArguments, o.path));
       if (o.path == "/") return std::unexpected(error(KeeperCode::kBadArguments, o.path));
       auto it = server.nodes_.find(o.path);
       if (it == server.nodes_.end()) return std::unexpected(error(KeeperCode::kNoNode, o.path));
       if (o.version != -1 && o.version != it->second.stat.version) {
         return std::unexpected(error(KeeperCode::kBadVersion, o.path));
       }
-      if (!it->second.children.empty()) return std::unexpected(error(KeeperCode::kNotEmpty, o.path));
+      if (!it->second.children.empty())
+        return std::unexpected(error(KeeperCode::kNotEmpty, o.path));
       removeNode(o.path);
       return OpResult{};
     }
@@ -299,8 +304,10 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
     }
 
     KeeperResult<OpResult> apply(const op::Set& o) {
-      if (!validPath(o.path, false)) return std::unexpected(error(KeeperCode::kBadArguments, o.path));
-      if (!server.nodes_.contains(o.path)) return std::unexpected(error(KeeperCode::kNoNode, o.path));
+      if (!validPath(o.path, false))
+        return std::unexpected(error(KeeperCode::kBadArguments, o.path));
+      if (!server.nodes_.contains(o.path))
+        return std::unexpected(error(KeeperCode::kNoNode, o.path));
       Node* node = mutableNode(o.path);
       if (o.version != -1 && o.version != node->stat.version) {
         return std::unexpected(error(KeeperCode::kBadVersion, o.path));
@@ -324,7 +331,8 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
 
     KeeperResult<OpResult> apply(const op::CheckNotExists& o) {
       // Keeper::multi expands this op before it reaches an implementation.
-      return std::unexpected(KeeperError{KeeperCode::kBadArguments, o.path, "unexpanded check-not-exists", {}});
+      return std::unexpected(
+          KeeperError{KeeperCode::kBadArguments, o.path, "unexpanded check-not-exists", {}});
     }
   };
 

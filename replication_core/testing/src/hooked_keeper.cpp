@@ -36,7 +36,8 @@ class HookedKeeper final : public Keeper {
                                    CreateMode mode) override {
     return call({"create", path}, [&] { return inner_->create(path, data, mode); });
   }
-  KeeperResult<Stat> set(const std::string& path, const std::string& data, int32_t version) override {
+  KeeperResult<Stat> set(const std::string& path, const std::string& data,
+                         int32_t version) override {
     return call({"set", path}, [&] { return inner_->set(path, data, version); });
   }
   KeeperStatus remove(const std::string& path, int32_t version) override {
@@ -52,7 +53,8 @@ class HookedKeeper final : public Keeper {
 
  protected:
   KeeperResult<std::vector<OpResult>> multiImpl(const std::vector<Op>& ops) override {
-    return call({"multi", ops.empty() ? "" : firstPath(ops.front()), &ops}, [&] { return inner_->multi(ops); });
+    return call({"multi", ops.empty() ? "" : firstPath(ops.front()), &ops},
+                [&] { return inner_->multi(ops); });
   }
 
  private:
@@ -72,7 +74,8 @@ class HookedKeeper final : public Keeper {
 
 }  // namespace
 
-std::unique_ptr<Keeper> hookKeeper(std::shared_ptr<Keeper> session, std::shared_ptr<KeeperHooks> hooks) {
+std::unique_ptr<Keeper> hookKeeper(std::shared_ptr<Keeper> session,
+                                   std::shared_ptr<KeeperHooks> hooks) {
   return std::make_unique<HookedKeeper>(std::move(session), std::move(hooks));
 }
 

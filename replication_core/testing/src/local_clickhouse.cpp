@@ -19,7 +19,8 @@ using common::testing::runCommand;
 using common::testing::tailOfFile;
 
 void replaceAll(std::string& text, const std::string& from, const std::string& to) {
-  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+  for (std::size_t at = text.find(from); at != std::string::npos;
+       at = text.find(from, at + to.size())) {
     text.replace(at, from.size(), to);
   }
 }
@@ -94,7 +95,8 @@ TestStatus LocalClickHouse::launch(std::chrono::milliseconds timeout) {
     if (pinged && query("SELECT 1")) return {};
     std::this_thread::sleep_for(std::chrono::milliseconds(pinged ? 100 : 20));
   }
-  return std::unexpected(fmt::format("clickhouse-server did not answer within {} ms", timeout.count()));
+  return std::unexpected(
+      fmt::format("clickhouse-server did not answer within {} ms", timeout.count()));
 }
 
 int LocalClickHouse::terminate() {
@@ -118,7 +120,8 @@ std::expected<std::string, std::string> LocalClickHouse::query(const std::string
                             std::to_string(tcp_port_), "--query", sql},
                            std::chrono::seconds(60));
   if (!result) return std::unexpected(result.error());
-  if (result->exit_code != 0) return std::unexpected(result->err.empty() ? result->out : result->err);
+  if (result->exit_code != 0)
+    return std::unexpected(result->err.empty() ? result->out : result->err);
   return result->out;
 }
 

@@ -15,12 +15,14 @@ using common::testing::findFreeLoopbackPort;
 using common::testing::httpRequest;
 using common::testing::tailOfFile;
 
-std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(LocalReplicaOptions options) {
+std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(
+    LocalReplicaOptions options) {
   std::unique_ptr<LocalReplica> replica(new LocalReplica(std::move(options)));
   auto& o = replica->options_;
   std::error_code ec;
   std::filesystem::create_directories(o.work_dir, ec);
-  if (ec) return std::unexpected(fmt::format("cannot create {}: {}", o.work_dir.string(), ec.message()));
+  if (ec)
+    return std::unexpected(fmt::format("cannot create {}: {}", o.work_dir.string(), ec.message()));
   replica->data_dir_ = o.work_dir / "data";
   // A port found free may be taken by someone else before rtable-core binds it (the machine is
   // shared): a first start that fails on it gets new ports; nobody knows the old ones yet.
@@ -29,7 +31,8 @@ std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(Lo
     if (auto written = replica->writeSpec(); !written) return std::unexpected(written.error());
     auto launched = replica->launch();
     if (launched) return replica;
-    if (attempt == kAttempts || launched.error().find("Address already in use") == std::string::npos) {
+    if (attempt == kAttempts ||
+        launched.error().find("Address already in use") == std::string::npos) {
       return std::unexpected(launched.error());
     }
   }
@@ -44,10 +47,10 @@ TestStatus LocalReplica::writeSpec() {
   metrics_port_ = *metrics;
   std::ofstream(o.work_dir / "spec.yaml")
       << o.table_yaml << "\n"
-      << fmt::format("zookeeper: {{connect: \"{}\", sessionTimeoutMs: {}}}\n", o.zookeeper, o.session_timeout_ms)
+      << fmt::format("zookeeper: {{connect: \"{}\", sessionTimeoutMs: {}}}\n", o.zookeeper,
+                     o.session_timeout_ms)
       << fmt::format("replica: {{name: {}, host: {}}}\n", o.replica, o.host)
-      << fmt::format("dataDir: {}\n", data_dir_.string())
-      << fmt::format("listen: {}\n", o.host)
+      << fmt::format("dataDir: {}\n", data_dir_.string()) << fmt::format("listen: {}\n", o.host)
       << fmt::format("ports: {{http: {}, metrics: {}}}\n", http_port_, metrics_port_);
   std::vector<std::string> replication;
   if (!o.interserver_secret.empty()) {
@@ -69,14 +72,16 @@ LocalReplica::~LocalReplica() {
 
 TestStatus LocalReplica::launch(std::chrono::milliseconds timeout) {
   auto process = Subprocess::start(
-      {options_.binary.string(), "--config", (options_.work_dir / "spec.yaml").string()}, logFile());
+      {options_.binary.string(), "--config", (options_.work_dir / "spec.yaml").string()},
+      logFile());
   if (!process) return std::unexpected(process.error());
   process_.emplace(std::move(*process));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (!process_->running()) {
       process_.reset();
-      return std::unexpected("rtable-core exited during start; log tail:\n" + tailOfFile(logFile()));
+      return std::unexpected("rtable-core exited during start; log tail:\n" +
+                             tailOfFile(logFile()));
     }
     auto ready = get("/readyz");
     if (ready && ready->status == 200) return {};

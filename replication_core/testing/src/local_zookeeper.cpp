@@ -51,7 +51,9 @@ std::expected<std::unique_ptr<LocalZooKeeper>, std::string> LocalZooKeeper::star
   std::error_code ec;
   std::filesystem::create_directories(zk->dataDir(), ec);
   std::filesystem::create_directories(zk->work_dir_ / "conf", ec);
-  if (ec) return std::unexpected(fmt::format("cannot create {}: {}", zk->work_dir_.string(), ec.message()));
+  if (ec)
+    return std::unexpected(
+        fmt::format("cannot create {}: {}", zk->work_dir_.string(), ec.message()));
   // The port is free when we look; another process may take it before ZooKeeper binds, so a few
   // tries with fresh ports.
   std::string last_error;
@@ -75,7 +77,9 @@ LocalZooKeeper::~LocalZooKeeper() {
   }
 }
 
-std::string LocalZooKeeper::connectString() const { return fmt::format("127.0.0.1:{}", port_); }
+std::string LocalZooKeeper::connectString() const {
+  return fmt::format("127.0.0.1:{}", port_);
+}
 
 TestStatus LocalZooKeeper::writeConfig() {
   std::ofstream cfg(work_dir_ / "conf" / "zoo.cfg");
@@ -133,11 +137,10 @@ TestStatus LocalZooKeeper::restart() {
 
 TestStatus LocalZooKeeper::setSequentialCounter(const std::string& path, int32_t counter) {
   if (auto stopped = stop(); !stopped) return stopped;
-  auto result = runCommand({javaBinary(), "-cp",
-                            fmt::format("{}:{}", RTABLE_ZK_TOOLS_JAR, RTABLE_ZOOKEEPER_JAR),
-                            "io.rtable.tools.SetSequentialCounter", dataDir().string(), path,
-                            std::to_string(counter)},
-                           std::chrono::seconds(120));
+  auto result = runCommand(
+      {javaBinary(), "-cp", fmt::format("{}:{}", RTABLE_ZK_TOOLS_JAR, RTABLE_ZOOKEEPER_JAR),
+       "io.rtable.tools.SetSequentialCounter", dataDir().string(), path, std::to_string(counter)},
+      std::chrono::seconds(120));
   if (!result) return std::unexpected(result.error());
   if (result->exit_code != 0) {
     return std::unexpected(fmt::format("SetSequentialCounter {} {} failed (exit {}): {}{}", path,
@@ -161,17 +164,20 @@ TestStatus LocalZooKeeper::expireSession(const SessionCredentials& credentials) 
     if (!handle) return std::unexpected("zookeeper_init failed");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
     int state = 0;
-    while ((state = zoo_state(handle)) != ZOO_CONNECTED_STATE && state != ZOO_EXPIRED_SESSION_STATE) {
+    while ((state = zoo_state(handle)) != ZOO_CONNECTED_STATE &&
+           state != ZOO_EXPIRED_SESSION_STATE) {
       if (std::chrono::steady_clock::now() > deadline) {
         zookeeper_close(handle);
-        return std::unexpected(fmt::format("could not attach to session {:#x}", credentials.session_id));
+        return std::unexpected(
+            fmt::format("could not attach to session {:#x}", credentials.session_id));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     zookeeper_close(handle);
     if (state == ZOO_EXPIRED_SESSION_STATE) return {};
   }
-  return std::unexpected(fmt::format("session {:#x} survived {} closes", credentials.session_id, kAttempts));
+  return std::unexpected(
+      fmt::format("session {:#x} survived {} closes", credentials.session_id, kAttempts));
 }
 
 KeeperResult<std::unique_ptr<ZooKeeperClient>> LocalZooKeeper::connect(

@@ -48,9 +48,10 @@ class ClickHouseComparison : public ::testing::Test {
   }
 
   nlohmann::json inspectedTable() {
-    auto run = common::testing::runCommand({RTABLE_INSPECT_BINARY, "--zookeeper", zk_->connectString(),
-                                    "--root", "/clickhouse", "--format", "json"},
-                                   std::chrono::seconds(60));
+    auto run =
+        common::testing::runCommand({RTABLE_INSPECT_BINARY, "--zookeeper", zk_->connectString(),
+                                     "--root", "/clickhouse", "--format", "json"},
+                                    std::chrono::seconds(60));
     EXPECT_TRUE(run) << run.error();
     EXPECT_NE(run->exit_code, 2) << run->err;
     auto doc = nlohmann::json::parse(run->out);
@@ -80,7 +81,8 @@ class ClickHouseComparison : public ::testing::Test {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < deadline) {
       auto readonly = ch_->query("SELECT is_readonly FROM system.replicas WHERE table = 'events'");
-      auto zk_answers = ch_->query("SELECT count() FROM system.zookeeper WHERE path = '/clickhouse'");
+      auto zk_answers =
+          ch_->query("SELECT count() FROM system.zookeeper WHERE path = '/clickhouse'");
       if (readonly && *readonly == "0\n" && zk_answers) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -142,7 +144,8 @@ TEST_F(ClickHouseComparison, RtableParsesClickHousesLogEntries) {
   EXPECT_EQ(entries[2].new_part_name + "\n", active_part);
   auto merged = PartName::parse(entries[2].new_part_name);
   ASSERT_TRUE(merged);
-  for (const auto& source : entries[2].source_parts) EXPECT_TRUE(merged->contains(*PartName::parse(source)));
+  for (const auto& source : entries[2].source_parts)
+    EXPECT_TRUE(merged->contains(*PartName::parse(source)));
 }
 
 // Seed 002, experiment 28, on ClickHouse 18.16: the counter raised to 2147483644, four inserts
@@ -153,7 +156,8 @@ TEST_F(ClickHouseComparison, AnExhaustedCounterStopsClickHouseInsertsAndInspectS
   ASSERT_TRUE(waitUntilWritable());
 
   for (int month = 1; month <= 4; ++month) {
-    insertAfterRestart(fmt::format("INSERT INTO default.events VALUES ('2025-{:02d}-01', {})", month, 100 + month));
+    insertAfterRestart(fmt::format("INSERT INTO default.events VALUES ('2025-{:02d}-01', {})",
+                                   month, 100 + month));
     EXPECT_EQ(clickHouseLogMaxIndex(), 2147483643 + month);
   }
   auto fifth = ch_->query("INSERT INTO default.events VALUES ('2025-05-01', 105)");

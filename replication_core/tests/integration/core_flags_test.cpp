@@ -16,8 +16,8 @@
 namespace rtable::core {
 namespace {
 
-using nlohmann::json;
 using common::testing::runCommand;
+using nlohmann::json;
 
 class CoreFlags : public ::testing::Test {
  protected:
@@ -42,7 +42,8 @@ dataDir: {}
 listen: 0.0.0.0
 ports: {{http: {}, metrics: {}}}
 )",
-                                       zookeeper, (dir_ / "file-data").string(), http_port, metrics_port);
+                                       zookeeper, (dir_ / "file-data").string(), http_port,
+                                       metrics_port);
     return path;
   }
 
@@ -75,7 +76,8 @@ TEST_F(CoreFlags, FlagsOverrideTheSpecFilesIdentityAddressAndDataDir) {
   ASSERT_TRUE(process) << process.error();
   ASSERT_TRUE(common::testing::waitFor(
       [&] {
-        auto ready = common::testing::httpRequest("127.0.0.1", *http_port, "GET", "/readyz", "", std::chrono::seconds(2));
+        auto ready = common::testing::httpRequest("127.0.0.1", *http_port, "GET", "/readyz", "",
+                                                  std::chrono::seconds(2));
         return ready && ready->status == 200;
       },
       std::chrono::seconds(60)))
@@ -93,7 +95,8 @@ TEST_F(CoreFlags, FlagsOverrideTheSpecFilesIdentityAddressAndDataDir) {
   TablePaths paths{"/rtable/tables/flags", 1, "flags-2"};
   auto host = (*keeper)->get(paths.host());
   ASSERT_TRUE(host) << paths.host();
-  EXPECT_TRUE(host->data.starts_with("host: flags-2.flags-headless.default.svc\nport: " + std::to_string(*http_port)))
+  EXPECT_TRUE(host->data.starts_with("host: flags-2.flags-headless.default.svc\nport: " +
+                                     std::to_string(*http_port)))
       << host->data;
   auto from_file = (*keeper)->get(TablePaths{"/rtable/tables/flags", 1, "from-file"}.replicaRoot());
   EXPECT_FALSE(from_file);
@@ -106,7 +109,8 @@ TEST_F(CoreFlags, FlagsOverrideTheSpecFilesIdentityAddressAndDataDir) {
 TEST_F(CoreFlags, ABadValueExitsTwoNamingTheFlag) {
   const auto spec = writeSpec("127.0.0.1:1", 1, 2).string();
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--config", spec, "--replica-name=a/b"}, "--replica-name 'a/b': replica.name: 'a/b' must be non-empty and contain no '/'"},
+      {{"--config", spec, "--replica-name=a/b"},
+       "--replica-name 'a/b': replica.name: 'a/b' must be non-empty and contain no '/'"},
       {{"--config", spec, "--replica-name="}, "--replica-name: needs a value"},
       {{"--config", spec, "--data-dir", ""}, "--data-dir: needs a value"},
       {{"--config", spec, "--replica-host="}, "--replica-host: needs a value"},

@@ -1,6 +1,6 @@
 // rtable-core as users run it: a real process, a real ZooKeeper 3.8, HTTP on loopback.
-#include <fmt/format.h>
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -24,10 +24,10 @@
 namespace rtable::core {
 namespace {
 
-using testing::LocalReplica;
-using testing::LocalZooKeeper;
 using common::testing::waitFor;
 using nlohmann::json;
+using testing::LocalReplica;
+using testing::LocalZooKeeper;
 
 LocalZooKeeper& zookeeper() {
   static std::unique_ptr<LocalZooKeeper> zk = [] {
@@ -37,7 +37,6 @@ LocalZooKeeper& zookeeper() {
   }();
   return *zk;
 }
-
 
 class CoreProcess : public ::testing::Test {
  protected:
@@ -61,7 +60,8 @@ columns:
   - {{name: score, type: Nullable(Float64)}}
 partitionBy: toYYYYMM(d)
 orderBy: [id]
-deduplication: {})", table_, dedup);
+deduplication: {})",
+                                     table_, dedup);
     auto replica = LocalReplica::start(options);
     ASSERT_TRUE(replica) << replica.error();
     replica_ = std::move(*replica);
@@ -71,15 +71,18 @@ deduplication: {})", table_, dedup);
   }
   void TearDown() override {
     replica_.reset();
-    if (!work_dir_.empty() && !::testing::Test::HasFailure()) std::filesystem::remove_all(work_dir_);
+    if (!work_dir_.empty() && !::testing::Test::HasFailure())
+      std::filesystem::remove_all(work_dir_);
   }
 
   static std::string row(uint64_t id, int month = 12) {
     return fmt::format(R"({{"id":{},"d":"2026-{:02d}-0{}","user":"u{}","score":{}}})", id, month,
-                       1 + id % 9, id % 7, id % 3 == 0 ? "null" : std::to_string(id * 0.5)) + "\n";
+                       1 + id % 9, id % 7, id % 3 == 0 ? "null" : std::to_string(id * 0.5)) +
+           "\n";
   }
 
-  json insert(const std::string& body, const std::string& params = "format=JSONEachRow", int expect_status = 200) {
+  json insert(const std::string& body, const std::string& params = "format=JSONEachRow",
+              int expect_status = 200) {
     auto response = replica_->post("/insert?" + params, body);
     EXPECT_TRUE(response) << response.error();
     if (!response) return {};
@@ -136,9 +139,11 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
   auto tsv = insert("3\t2026-11-04\tu3\t\\N\n", "format=TSV");
   EXPECT_EQ(tsv["deduplicated_blocks"], 1);
 
-  auto selected = replica_->get("/select?where=" + common::percentEncode("id >= 2 AND score IS NOT NULL"));
+  auto selected =
+      replica_->get("/select?where=" + common::percentEncode("id >= 2 AND score IS NOT NULL"));
   ASSERT_TRUE(selected);
-  EXPECT_EQ(selected->body, R"({"id":2,"d":"2026-12-03","user":"u2","score":1})" "\n");
+  EXPECT_EQ(selected->body, R"({"id":2,"d":"2026-12-03","user":"u2","score":1})"
+                            "\n");
   auto by_partition = replica_->get("/count?partition=202611");
   EXPECT_EQ(json::parse(by_partition->body)["rows"], 1);
 }
@@ -161,7 +166,8 @@ TEST_F(CoreProcess, ASmallPartIsHeldInMemoryUntilTheCheckpointWritesItOut) {
   EXPECT_EQ(inMemory(), std::optional<bool>(true));
   EXPECT_FALSE(std::filesystem::exists(replica_->dataDir() / name));
   EXPECT_EQ(idCounts(), (std::map<uint64_t, int>{{1, 1}}));
-  ASSERT_TRUE(waitFor([&] { return inMemory() == std::optional<bool>(false); }, std::chrono::seconds(20)));
+  ASSERT_TRUE(
+      waitFor([&] { return inMemory() == std::optional<bool>(false); }, std::chrono::seconds(20)));
   EXPECT_TRUE(std::filesystem::exists(replica_->dataDir() / name / "checksums.txt"));
   EXPECT_EQ(idCounts(), (std::map<uint64_t, int>{{1, 1}}));
 }
@@ -177,12 +183,16 @@ TEST_F(CoreProcess, ATokenDecidesInsteadOfTheData) {
 
 TEST_F(CoreProcess, BadInputNamesRowAndColumnAndWritesNothing) {
   ASSERT_NO_FATAL_FAILURE(startReplica());
-  auto bad = insert(row(1) + row(2) + R"({"id":3,"d":"2026-12-01","user":"x","score":"high"})" "\n",
+  auto bad = insert(row(1) + row(2) +
+                        R"({"id":3,"d":"2026-12-01","user":"x","score":"high"})"
+                        "\n",
                     "format=JSONEachRow", 400);
   EXPECT_EQ(bad["error"], "BAD_INPUT");
   EXPECT_EQ(bad["row"], 3);
   EXPECT_EQ(bad["column"], "score");
-  auto unknown = insert(R"({"id":1,"d":"2026-12-01","user":"x","colour":1})" "\n", "format=JSONEachRow", 400);
+  auto unknown = insert(R"({"id":1,"d":"2026-12-01","user":"x","colour":1})"
+                        "\n",
+                        "format=JSONEachRow", 400);
   EXPECT_NE(unknown["message"].get<std::string>().find("colour"), std::string::npos);
   auto format = insert("", "format=Parquet", 400);
   EXPECT_EQ(format["error"], "BAD_FORMAT");
@@ -202,7 +212,7 @@ TEST_F(CoreProcess, TheWindowForgetsIdsByCount) {
   ASSERT_NO_FATAL_FAILURE(startReplica("{window: 3, windowSeconds: 3600}"));
   for (uint64_t id = 1; id <= 5; ++id) insert(row(id));
   ASSERT_TRUE(waitFor([&] { return dedupIds() == 3; })) << dedupIds();
-  EXPECT_EQ(insert(row(1))["rows"], 1);               // forgotten
+  EXPECT_EQ(insert(row(1))["rows"], 1);                 // forgotten
   EXPECT_EQ(insert(row(5))["deduplicated_blocks"], 1);  // remembered
 }
 
@@ -264,8 +274,10 @@ TEST_F(CoreProcess, ALargeInsertThatExpectsContinueGetsItAndAChunkedOneIsRead) {
     }
     return true;
   };
-  sendText(fmt::format("POST /insert?format=JSONEachRow HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n"
-                       "Expect: 100-continue\r\n\r\n", body.size()));
+  sendText(
+      fmt::format("POST /insert?format=JSONEachRow HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n"
+                  "Expect: 100-continue\r\n\r\n",
+                  body.size()));
   ASSERT_TRUE(receiveUntil("\r\n\r\n")) << "no interim answer within 10 s";
   EXPECT_EQ(received, "HTTP/1.1 100 Continue\r\n\r\n");
   received.clear();
@@ -276,8 +288,10 @@ TEST_F(CoreProcess, ALargeInsertThatExpectsContinueGetsItAndAChunkedOneIsRead) {
 
   // The same connection, a chunked body (as clients send a stream of unknown length).
   received.clear();
-  sendText("POST /insert?format=JSONEachRow HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
-  for (uint64_t id = 900001; id <= 900003; ++id) sendText(fmt::format("{:x}\r\n{}\r\n", row(id).size(), row(id)));
+  sendText(
+      "POST /insert?format=JSONEachRow HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  for (uint64_t id = 900001; id <= 900003; ++id)
+    sendText(fmt::format("{:x}\r\n{}\r\n", row(id).size(), row(id)));
   sendText("0\r\n\r\n");
   ASSERT_TRUE(receiveUntil("}\n")) << received;
   EXPECT_NE(received.find("\"rows\":3"), std::string::npos) << received;
@@ -291,16 +305,20 @@ TEST_F(CoreProcess, MetricsAndGracefulStop) {
   insert(row(1));
   ASSERT_TRUE(waitFor([&] {
     auto m = replica_->metrics();
-    return m && m->body.find("rtable_log_counter{generation=\"1\",replica=\"r1\",table=\"MetricsAndGracefulStop\"} 1") != std::string::npos;
+    return m && m->body.find(
+                    "rtable_log_counter{generation=\"1\",replica=\"r1\",table="
+                    "\"MetricsAndGracefulStop\"} 1") != std::string::npos;
   }));
   const std::string text = replica_->metrics()->body;
-  for (const char* name : {"rtable_log_max_index", "rtable_log_counter_headroom_ratio",
-                           "rtable_log_counter_exhaustion_seconds", "rtable_inserts_total",
-                           "rtable_inserted_rows_total", "rtable_insert_deduplicated_blocks_total",
-                           "rtable_parts", "rtable_merges_total", "rtable_zookeeper_request_duration_seconds"}) {
+  for (const char* name :
+       {"rtable_log_max_index", "rtable_log_counter_headroom_ratio",
+        "rtable_log_counter_exhaustion_seconds", "rtable_inserts_total",
+        "rtable_inserted_rows_total", "rtable_insert_deduplicated_blocks_total", "rtable_parts",
+        "rtable_merges_total", "rtable_zookeeper_request_duration_seconds"}) {
     EXPECT_NE(text.find(name), std::string::npos) << name;
   }
-  EXPECT_NE(text.find("rtable_insert_deduplicated_blocks_total{generation=\"1\",replica=\"r1\",table=\"MetricsAndGracefulStop\"} 1"),
+  EXPECT_NE(text.find("rtable_insert_deduplicated_blocks_total{generation=\"1\",replica=\"r1\","
+                      "table=\"MetricsAndGracefulStop\"} 1"),
             std::string::npos);
   EXPECT_EQ(replica_->terminate(), 0);
 }
@@ -320,7 +338,8 @@ TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
       for (;;) {
         auto response = replica_->post("/insert?format=JSONEachRow", body);
         if (response && response->status == 200) break;
-        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "insert " << id << " never succeeded";
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+            << "insert " << id << " never succeeded";
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       done = id + 1;
@@ -332,7 +351,8 @@ TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
   for (uint64_t at : {40u, 110u, 180u}) {
     while (done < at && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     // Somewhere inside the next few inserts.
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(random)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(random)));
     replica_->kill9();
     ++kills;
     auto relaunched = replica_->launch();
@@ -348,7 +368,9 @@ TEST_F(CoreProcess, KillNineDuringInsertsAndRetriesGiveEveryRowExactlyOnce) {
   // memory and in the part journal, and the restarts wrote them out from there.
   const std::string log = common::testing::readFile(replica_->logFile());
   std::size_t from_journal = 0;
-  for (std::size_t at = 0; (at = log.find("written again from the part journal", at)) != std::string::npos; ++at) ++from_journal;
+  for (std::size_t at = 0;
+       (at = log.find("written again from the part journal", at)) != std::string::npos; ++at)
+    ++from_journal;
   EXPECT_GT(from_journal, 0u);
 }
 

@@ -14,25 +14,26 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "replication_cluster.h"
 
 namespace rtable::core {
 namespace {
 
+using common::testing::waitFor;
 using nlohmann::json;
 using testing::LocalReplica;
-using common::testing::waitFor;
 
 constexpr std::size_t kRowBytes = 24 << 10;  // about the rows of the report in issue 26
 constexpr auto kConvergeWithin = std::chrono::seconds(120);
 
 // A value zstd cannot shrink much, different for every id.
 std::string filler(uint64_t id) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string text(kRowBytes, ' ');
   uint64_t x = id * 0x9E3779B97F4A7C15ull + 1;
   for (auto& c : text) {
@@ -68,8 +69,9 @@ class DiskFull : public ReplicationCluster {
     std::string body;
   };
   Outcome insertOnce(LocalReplica& replica, uint64_t id) {
-    const std::string body = fmt::format(R"({{"id":{},"d":"2026-12-0{}","user":"{}"}})", id,
-                                         1 + id % 9, filler(id)) + "\n";
+    const std::string body =
+        fmt::format(R"({{"id":{},"d":"2026-12-0{}","user":"{}"}})", id, 1 + id % 9, filler(id)) +
+        "\n";
     auto response = replica.post(
         fmt::format("/insert?format=JSONEachRow&insert_deduplication_token=t{}", id), body);
     if (!response) return Outcome{false, 0, response.error()};
@@ -105,7 +107,8 @@ class DiskFull : public ReplicationCluster {
     if (!selected || selected->status != 200) return ids;
     for (std::size_t start = 0; start < selected->body.size();) {
       const std::size_t end = selected->body.find('\n', start);
-      ids.insert(std::stoull(selected->body.substr(start, selected->body.find('\t', start) - start)));
+      ids.insert(
+          std::stoull(selected->body.substr(start, selected->body.find('\t', start) - start)));
       start = end == std::string::npos ? selected->body.size() : end + 1;
     }
     return ids;
@@ -172,18 +175,23 @@ TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) 
     const auto freed = std::chrono::steady_clock::now();
     twoClients(r1, r2, 10'000, 10'040, [] { return false; });
     std::optional<ReplicaContents> c1, c2;
-    const bool converged = waitFor([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      c1 = contents(r1);
-      c2 = contents(r2);
-      return c1 && c2 && c1->queue_size == 0 && c2->queue_size == 0 && *c1 == *c2 &&
-             c1->rows == acknowledged_.size();
-    }, kConvergeWithin);
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - freed).count();
+    const bool converged = waitFor(
+        [&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          c1 = contents(r1);
+          c2 = contents(r2);
+          return c1 && c2 && c1->queue_size == 0 && c2->queue_size == 0 && *c1 == *c2 &&
+                 c1->rows == acknowledged_.size();
+        },
+        kConvergeWithin);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - freed).count();
     auto state = r2.get("/replica");
     EXPECT_TRUE(converged) << fmt::format(
-        "run {}: not converged {:.1f} s after space returned: r1 {} rows, r2 {} rows, {} acknowledged; "
-        "r2's state: {}", run + 1, took, c1 ? c1->rows : 0, c2 ? c2->rows : 0, acknowledged_.size(),
+        "run {}: not converged {:.1f} s after space returned: r1 {} rows, r2 {} rows, {} "
+        "acknowledged; "
+        "r2's state: {}",
+        run + 1, took, c1 ? c1->rows : 0, c2 ? c2->rows : 0, acknowledged_.size(),
         state ? state->body.substr(0, 3000) : state.error());
     // Every acknowledged row exactly once, on both.
     const std::multiset<uint64_t> expected(acknowledged_.begin(), acknowledged_.end());
@@ -196,9 +204,11 @@ TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) 
   }
   std::sort(seconds_to_converge.begin(), seconds_to_converge.end());
   if (!seconds_to_converge.empty()) {
-    std::printf("disk full: %d of %d runs converged; from space returned to converged: p50 %.1f s, max %.1f s\n",
-                converged_runs, runs, seconds_to_converge[seconds_to_converge.size() / 2],
-                seconds_to_converge.back());
+    std::printf(
+        "disk full: %d of %d runs converged; from space returned to converged: p50 %.1f s, max "
+        "%.1f s\n",
+        converged_runs, runs, seconds_to_converge[seconds_to_converge.size() / 2],
+        seconds_to_converge.back());
   }
 }
 

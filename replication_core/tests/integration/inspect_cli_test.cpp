@@ -77,8 +77,8 @@ TEST_F(InspectCli, ExitsOneWhenATableIsUnderTheThreshold) {
   EXPECT_EQ(doc["tables"][0]["creates_left"], 648);
   EXPECT_EQ(doc["tables"][0]["below_threshold"], true);
 
-  auto lenient = inspect({"--zookeeper", zk_->connectString(), "--root", "/low",
-                          "--min-headroom-percent", "0"});
+  auto lenient = inspect(
+      {"--zookeeper", zk_->connectString(), "--root", "/low", "--min-headroom-percent", "0"});
   EXPECT_EQ(lenient.exit_code, 0) << lenient.err;
   EXPECT_NE(lenient.out.find("648"), std::string::npos);
 }
@@ -88,8 +88,10 @@ TEST_F(InspectCli, BadFlagsGiveOneLineAndExitTwo) {
       {{"--zookeeper", zk_->connectString(), "--bogus", "1"}, "--bogus"},
       {{"--root", "/"}, "--zookeeper"},
       {{"--zookeeper", zk_->connectString(), "--format", "xml"}, "--format"},
-      {{"--zookeeper", zk_->connectString(), "--min-headroom-percent", "abc"}, "--min-headroom-percent"},
-      {{"--zookeeper", zk_->connectString(), "--min-headroom-percent", "101"}, "--min-headroom-percent"},
+      {{"--zookeeper", zk_->connectString(), "--min-headroom-percent", "abc"},
+       "--min-headroom-percent"},
+      {{"--zookeeper", zk_->connectString(), "--min-headroom-percent", "101"},
+       "--min-headroom-percent"},
       {{"--zookeeper", zk_->connectString(), "--root", "relative"}, "--root"},
       {{"--zookeeper"}, "--zookeeper"},
   };
@@ -108,8 +110,9 @@ TEST_F(InspectCli, UnreachableZooKeeperAndMissingRootExitTwo) {
   const std::string nowhere = fmt::format("127.0.0.1:{}", *port);
   auto unreachable = inspect({"--zookeeper", nowhere, "--timeout-ms", "500"});
   EXPECT_EQ(unreachable.exit_code, 2);
-  EXPECT_EQ(unreachable.err,
-            fmt::format("rtable-inspect: cannot connect to ZooKeeper at {} within 500 ms\n", nowhere));
+  EXPECT_EQ(
+      unreachable.err,
+      fmt::format("rtable-inspect: cannot connect to ZooKeeper at {} within 500 ms\n", nowhere));
 
   auto missing = inspect({"--zookeeper", zk_->connectString(), "--root", "/does/not/exist"});
   EXPECT_EQ(missing.exit_code, 2);

@@ -17,9 +17,9 @@
 namespace rtable::core {
 namespace {
 
+using common::testing::waitFor;
 using testing::FakeKeeperServer;
 using testing::LocalZooKeeper;
-using common::testing::waitFor;
 
 class KeeperEnvironment {
  public:
@@ -72,7 +72,6 @@ RealEnvironment& realEnvironment() {
   static RealEnvironment env;
   return env;
 }
-
 
 // Collects watch events from any thread.
 class EventLog {
@@ -320,7 +319,8 @@ TEST_P(KeeperConformance, CheckNotExistsGuardsABlockNumberAllocation) {
   EXPECT_EQ((*first)[1].path_created, path("block_numbers/202612/block-0000000000"));
   EXPECT_FALSE(keeper_->exists(dedup)->has_value());
   // The emulation is a real create + delete: the dedup parent's counter moved by one.
-  EXPECT_EQ(SequentialCounter::fromStat(**keeper_->exists(path("deduplication_hashes"))).counter(), 1);
+  EXPECT_EQ(SequentialCounter::fromStat(**keeper_->exists(path("deduplication_hashes"))).counter(),
+            1);
 
   ASSERT_TRUE(keeper_->create(dedup, "202612_0_0_0", CreateMode::kPersistent));
   auto duplicate = keeper_->multi(allocate);

@@ -23,7 +23,8 @@
 #include "rtable/replication_core/testing/local_zookeeper.h"
 
 #ifndef RTABLE_CORE_BINARY
-#error "RTABLE_CORE_BINARY must name the rtable-core binary (see replication_core/tests/CMakeLists.txt)"
+#error \
+    "RTABLE_CORE_BINARY must name the rtable-core binary (see replication_core/tests/CMakeLists.txt)"
 #endif
 
 namespace rtable::core {
@@ -79,7 +80,8 @@ columns:
   - {{name: user, type: String}}
 partitionBy: toYYYYMM(d)
 orderBy: [id]
-{})", table_, more_table_yaml);
+{})",
+                                     table_, more_table_yaml);
     auto replica = testing::LocalReplica::start(options);
     EXPECT_TRUE(replica) << replica.error();
     if (!replica) throw std::runtime_error(replica.error());
@@ -90,7 +92,8 @@ orderBy: [id]
   // Row `id` of the table above; ids spread over three monthly partitions.
   static std::string row(uint64_t id) {
     return fmt::format(R"({{"id":{},"d":"2026-{:02d}-0{}","user":"u{}"}})", id, 10 + id % 3,
-                       1 + id % 9, id % 7) + "\n";
+                       1 + id % 9, id % 7) +
+           "\n";
   }
 
   void insert(testing::LocalReplica& replica, const std::string& body) {
@@ -105,7 +108,8 @@ orderBy: [id]
     auto parts = replica.get("/parts");
     auto state = replica.get("/replica");
     auto count = replica.get("/count");
-    if (!parts || !state || !count || parts->status != 200 || state->status != 200) return std::nullopt;
+    if (!parts || !state || !count || parts->status != 200 || state->status != 200)
+      return std::nullopt;
     for (const auto& part : json::parse(parts->body)) {
       c.parts[part["name"].get<std::string>()] = part["checksum"].get<std::string>();
     }
@@ -118,19 +122,22 @@ orderBy: [id]
   // checksums) and rows; returns that common content.
   ReplicaContents expectConverged(std::chrono::seconds timeout = std::chrono::seconds(90)) {
     std::map<std::string, std::optional<ReplicaContents>> last;
-    const bool converged = common::testing::waitFor([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // 3 requests per replica a round
-      last.clear();
-      for (auto& [name, replica] : replicas_) {
-        if (replica->running()) last[name] = contents(*replica);
-      }
-      const auto& first = last.begin()->second;
-      if (!first || first->queue_size != 0) return false;
-      for (const auto& [name, c] : last) {
-        if (!c || !(*c == *first)) return false;
-      }
-      return true;
-    }, timeout);
+    const bool converged = common::testing::waitFor(
+        [&] {
+          std::this_thread::sleep_for(
+              std::chrono::milliseconds(100));  // 3 requests per replica a round
+          last.clear();
+          for (auto& [name, replica] : replicas_) {
+            if (replica->running()) last[name] = contents(*replica);
+          }
+          const auto& first = last.begin()->second;
+          if (!first || first->queue_size != 0) return false;
+          for (const auto& [name, c] : last) {
+            if (!c || !(*c == *first)) return false;
+          }
+          return true;
+        },
+        timeout);
     if (!converged) {
       std::string report;
       for (const auto& [name, c] : last) {

@@ -28,9 +28,9 @@
 namespace rtable::core {
 namespace {
 
+using common::testing::waitFor;
 using nlohmann::json;
 using testing::LocalReplica;
-using common::testing::waitFor;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 

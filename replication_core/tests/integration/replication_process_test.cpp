@@ -15,9 +15,9 @@
 namespace rtable::core {
 namespace {
 
+using common::testing::waitFor;
 using nlohmann::json;
 using testing::LocalReplica;
-using common::testing::waitFor;
 
 class Replication : public ReplicationCluster {};
 
@@ -46,11 +46,14 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
     const std::string line = metrics->body.substr(at + 1, end - at - 1);
     return std::stod(line.substr(line.rfind(' ') + 1));
   };
-  ASSERT_TRUE(waitFor([&] {
-    metrics = all[0]->metrics();
-    return metrics && metrics->status == 200 && value("rtable_replication_queue_size") == 0 &&
-           value("rtable_replica_absolute_delay_seconds") == 0;
-  }, std::chrono::seconds(10))) << (metrics ? metrics->body : metrics.error());
+  ASSERT_TRUE(waitFor(
+      [&] {
+        metrics = all[0]->metrics();
+        return metrics && metrics->status == 200 && value("rtable_replication_queue_size") == 0 &&
+               value("rtable_replica_absolute_delay_seconds") == 0;
+      },
+      std::chrono::seconds(10)))
+      << (metrics ? metrics->body : metrics.error());
   EXPECT_GT(value("rtable_fetches_total"), 0);
   EXPECT_GT(value("rtable_fetched_bytes_total"), 0);
   EXPECT_GT(value("rtable_fetch_duration_seconds_count"), 0);
@@ -59,10 +62,11 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
   EXPECT_EQ(value("rtable_replication_queue_size"), 0);
   EXPECT_EQ(value("rtable_replica_absolute_delay_seconds"), 0);
   EXPECT_EQ(value("rtable_replica_lost"), 0);
-  for (const char* reason : {"covered_by_future_part", "merge_source_missing", "intersects_drop_range",
-                             "fetch_pool_full", "merge_pool_full", "backoff_after_failure",
-                             "replica_readonly"}) {
-    EXPECT_NE(metrics->body.find(fmt::format("reason=\"{}\"", reason)), std::string::npos) << reason;
+  for (const char* reason :
+       {"covered_by_future_part", "merge_source_missing", "intersects_drop_range",
+        "fetch_pool_full", "merge_pool_full", "backoff_after_failure", "replica_readonly"}) {
+    EXPECT_NE(metrics->body.find(fmt::format("reason=\"{}\"", reason)), std::string::npos)
+        << reason;
   }
 
   // Every row on every replica, exactly once.
@@ -73,7 +77,8 @@ TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
     std::size_t lines = 0;
     for (std::size_t start = 0; start < selected->body.size(); ++lines) {
       const std::size_t end = selected->body.find('\n', start);
-      ids.insert(std::stoull(selected->body.substr(start, selected->body.find('\t', start) - start)));
+      ids.insert(
+          std::stoull(selected->body.substr(start, selected->body.find('\t', start) - start)));
       start = end + 1;
     }
     EXPECT_EQ(lines, 60u);
@@ -105,16 +110,21 @@ TEST_F(Replication, AStoppingReplicaHandsItsOnlyPartsToTheOthersFirst) {
   r2.freezeForTest();
   insert(r1, row(2));
   auto stopped = std::async(std::launch::async, [&] { return r1.terminate(); });
-  const bool exited_at_once = stopped.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
+  const bool exited_at_once =
+      stopped.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
   r2.thawForTest();
   EXPECT_FALSE(exited_at_once) << "r1 stopped while it had the only copy of row 2";
   EXPECT_EQ(stopped.get(), 0);
   // r1 is gone: r2 has row 2 only if it fetched it during the hand-off (the part registered in
   // ZooKeeper a moment before it is visible).
-  EXPECT_TRUE(waitFor([&] {
-    auto count = r2.get("/count");
-    return count && count->status == 200 && json::parse(count->body)["rows"].get<uint64_t>() == 2u;
-  }, std::chrono::seconds(5))) << "r2 lacks the row r1 took with it";
+  EXPECT_TRUE(waitFor(
+      [&] {
+        auto count = r2.get("/count");
+        return count && count->status == 200 &&
+               json::parse(count->body)["rows"].get<uint64_t>() == 2u;
+      },
+      std::chrono::seconds(5)))
+      << "r2 lacks the row r1 took with it";
   ASSERT_TRUE(r1.launch());
   EXPECT_EQ(expectConverged().rows, 2u);
 }
@@ -140,16 +150,20 @@ TEST_F(Replication, AReplicaOfflineTooLongIsMarkedLostThenClonesAndConverges) {
   auto keeper = zookeeper().connect();
   ASSERT_TRUE(keeper);
   const std::string root = "/rtable/tables/" + table_ + "/1";
-  ASSERT_TRUE(waitFor([&] {
-    auto lost = (*keeper)->get(root + "/replicas/r3/is_lost");
-    return lost && lost->data == "1";
-  }, std::chrono::seconds(30))) << "r3 was not marked lost";
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto lost = (*keeper)->get(root + "/replicas/r3/is_lost");
+        return lost && lost->data == "1";
+      },
+      std::chrono::seconds(30)))
+      << "r3 was not marked lost";
   // The log was trimmed past r3's pointer: replaying it is impossible, cloning is the way back.
   auto pointer = (*keeper)->get(root + "/replicas/r3/log_pointer");
   auto log = (*keeper)->children(root + "/log");
   ASSERT_TRUE(pointer && log);
   int64_t oldest = INT64_MAX;
-  for (const auto& name : log->names) oldest = std::min<int64_t>(oldest, std::stoll(name.substr(4)));
+  for (const auto& name : log->names)
+    oldest = std::min<int64_t>(oldest, std::stoll(name.substr(4)));
   EXPECT_GT(oldest, std::stoll(pointer->data));
   ASSERT_TRUE(r3.launch());
   EXPECT_EQ(expectConverged().rows, 60u);
@@ -169,7 +183,8 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
   for (auto* other : {&r2, &r3}) {
     auto parts = other->get("/parts");
     ASSERT_TRUE(parts);
-    EXPECT_NE(parts->body.find(part), std::string::npos) << "acknowledged before this replica had " << part;
+    EXPECT_NE(parts->body.find(part), std::string::npos)
+        << "acknowledged before this replica had " << part;
   }
 
   // One down: a quorum of three cannot be reached, and nothing is written.
@@ -181,7 +196,8 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
 
   // r2 alive but stuck: the quorum of two times out cleanly, saying the rows may still appear.
   r2.freezeForTest();
-  auto late = r1.post("/insert?format=JSONEachRow&insert_quorum=2&insert_quorum_timeout=1500", row(3));
+  auto late =
+      r1.post("/insert?format=JSONEachRow&insert_quorum=2&insert_quorum_timeout=1500", row(3));
   r2.thawForTest();
   ASSERT_TRUE(late);
   EXPECT_EQ(late->status, 500) << late->body;
@@ -194,10 +210,12 @@ TEST_F(Replication, QuorumInsertsWaitForTheReplicas) {
 
   // auto: a majority of the three registered replicas, two, which r1 and r2 make.
   auto majority = r2.post("/insert?format=JSONEachRow&insert_quorum=auto", row(4));
-  ASSERT_TRUE(majority && majority->status == 200) << (majority ? majority->body : majority.error());
+  ASSERT_TRUE(majority && majority->status == 200)
+      << (majority ? majority->body : majority.error());
   auto on_r1 = r1.get("/parts");
   ASSERT_TRUE(on_r1);
-  EXPECT_NE(on_r1->body.find(json::parse(majority->body)["parts"][0].get<std::string>()), std::string::npos);
+  EXPECT_NE(on_r1->body.find(json::parse(majority->body)["parts"][0].get<std::string>()),
+            std::string::npos);
   // With r2 down too, one live replica of three is not a majority.
   ASSERT_EQ(r2.terminate(), 0);
   auto minority = r1.post("/insert?format=JSONEachRow&insert_quorum=auto", row(5));
@@ -222,7 +240,8 @@ TEST_F(Replication, TheTablesInsertQuorumAppliesToInsertsThatGiveNone) {
   ASSERT_TRUE(both && both->status == 200) << (both ? both->body : both.error());
   auto on_r2 = r2.get("/parts");
   ASSERT_TRUE(on_r2);
-  EXPECT_NE(on_r2->body.find(json::parse(both->body)["parts"][0].get<std::string>()), std::string::npos)
+  EXPECT_NE(on_r2->body.find(json::parse(both->body)["parts"][0].get<std::string>()),
+            std::string::npos)
       << "acknowledged before r2 had the part";
 
   r2.freezeForTest();
@@ -250,10 +269,12 @@ TEST_F(Replication, DropPartitionIsReplicatedAndForgetsItsDedupIds) {
   EXPECT_EQ(expectConverged().rows, 30u);
   auto dropped = r2.post("/drop_partition?partition=202611", "");
   ASSERT_TRUE(dropped && dropped->status == 200) << (dropped ? dropped->body : dropped.error());
-  EXPECT_EQ(json::parse(dropped->body)["dropped_range"].get<std::string>().substr(0, 9), "202611_0_");
+  EXPECT_EQ(json::parse(dropped->body)["dropped_range"].get<std::string>().substr(0, 9),
+            "202611_0_");
   const ReplicaContents after = expectConverged();
   EXPECT_EQ(after.rows, 20u);
-  for (const auto& [part, checksum] : after.parts) EXPECT_FALSE(part.starts_with("202611_")) << part;
+  for (const auto& [part, checksum] : after.parts)
+    EXPECT_FALSE(part.starts_with("202611_")) << part;
   // The same rows again are new rows now, not duplicates.
   auto again = r1.post("/insert?format=JSONEachRow", month_11);
   ASSERT_TRUE(again && again->status == 200) << (again ? again->body : again.error());
@@ -296,7 +317,8 @@ TEST_F(Replication, ARemovedReplicaNoLongerHoldsTheLogAndCanJoinAgain) {
     auto log = (*keeper)->children(root + "/log");
     int64_t oldest = INT64_MAX;
     if (log) {
-      for (const auto& name : log->names) oldest = std::min<int64_t>(oldest, std::stoll(name.substr(4)));
+      for (const auto& name : log->names)
+        oldest = std::min<int64_t>(oldest, std::stoll(name.substr(4)));
     }
     return oldest;
   };
@@ -329,7 +351,8 @@ TEST_F(Replication, APartNoReplicaHasAnyMoreIsGivenUpNotRetriedForever) {
   // r2 is away while r1 takes an insert; then r1 loses that part from its disk.
   ASSERT_EQ(r2.terminate(), 0);
   auto response = r1.post("/insert?format=JSONEachRow", row(2));
-  ASSERT_TRUE(response && response->status == 200) << (response ? response->body : response.error());
+  ASSERT_TRUE(response && response->status == 200)
+      << (response ? response->body : response.error());
   const std::string lost = json::parse(response->body)["parts"][0].get<std::string>();
   ASSERT_EQ(r1.terminate(), 0);
   ASSERT_TRUE(std::filesystem::remove_all(r1.dataDir() / lost) > 0) << lost;
@@ -343,7 +366,8 @@ TEST_F(Replication, APartNoReplicaHasAnyMoreIsGivenUpNotRetriedForever) {
     ASSERT_TRUE(metrics);
     const auto at = metrics->body.find("\nrtable_parts_lost_forever_total{");
     ASSERT_NE(at, std::string::npos) << metrics->body;
-    const std::string line = metrics->body.substr(at + 1, metrics->body.find('\n', at + 1) - at - 1);
+    const std::string line =
+        metrics->body.substr(at + 1, metrics->body.find('\n', at + 1) - at - 1);
     EXPECT_EQ(std::stod(line.substr(line.rfind(' ') + 1)), 1.0) << line;
   }
 }
@@ -353,18 +377,21 @@ TEST_F(Replication, AFetchNeedsTheSharedSecret) {
   insert(r1, row(1));
   auto& r2 = addReplica("r2", "wrong");
   // r2 cannot fetch: its queue keeps the entry, backing off, and says why.
-  ASSERT_TRUE(waitFor([&] {
-    auto state = r2.get("/replica");
-    if (!state || state->status != 200) return false;
-    const json body = json::parse(state->body);
-    for (const auto& entry : body["queue"]) {
-      if (entry["last_exception"].get<std::string>().find("401") != std::string::npos ||
-          entry["last_exception"].get<std::string>().find("nauthorized") != std::string::npos) {
-        return true;
-      }
-    }
-    return false;
-  }, std::chrono::seconds(30))) << r2.get("/replica")->body;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto state = r2.get("/replica");
+        if (!state || state->status != 200) return false;
+        const json body = json::parse(state->body);
+        for (const auto& entry : body["queue"]) {
+          if (entry["last_exception"].get<std::string>().find("401") != std::string::npos ||
+              entry["last_exception"].get<std::string>().find("nauthorized") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      std::chrono::seconds(30)))
+      << r2.get("/replica")->body;
   auto count = r2.get("/count");
   ASSERT_TRUE(count);
   EXPECT_EQ(json::parse(count->body)["rows"].get<uint64_t>(), 0u);

@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace rtable::core {
 namespace {
@@ -30,7 +30,10 @@ class RawClient {
   ~RawClient() { close(fd_); }
   bool connected() const { return connected_; }
 
-  void send(std::string_view text) { ASSERT_EQ(::send(fd_, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size())); }
+  void send(std::string_view text) {
+    ASSERT_EQ(::send(fd_, text.data(), text.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(text.size()));
+  }
 
   // Everything up to and including `marker`; "" on timeout or close.
   std::string readUntil(std::string_view marker) {
@@ -64,7 +67,9 @@ class RawClient {
   }
 
   // The socket's own send, for a test that sends after the server answered.
-  ssize_t sendRaw(std::string_view text) { return ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL); }
+  ssize_t sendRaw(std::string_view text) {
+    return ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL);
+  }
   void shutdownWrite() { ::shutdown(fd_, SHUT_WR); }
   // What recv says once the buffered bytes are read: 0 for a FIN, -1 (errno) for a reset.
   ssize_t endOfStream(int* error) {
@@ -130,8 +135,9 @@ TEST_F(HttpServerTest, KeepAliveServesRequestsInTurnOnOneConnection) {
 TEST_F(HttpServerTest, HeaderNamesMatchInAnyCase) {
   start([](HttpExchange& exchange) {
     const auto& request = exchange.request();
-    exchange.respond(200, {}, fmt::format("{}|{}", request.header("X-RTable-Secret").value_or("-"),
-                                          request.header("x-rtable-secret").value_or("-")));
+    exchange.respond(200, {},
+                     fmt::format("{}|{}", request.header("X-RTable-Secret").value_or("-"),
+                                 request.header("x-rtable-secret").value_or("-")));
   });
   RawClient client(server_->port());
   client.send("GET /a HTTP/1.1\r\nx-RTABLE-secret: s3\r\n\r\n");
@@ -141,7 +147,8 @@ TEST_F(HttpServerTest, HeaderNamesMatchInAnyCase) {
 TEST_F(HttpServerTest, ExpectContinueGetsTheInterimAnswerBeforeTheBodyIsSent) {
   start();
   RawClient client(server_->port());
-  client.send("POST /insert HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n");
+  client.send(
+      "POST /insert HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n");
   // curl waits for this line (a second by default) before it sends a body over 1 MiB.
   EXPECT_EQ(client.readUntil("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
   client.send("abc");
@@ -151,8 +158,9 @@ TEST_F(HttpServerTest, ExpectContinueGetsTheInterimAnswerBeforeTheBodyIsSent) {
 TEST_F(HttpServerTest, AChunkedBodyIsDecoded) {
   start();
   RawClient client(server_->port());
-  client.send("POST /insert HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-              "4\r\nWiki\r\n5;ext=1\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nTrailer: x\r\n\r\n");
+  client.send(
+      "POST /insert HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "4\r\nWiki\r\n5;ext=1\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nTrailer: x\r\n\r\n");
   EXPECT_EQ(client.response().second, "POST /insert  [Wikipedia in\r\n\r\nchunks.]");
   // The connection is still usable: the whole chunked body was consumed.
   client.send("GET /x HTTP/1.1\r\n\r\n");
@@ -220,7 +228,8 @@ TEST_F(HttpServerTest, AnEarlyAnswerIsFollowedByAnOrderlyCloseNotAReset) {
 
 TEST_F(HttpServerTest, AStreamedResponseArrivesWhole) {
   start([](HttpExchange& exchange) {
-    ASSERT_TRUE(exchange.beginResponse(200, {{"Content-Type", "application/octet-stream"}}, 300000));
+    ASSERT_TRUE(
+        exchange.beginResponse(200, {{"Content-Type", "application/octet-stream"}}, 300000));
     const std::string piece(1000, 'x');
     for (int i = 0; i < 300; ++i) ASSERT_TRUE(exchange.writeBody(piece.data(), piece.size()));
   });

@@ -23,7 +23,8 @@ class InsertProtocol : public ::testing::Test {
     entry.create_time = 1764558000;
     entry.source_replica = paths_.replica;
     entry.block_id = dedup_id;
-    entry.new_part_name = PartName{lock.partition, lock.block_number, lock.block_number, 0, 0}.format();
+    entry.new_part_name =
+        PartName{lock.partition, lock.block_number, lock.block_number, 0, 0}.format();
     return entry;
   }
 
@@ -31,7 +32,8 @@ class InsertProtocol : public ::testing::Test {
   std::string insert(const std::string& partition, const std::string& dedup_id) {
     auto allocation = allocator_.allocate(*keeper_, partition, dedup_id);
     EXPECT_TRUE(allocation) << allocation.error().toString();
-    if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) return "duplicate of " + duplicate->existing_part;
+    if (auto* duplicate = std::get_if<Duplicate>(&*allocation))
+      return "duplicate of " + duplicate->existing_part;
     const auto& lock = std::get<BlockNumberLock>(*allocation);
     const LogEntry entry = getEntry(lock, dedup_id);
     auto committed = commitPart(*keeper_, paths_, entry, lock);
@@ -47,8 +49,9 @@ class InsertProtocol : public ::testing::Test {
 
 TEST_F(InsertProtocol, TableAndReplicaRegistrationIsIdempotent) {
   EXPECT_EQ(keeper_->get(paths_.activeGeneration())->data, "1");
-  for (const auto& node : {paths_.log(), paths_.blockNumbers(), paths_.dedupHashes(),
-                           paths_.quorum(), paths_.leaderElection(), paths_.temp(), paths_.columns()}) {
+  for (const auto& node :
+       {paths_.log(), paths_.blockNumbers(), paths_.dedupHashes(), paths_.quorum(),
+        paths_.leaderElection(), paths_.temp(), paths_.columns()}) {
     EXPECT_TRUE(keeper_->exists(node)->has_value()) << node;
   }
   EXPECT_EQ(createTableIfNotExists(*keeper_, paths_, "metadata v1"), Registration::kAlreadyThere);
@@ -167,7 +170,7 @@ TEST_F(InsertProtocol, ALockWhoseAllocationAnswerWasLostIsReleasedAndNoOtherLock
 }
 
 TEST_F(InsertProtocol, AnAllocationThatNeverReachedTheServerIsLookedForAgainLater) {
-  insert("all", "all_6_5");               // the partition node exists: the multi goes first
+  insert("all", "all_6_5");             // the partition node exists: the multi goes first
   server_->failNextRequestsForTest(1);  // not applied
   ASSERT_FALSE(allocator_.allocate(*keeper_, "all", "all_6_6"));
   allocator_.releaseLostLocks(*keeper_);
@@ -270,9 +273,10 @@ TEST(BlockDedupId, TheSameRowsInAnyFormatGiveTheSameId) {
     EXPECT_TRUE(parser.finish(sink));
     return blockDedupId("202612", rows.select(schema->sortPermutation(rows)));
   };
-  const std::string json = idOf(RowFormat::kJSONEachRow,
-                                R"({"d":"2026-12-01","s":"b\tc","n":-4})" "\n"
-                                R"({"n":null,"s":"a","d":"2026-12-02"})" "\n");
+  const std::string json = idOf(RowFormat::kJSONEachRow, R"({"d":"2026-12-01","s":"b\tc","n":-4})"
+                                                         "\n"
+                                                         R"({"n":null,"s":"a","d":"2026-12-02"})"
+                                                         "\n");
   EXPECT_EQ(json, idOf(RowFormat::kTabSeparated, "2026-12-01\tb\\tc\t-4\n2026-12-02\ta\t\\N\n"));
   EXPECT_EQ(json, idOf(RowFormat::kCSV, "2026-12-02,a,\\N\n\"2026-12-01\",\"b\tc\",-4\n"));
   EXPECT_NE(json, idOf(RowFormat::kTabSeparated, "2026-12-01\tb\\tc\t-5\n2026-12-02\ta\t\\N\n"));
@@ -320,7 +324,6 @@ TEST_F(DedupWindowTest, AQuietTableKeepsItsLastIdsAndRunsCostOneListing) {
   EXPECT_EQ(server_->requestCountForTest() - before, 1);
   EXPECT_EQ(ids().size(), 2u);
 }
-
 
 // A commit that reserves creates the partition's next lock in the same multi; the next insert
 // commits with it, its dedup check being the commit's create of the dedup node.

@@ -58,8 +58,10 @@ TEST_F(KeeperRetry, NeverRetriesASemanticAnswer) {
         RetryPolicy{},
         [&]() -> KeeperResult<std::string> {
           ++attempts;
-          if (answer == KeeperCode::kNodeExists) return keeper_->create("/a", "", CreateMode::kPersistent);
-          if (answer == KeeperCode::kNoNode) return keeper_->create("/x/y", "", CreateMode::kPersistent);
+          if (answer == KeeperCode::kNodeExists)
+            return keeper_->create("/a", "", CreateMode::kPersistent);
+          if (answer == KeeperCode::kNoNode)
+            return keeper_->create("/x/y", "", CreateMode::kPersistent);
           auto set = keeper_->set("/a", "", 42);
           if (!set) return std::unexpected(set.error());
           return std::string();

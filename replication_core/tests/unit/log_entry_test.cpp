@@ -78,13 +78,16 @@ TEST(LogEntry, ErrorsNameTheLine) {
       {"format version: 4\ncreate_time: yesterday\n", "line 2: create_time"},
       {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: a\\q\n",
        "block_id: unknown escape"},
-      {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: \nmutate\n",
+      {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: "
+       "\nmutate\n",
        "line 5: unknown entry type 'mutate'"},
       {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: \nget\n",
        "expected a part name"},
-      {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: \nget\np\nwhat\n",
+      {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: "
+       "\nget\np\nwhat\n",
        "unexpected 'what'"},
-      {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: \nmerge\na\n",
+      {"format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: "
+       "\nmerge\na\n",
        "expected a source part or 'into'"},
   };
   for (const auto& [text, why] : cases) {

@@ -28,8 +28,10 @@ TEST(MergeSelector, ABigPartIsLeftAloneWhileSmallOnesCanBeMerged) {
   // single-row inserts).
   EXPECT_EQ(selectMergeRange(partsOfRows({1000, 1, 1, 1, 1, 1}), 6, 100, kAny), std::nullopt);
   // Enough small rows beside it, and it is: 1000 + 4000 is five times 1000.
-  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 800, 800, 800, 800, 800}), 6, 100, kAny), (MergeRange{0, 6}));
-  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 800, 800, 800, 800, 799}), 6, 100, kAny), std::nullopt);
+  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 800, 800, 800, 800, 800}), 6, 100, kAny),
+            (MergeRange{0, 6}));
+  EXPECT_EQ(selectMergeRange(partsOfRows({1000, 800, 800, 800, 800, 799}), 6, 100, kAny),
+            std::nullopt);
 }
 
 TEST(MergeSelector, ManyPartsLowerTheBarSoTheirCountStaysBounded) {
@@ -76,7 +78,8 @@ TEST(MergeSelector, FewerRowsPerRemovedPartWins) {
   // it: the 10 would be rewritten to take in two rows.)
   const auto parts = partsOfRows({40, 40, 40, 1, 1, 1, 10, 10, 10});
   EXPECT_EQ(selectMergeRange(parts, 3, 3, kAny), (MergeRange{3, 3}));
-  EXPECT_EQ(selectMergeRange(partsOfRows({40, 40, 1, 1, 10, 10, 10}), 3, 3, kAny), (MergeRange{4, 3}));
+  EXPECT_EQ(selectMergeRange(partsOfRows({40, 40, 1, 1, 10, 10, 10}), 3, 3, kAny),
+            (MergeRange{4, 3}));
   // With any width from 2 (the bar is then twice the biggest part): {1,1,1} still, it writes
   // 1.5 per removed part where {1,1} writes 2.
   EXPECT_EQ(selectMergeRange(parts, 2, 9, kAny), (MergeRange{3, 3}));

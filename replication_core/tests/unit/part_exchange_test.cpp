@@ -271,7 +271,8 @@ dataDir: {}
   std::expected<PartChecksums, FetchError> fetch(const std::string& part,
                                                  std::string_view secret = kSecret,
                                                  std::chrono::milliseconds timeout = 20s) {
-    return fetchPart(source(), std::string(secret), part, dest_, spec_.schema, FetchTimeouts{timeout, timeout});
+    return fetchPart(source(), std::string(secret), part, dest_, spec_.schema,
+                     FetchTimeouts{timeout, timeout});
   }
 
   std::string secretHeader(std::string_view secret = kSecret) const {
@@ -358,7 +359,8 @@ TEST_F(PartExchangeTest, APartHeldInMemoryIsSentAsTheBytesItLaterHasOnDisk) {
   auto from_disk = rawGet(port_, path, secretHeader());
   ASSERT_TRUE(from_disk) << from_disk.error();
   EXPECT_TRUE(from_disk->body == from_memory->body)
-      << from_disk->body.size() << " bytes from disk, " << from_memory->body.size() << " from memory";
+      << from_disk->body.size() << " bytes from disk, " << from_memory->body.size()
+      << " from memory";
 }
 
 TEST_F(PartExchangeTest, AWrongOrMissingSecretIsUnauthorizedAndLeavesNothing) {
@@ -561,7 +563,8 @@ TEST_F(PartExchangeTest, ARefusedConnectionIsATransferError) {
   auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);
   auto fetched = fetchPart(FetchSource{"gone", "127.0.0.1", static_cast<uint16_t>(*port)},
-                           std::string(kSecret), "all_1_1_0", dest_, makeSpec(true).schema, FetchTimeouts{2s, 2s});
+                           std::string(kSecret), "all_1_1_0", dest_, makeSpec(true).schema,
+                           FetchTimeouts{2s, 2s});
   ASSERT_FALSE(fetched);
   EXPECT_EQ(fetched.error().kind, Kind::kTransfer) << fetched.error().toString();
   EXPECT_NE(fetched.error().message.find("cannot connect"), std::string::npos);

@@ -23,7 +23,8 @@ class PartJournalTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     table_ = pattern;
     journal_dir_ = table_ / "journal";
-    auto schema = TableSchema::create({{"x", *DataType::parse("UInt64")}, {"s", *DataType::parse("String")}}, {}, {});
+    auto schema = TableSchema::create(
+        {{"x", *DataType::parse("UInt64")}, {"s", *DataType::parse("String")}}, {}, {});
     ASSERT_TRUE(schema) << schema.error();
     schema_ = *schema;
   }
@@ -36,7 +37,8 @@ class PartJournalTest : public ::testing::Test {
     Block block = schema_.emptyBlock();
     for (uint64_t x : xs) {
       std::get<std::vector<uint64_t>>(block.columns[0].values).push_back(x);
-      std::get<std::vector<std::string>>(block.columns[1].values).push_back("v" + std::to_string(x));
+      std::get<std::vector<std::string>>(block.columns[1].values)
+          .push_back("v" + std::to_string(x));
     }
     return block;
   }
@@ -59,7 +61,8 @@ class PartJournalTest : public ::testing::Test {
   }
 
   std::vector<std::string> restore(const PartJournal& journal, std::set<std::string> wanted) {
-    auto restored = journal.restore(table_, [&](const std::string& name) { return wanted.contains(name); });
+    auto restored =
+        journal.restore(table_, [&](const std::string& name) { return wanted.contains(name); });
     EXPECT_TRUE(restored) << restored.error();
     return restored ? *restored : std::vector<std::string>{};
   }
@@ -136,7 +139,8 @@ TEST_F(PartJournalTest, AppendsGoIntoAZeroFilledSpareAndAreRestoredFromIt) {
   fs::remove_all(table_ / "all_2_2_0");
   fs::remove_all(table_ / "all_3_3_0");
   journal = open();
-  EXPECT_EQ(restore(*journal, {"all_2_2_0", "all_3_3_0"}), (std::vector<std::string>{"all_2_2_0", "all_3_3_0"}));
+  EXPECT_EQ(restore(*journal, {"all_2_2_0", "all_3_3_0"}),
+            (std::vector<std::string>{"all_2_2_0", "all_3_3_0"}));
 }
 
 TEST_F(PartJournalTest, APartLostAfterItsAppendIsWrittenAgainFromTheJournal) {
@@ -169,11 +173,13 @@ TEST_F(PartJournalTest, EveryWantedPartIsWrittenAgainAndNoOther) {
   writeAndJournal(*journal, "all_3_3_0", rows({3}));
   journal.reset();
   const std::string intact = readFile(table_ / "all_1_1_0" / "x.bin");
-  fs::remove_all(table_ / "all_2_2_0");  // not committed (or merged away): ZooKeeper does not list it
+  fs::remove_all(table_ /
+                 "all_2_2_0");  // not committed (or merged away): ZooKeeper does not list it
   fs::remove_all(table_ / "all_3_3_0");
 
   journal = open();
-  EXPECT_EQ(restore(*journal, {"all_1_1_0", "all_3_3_0"}), (std::vector<std::string>{"all_1_1_0", "all_3_3_0"}));
+  EXPECT_EQ(restore(*journal, {"all_1_1_0", "all_3_3_0"}),
+            (std::vector<std::string>{"all_1_1_0", "all_3_3_0"}));
   EXPECT_FALSE(fs::exists(table_ / "all_2_2_0"));
   EXPECT_EQ(readFile(table_ / "all_1_1_0" / "x.bin"), intact);
 }
@@ -218,7 +224,8 @@ TEST_F(PartJournalTest, ConcurrentAppendsAreAllKept) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const uint64_t x = static_cast<uint64_t>(t * kPerThread + i + 1);
-        writeAndJournal(*journal, "all_" + std::to_string(x) + "_" + std::to_string(x) + "_0", rows({x}));
+        writeAndJournal(*journal, "all_" + std::to_string(x) + "_" + std::to_string(x) + "_0",
+                        rows({x}));
         // A checkpoint in the middle of the appends loses none of them.
         if (t == 0 && i == kPerThread / 2) {
           EXPECT_TRUE(journal->checkpoint(table_));

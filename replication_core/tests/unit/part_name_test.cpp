@@ -52,7 +52,7 @@ TEST(PartName, RejectsMalformedNamesAndSaysWhy) {
 TEST(PartName, ContainsFollowsClickHouse) {
   EXPECT_TRUE(part("all_0_5_1").contains(part("all_0_2_0")));
   EXPECT_TRUE(part("all_0_5_1").contains(part("all_3_5_0")));
-  EXPECT_TRUE(part("all_0_5_1").contains(part("all_0_5_1")));  // itself
+  EXPECT_TRUE(part("all_0_5_1").contains(part("all_0_5_1")));   // itself
   EXPECT_FALSE(part("all_0_5_2").contains(part("all_0_4_2")));  // equal level, other range
   EXPECT_TRUE(part("all_0_5_3").contains(part("all_0_4_2")));
   EXPECT_TRUE(part("all_0_4_2_9").contains(part("all_0_4_2")));  // its mutation
@@ -81,7 +81,8 @@ TEST(ActiveDataPartSet, AMergedPartReplacesItsSources) {
     EXPECT_EQ(set.add(part(name)), ActiveDataPartSet::AddResult::kAdded);
   }
   EXPECT_EQ(set.add(part("all_1_2_1")), ActiveDataPartSet::AddResult::kAdded);
-  EXPECT_EQ(set.parts(), (std::vector<PartName>{part("all_1_2_1"), part("all_3_3_0"), part("other_1_1_0")}));
+  EXPECT_EQ(set.parts(),
+            (std::vector<PartName>{part("all_1_2_1"), part("all_3_3_0"), part("other_1_1_0")}));
   // A part already covered changes nothing.
   EXPECT_EQ(set.add(part("all_2_2_0")), ActiveDataPartSet::AddResult::kAlreadyCovered);
   EXPECT_EQ(set.add(part("all_1_2_1")), ActiveDataPartSet::AddResult::kAlreadyCovered);
@@ -99,7 +100,8 @@ TEST(ActiveDataPartSet, AnIntersectingPartIsRefusedAndChangesNothing) {
   EXPECT_NE(next.error().find("intersects next part all_1_3_1"), std::string::npos) << next.error();
   auto previous = set.add(part("all_3_4_1"));
   ASSERT_FALSE(previous);
-  EXPECT_NE(previous.error().find("intersects previous part all_1_3_1"), std::string::npos) << previous.error();
+  EXPECT_NE(previous.error().find("intersects previous part all_1_3_1"), std::string::npos)
+      << previous.error();
   EXPECT_EQ(set.parts(), (std::vector<PartName>{part("all_1_3_1"), part("all_4_4_0")}));
 }
 
@@ -109,8 +111,9 @@ TEST(ActiveDataPartSet, ADropRangeCoversAWholePartitionAndNothingElse) {
     ASSERT_TRUE(set.add(part(name)));
   }
   const PartName drop = part("202612_0_5_999999999");
-  EXPECT_EQ(set.partsCoveredBy(drop),
-            (std::vector<PartName>{part("202612_0_3_1"), part("202612_4_4_0"), part("202612_5_5_0")}));
+  EXPECT_EQ(
+      set.partsCoveredBy(drop),
+      (std::vector<PartName>{part("202612_0_3_1"), part("202612_4_4_0"), part("202612_5_5_0")}));
   EXPECT_EQ(set.add(drop), ActiveDataPartSet::AddResult::kAdded);
   EXPECT_EQ(set.parts(), (std::vector<PartName>{part("202611_0_9_2"), drop}));
   EXPECT_TRUE(set.remove(drop));

@@ -13,7 +13,8 @@ TEST(QuorumEntry, FormatsAsClickHouseAndRoundTrips) {
   EXPECT_EQ(entry.format(),
             "version: 1\npart_name: 202612_5_5_0\nrequired_number_of_replicas: 2\n"
             "actual_number_of_replicas: 1\nreplicas:\nr1\n");
-  for (const auto& e : {entry, QuorumEntry{"all_0_0_0", 3, {"a\tb", "c"}}, QuorumEntry{"x_1_1_0", 2, {}}}) {
+  for (const auto& e :
+       {entry, QuorumEntry{"all_0_0_0", 3, {"a\tb", "c"}}, QuorumEntry{"x_1_1_0", 2, {}}}) {
     auto parsed = QuorumEntry::parse(e.format());
     ASSERT_TRUE(parsed) << parsed.error();
     EXPECT_EQ(*parsed, e);
@@ -23,10 +24,13 @@ TEST(QuorumEntry, FormatsAsClickHouseAndRoundTrips) {
 TEST(QuorumEntry, ParseErrorsSayWhat) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"version: 2\n", "unknown version: 2"},
-      {"version: 1\npart_name: p\nrequired_number_of_replicas: x\n", "bad line 'required_number_of_replicas: x'"},
-      {"version: 1\npart_name: p\nrequired_number_of_replicas: 2\nactual_number_of_replicas: 2\nreplicas:\nr1\n",
+      {"version: 1\npart_name: p\nrequired_number_of_replicas: x\n",
+       "bad line 'required_number_of_replicas: x'"},
+      {"version: 1\npart_name: p\nrequired_number_of_replicas: 2\nactual_number_of_replicas: "
+       "2\nreplicas:\nr1\n",
        "2 replicas announced, 1 listed"},
-      {"version: 1\npart_name: p\nrequired_number_of_replicas: 2\nactual_number_of_replicas: 0\nreplicas:\nr1\n",
+      {"version: 1\npart_name: p\nrequired_number_of_replicas: 2\nactual_number_of_replicas: "
+       "0\nreplicas:\nr1\n",
        "unexpected text after the replicas"},
   };
   for (const auto& [text, why] : cases) {
@@ -42,7 +46,8 @@ TEST(Quorum, ReplicasAddThemselvesAndTheLastOneEndsIt) {
   TablePaths r1{"/t", 1, "r1"};
   ASSERT_TRUE(createTableIfNotExists(*keeper, r1, "m"));
   ASSERT_TRUE(createAncestorsAndSelf(*keeper, r1.quorumParallel()));
-  ASSERT_TRUE(keeper->create(r1.quorumParallel("all_1_1_0"), QuorumEntry{"all_1_1_0", 3, {"r1"}}.format(),
+  ASSERT_TRUE(keeper->create(r1.quorumParallel("all_1_1_0"),
+                             QuorumEntry{"all_1_1_0", 3, {"r1"}}.format(),
                              CreateMode::kPersistent));
   TablePaths r2 = r1, r3 = r1;
   r2.replica = "r2";

@@ -10,15 +10,15 @@
 #include <prometheus/registry.h>
 #include <sys/socket.h>
 
-#include <functional>
 #include <fstream>
+#include <functional>
 
-#include "rtable/replication_core/fail_points.h"
-#include "rtable/replication_core/http_api.h"
-#include "rtable/replication_core/table_replica.h"
 #include "rtable/common/testing/files.h"
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/common/testing/wait.h"
+#include "rtable/replication_core/fail_points.h"
+#include "rtable/replication_core/http_api.h"
+#include "rtable/replication_core/table_replica.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 #include "rtable/replication_core/testing/hooked_keeper.h"
 
@@ -93,7 +93,9 @@ replica: {{name: {}, host: 127.0.0.1}}
 ports: {{http: {}}}
 dataDir: {}
 replication: {{secretFile: {}, fetchConnectTimeoutMs: 1000, fetchReceiveTimeoutMs: 2000}}
-)", name, port, (root_ / name).string(), (root_ / "secret").string()));
+)",
+                                                   name, port, (root_ / name).string(),
+                                                   (root_ / "secret").string()));
     EXPECT_TRUE(parsed) << parsed.error();
     return *parsed;
   }
@@ -140,8 +142,8 @@ replication: {{secretFile: {}, fetchConnectTimeoutMs: 1000, fetchReceiveTimeoutM
   static std::map<std::string, std::string> partsOf(TableReplica& table) {
     std::map<std::string, std::string> parts;
     for (const auto& part : table.activeParts()) {
-      parts[part->name.format()] = fmt::format("{:016x}{:016x}", part->checksums.total.high,
-                                               part->checksums.total.low);
+      parts[part->name.format()] =
+          fmt::format("{:016x}{:016x}", part->checksums.total.high, part->checksums.total.low);
     }
     return parts;
   }
@@ -150,13 +152,16 @@ replication: {{secretFile: {}, fetchConnectTimeoutMs: 1000, fetchReceiveTimeoutM
   void expectRecovered(TableReplica& table) {
     EXPECT_TRUE(table.syncQueue(30s)) << "the queue did not drain";
     std::map<std::string, std::size_t> executing;
-    EXPECT_TRUE(waitFor([&] {
-      executing = table.state().executing;
-      return std::all_of(executing.begin(), executing.end(), [](const auto& e) { return e.second == 0; });
-    }, 10s)) << "still executing: fetch " << executing["fetch"] << ", merge " << executing["merge"];
+    EXPECT_TRUE(waitFor(
+        [&] {
+          executing = table.state().executing;
+          return std::all_of(executing.begin(), executing.end(),
+                             [](const auto& e) { return e.second == 0; });
+        },
+        10s))
+        << "still executing: fetch " << executing["fetch"] << ", merge " << executing["merge"];
     EXPECT_EQ(table.checkQueueInvariant(), "");
   }
-
 
  public:  // for the scenarios, which arm faults through them
   std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
@@ -176,7 +181,9 @@ struct Breakage {
   std::size_t hits = 3;
 };
 
-void PrintTo(const Breakage& breakage, std::ostream* out) { *out << breakage.name; }
+void PrintTo(const Breakage& breakage, std::ostream* out) {
+  *out << breakage.name;
+}
 
 Fault fault(FailPoint point, std::string where, int error, std::chrono::milliseconds stall = 0ms) {
   Fault f;
@@ -190,33 +197,42 @@ Fault fault(FailPoint point, std::string where, int error, std::chrono::millisec
 
 Breakage fileBreakage(std::string name, FailPoint point, std::string suffix, int error,
                       std::chrono::milliseconds stall = 0ms) {
-  return Breakage{name, [=](ReplicaFaults&, const fs::path& r2_dir) {
-    injectFaultForTest(fault(point, (r2_dir / suffix).string(), error, stall));
-  }, error == 0 ? 1u : 3u};
+  return Breakage{name,
+                  [=](ReplicaFaults&, const fs::path& r2_dir) {
+                    injectFaultForTest(fault(point, (r2_dir / suffix).string(), error, stall));
+                  },
+                  error == 0 ? 1u : 3u};
 }
 
-Breakage netBreakage(std::string name, FailPoint point, int error, std::chrono::milliseconds stall = 0ms) {
-  return Breakage{name, [=](ReplicaFaults&, const fs::path&) {
-    injectFaultForTest(fault(point, "127.0.0.1:", error, stall));
-  }, error == 0 ? 1u : 3u};
+Breakage netBreakage(std::string name, FailPoint point, int error,
+                     std::chrono::milliseconds stall = 0ms) {
+  return Breakage{name,
+                  [=](ReplicaFaults&, const fs::path&) {
+                    injectFaultForTest(fault(point, "127.0.0.1:", error, stall));
+                  },
+                  error == 0 ? 1u : 3u};
 }
 
 // The multi that registers a part r2 made (its first op creates replicas/r2/parts/<part>):
 // `applied` answers the connection as lost after the server applied it, else before.
 Breakage registrationBreakage(std::string name, bool applied) {
-  return Breakage{name, [=](ReplicaFaults& test, const fs::path&) {
-    auto observer = std::shared_ptr<Keeper>(test.server_->connect());
-    auto hits = std::make_shared<std::atomic<int>>(0);
-    test.hooks_->before = [observer, hits, applied](const testing::KeeperCall& call) -> std::optional<KeeperError> {
-      if (call.operation != "multi" || call.path.find("/replicas/r2/parts/") == std::string::npos ||
-          *hits >= 3) {
-        return std::nullopt;
-      }
-      ++*hits;
-      if (applied) (void)observer->multi(*call.ops);
-      return KeeperError{KeeperCode::kConnectionLoss, call.path, "connection lost", {}};
-    };
-  }, 0};
+  return Breakage{
+      name,
+      [=](ReplicaFaults& test, const fs::path&) {
+        auto observer = std::shared_ptr<Keeper>(test.server_->connect());
+        auto hits = std::make_shared<std::atomic<int>>(0);
+        test.hooks_->before = [observer, hits, applied](
+                                  const testing::KeeperCall& call) -> std::optional<KeeperError> {
+          if (call.operation != "multi" ||
+              call.path.find("/replicas/r2/parts/") == std::string::npos || *hits >= 3) {
+            return std::nullopt;
+          }
+          ++*hits;
+          if (applied) (void)observer->multi(*call.ops);
+          return KeeperError{KeeperCode::kConnectionLoss, call.path, "connection lost", {}};
+        };
+      },
+      0};
 }
 
 std::vector<Breakage> fetchBreakages() {
@@ -260,12 +276,15 @@ TEST_P(FetchFaults, TheQueueDrainsOnceTheFaultClears) {
     EXPECT_TRUE(waitFor([&] { return faultHitsForTest() >= breakage.hits; }, 20s))
         << "the fault was hit " << faultHitsForTest() << " times";
   } else {
-    EXPECT_TRUE(waitFor([&] {
-      const auto state = r2.state();
-      return std::any_of(state.queue.begin(), state.queue.end(), [](const QueueEntry& e) {
-        return e.num_tries >= 1 && !e.last_exception.empty();
-      });
-    }, 20s)) << "no fetch failed";
+    EXPECT_TRUE(waitFor(
+        [&] {
+          const auto state = r2.state();
+          return std::any_of(state.queue.begin(), state.queue.end(), [](const QueueEntry& e) {
+            return e.num_tries >= 1 && !e.last_exception.empty();
+          });
+        },
+        20s))
+        << "no fetch failed";
   }
   clearFaultsForTest();
   hooks_->before = nullptr;
@@ -292,12 +311,15 @@ TEST_F(ReplicaFaults, AFetchOfACorruptPartFailsUntilTheSourceIsWholeAgain) {
   TableReplicaOptions options;
   options.replication.merge_min_parts = 1000;
   TableReplica& r2 = open("r2", options, /*hooked=*/true);
-  EXPECT_TRUE(waitFor([&] {
-    const auto state = r2.state();
-    return std::any_of(state.queue.begin(), state.queue.end(), [](const QueueEntry& e) {
-      return e.num_tries >= 2 && e.last_exception.find("corrupt") != std::string::npos;
-    });
-  }, 20s)) << "the corrupt transfer was not refused twice";
+  EXPECT_TRUE(waitFor(
+      [&] {
+        const auto state = r2.state();
+        return std::any_of(state.queue.begin(), state.queue.end(), [](const QueueEntry& e) {
+          return e.num_tries >= 2 && e.last_exception.find("corrupt") != std::string::npos;
+        });
+      },
+      20s))
+      << "the corrupt transfer was not refused twice";
   common::testing::writeFile(file, original);
   expectRecovered(r2);
   EXPECT_EQ(partsOf(r2), partsOf(r1));
@@ -316,7 +338,8 @@ TEST_F(ReplicaFaults, AnUnreachableSourceIsTriedAfterTheOthersOnceItFailed) {
   auto observer = server_->connect();
   const TablePaths r0{r1.paths().table_root, 1, "r0"};
   ASSERT_TRUE(observer->create(r0.replicaRoot(), "", CreateMode::kPersistent));
-  ASSERT_TRUE(observer->create(r0.host(), fmt::format("host: 127.0.0.1\nport: {}\n", cut_off.port()),
+  ASSERT_TRUE(observer->create(r0.host(),
+                               fmt::format("host: 127.0.0.1\nport: {}\n", cut_off.port()),
                                CreateMode::kPersistent));
   ASSERT_TRUE(observer->create(r0.isActive(), "", CreateMode::kEphemeral));
   ASSERT_TRUE(observer->create(r0.parts(), "", CreateMode::kPersistent));
@@ -336,7 +359,8 @@ TEST_F(ReplicaFaults, AnUnreachableSourceIsTriedAfterTheOthersOnceItFailed) {
   // r0 was tried once: for the first part. The metric counts failed transfers.
   double fetch_errors = -1;
   for (const auto& family : registries_.back()->Collect()) {
-    if (family.name == "rtable_fetch_errors_total") fetch_errors = family.metric.front().counter.value;
+    if (family.name == "rtable_fetch_errors_total")
+      fetch_errors = family.metric.front().counter.value;
   }
   EXPECT_EQ(fetch_errors, 1);
 }
@@ -346,9 +370,11 @@ TEST_F(ReplicaFaults, AnUnreachableSourceIsTriedAfterTheOthersOnceItFailed) {
 std::vector<Breakage> mergeBreakages() {
   auto on = [](std::string name, FailPoint point, std::string where, int error,
                std::chrono::milliseconds stall = 0ms) {
-    return Breakage{name, [=](ReplicaFaults&, const fs::path& dir) {
-      injectFaultForTest(fault(point, (dir / where).string(), error, stall));
-    }, error == 0 ? 1u : 2u};
+    return Breakage{name,
+                    [=](ReplicaFaults&, const fs::path& dir) {
+                      injectFaultForTest(fault(point, (dir / where).string(), error, stall));
+                    },
+                    error == 0 ? 1u : 2u};
   };
   return {
       on("read_eio", FailPoint::kOpen, "202612_0_0_0/", EIO),
@@ -357,16 +383,21 @@ std::vector<Breakage> mergeBreakages() {
       on("write_stall", FailPoint::kWrite, "tmp_202612_0_2_1", 0, 300ms),
       on("fsync_eio", FailPoint::kFsync, "tmp_202612_0_2_1", EIO),
       on("rename_enospc", FailPoint::kRename, "202612_0_2_1", ENOSPC),
-      Breakage{"register_lost", [](ReplicaFaults& test, const fs::path&) {
-        auto hits = std::make_shared<std::atomic<int>>(0);
-        test.hooks_->before = [hits](const testing::KeeperCall& call) -> std::optional<KeeperError> {
-          if (call.operation != "multi" || !call.path.ends_with("/parts/202612_0_2_1") || *hits >= 3) {
-            return std::nullopt;
-          }
-          ++*hits;
-          return KeeperError{KeeperCode::kConnectionLoss, call.path, "connection lost", {}};
-        };
-      }, 0},
+      Breakage{"register_lost",
+               [](ReplicaFaults& test, const fs::path&) {
+                 auto hits = std::make_shared<std::atomic<int>>(0);
+                 test.hooks_->before =
+                     [hits](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+                   if (call.operation != "multi" || !call.path.ends_with("/parts/202612_0_2_1") ||
+                       *hits >= 3) {
+                     return std::nullopt;
+                   }
+                   ++*hits;
+                   return KeeperError{
+                       KeeperCode::kConnectionLoss, call.path, "connection lost", {}};
+                 };
+               },
+               0},
   };
 }
 
@@ -385,12 +416,15 @@ TEST_P(MergeFaults, TheMergeIsDoneOnceTheFaultClears) {
     EXPECT_TRUE(waitFor([&] { return faultHitsForTest() >= breakage.hits; }, 20s))
         << "the fault was hit " << faultHitsForTest() << " times";
   } else {
-    EXPECT_TRUE(waitFor([&] {
-      const auto state = r1.state();
-      return std::any_of(state.queue.begin(), state.queue.end(), [](const QueueEntry& e) {
-        return e.num_tries >= 1 && !e.last_exception.empty();
-      });
-    }, 20s)) << "the merge never failed";
+    EXPECT_TRUE(waitFor(
+        [&] {
+          const auto state = r1.state();
+          return std::any_of(state.queue.begin(), state.queue.end(), [](const QueueEntry& e) {
+            return e.num_tries >= 1 && !e.last_exception.empty();
+          });
+        },
+        20s))
+        << "the merge never failed";
   }
   clearFaultsForTest();
   hooks_->before = nullptr;

@@ -26,7 +26,8 @@ class ReplicationLog : public ::testing::Test {
   // Appends entries to the shared log, as inserts on any replica do.
   void appendLog(int count, int first_block) {
     for (int i = 0; i < count; ++i) {
-      ASSERT_TRUE(keeper_->create(r1_.logEntryPrefix(), getEntry(fmt::format("all_{0}_{0}_0", first_block + i)),
+      ASSERT_TRUE(keeper_->create(r1_.logEntryPrefix(),
+                                  getEntry(fmt::format("all_{0}_{0}_0", first_block + i)),
                                   CreateMode::kPersistentSequential));
     }
   }
@@ -88,7 +89,8 @@ TEST_F(ReplicationLog, EntriesThisReplicaWroteAreNotReadBack) {
   auto pulled = puller.pull(*keeper_);
   ASSERT_TRUE(pulled) << pulled.error().toString();
   EXPECT_EQ(puller.lastPullReads(), 1u);  // all_2_2_0, written by "another replica"
-  EXPECT_EQ(queueTexts(r1_), (std::vector<std::string>{"all_0_0_0", "all_1_1_0", "all_2_2_0", "all_3_3_0"}));
+  EXPECT_EQ(queueTexts(r1_),
+            (std::vector<std::string>{"all_0_0_0", "all_1_1_0", "all_2_2_0", "all_3_3_0"}));
   ASSERT_EQ(pulled->size(), 4u);
   EXPECT_EQ((*pulled)[3].entry.new_part_name, "all_3_3_0");
   EXPECT_EQ(keeper_->get(r1_.logPointer())->data, "4");
@@ -110,7 +112,8 @@ TEST_F(ReplicationLog, ACatchUpTakesFewRoundTrips) {
 
 TEST_F(ReplicationLog, AReplicaThatNeverPulledStartsAtTheOldestEntryLeft) {
   appendLog(10, 0);
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(keeper_->remove(fmt::format("{}{:010d}", r1_.logEntryPrefix(), i)));
+  for (int i = 0; i < 7; ++i)
+    ASSERT_TRUE(keeper_->remove(fmt::format("{}{:010d}", r1_.logEntryPrefix(), i)));
   LogPuller puller(r1_);
   auto pulled = puller.pull(*keeper_);
   ASSERT_TRUE(pulled);
@@ -132,9 +135,12 @@ TEST_F(ReplicationLog, TwoPullersOfOneReplicaNeverCopyAnEntryTwice) {
 }
 
 TEST_F(ReplicationLog, LoadQueueDropsEntriesThatDoNotParse) {
-  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", getEntry("all_1_1_0"), CreateMode::kPersistentSequential));
-  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", "format version: 4\nnonsense\n", CreateMode::kPersistentSequential));
-  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", getEntry("all_2_2_0"), CreateMode::kPersistentSequential));
+  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", getEntry("all_1_1_0"),
+                              CreateMode::kPersistentSequential));
+  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", "format version: 4\nnonsense\n",
+                              CreateMode::kPersistentSequential));
+  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", getEntry("all_2_2_0"),
+                              CreateMode::kPersistentSequential));
   EXPECT_EQ(queueTexts(r1_), (std::vector<std::string>{"all_1_1_0", "all_2_2_0"}));
   EXPECT_EQ(keeper_->children(r1_.queue())->names.size(), 2u);
 }
@@ -144,7 +150,8 @@ TEST_F(ReplicationLog, CloneCopiesTheSourcesPartsQueueAndPointer) {
   for (const auto* part : {"all_1_1_0", "all_2_2_0", "all_1_2_1", "all_3_3_0"}) {
     ASSERT_TRUE(keeper_->create(r1_.part(part), "", CreateMode::kPersistent));
   }
-  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", getEntry("all_4_4_0"), CreateMode::kPersistentSequential));
+  ASSERT_TRUE(keeper_->create(r1_.queue() + "/queue-", getEntry("all_4_4_0"),
+                              CreateMode::kPersistentSequential));
   ASSERT_TRUE(keeper_->set(r1_.logPointer(), "7"));
   appendLog(1, 0);  // the log has history: a new replica starts lost and must be cloned
 
@@ -183,7 +190,8 @@ TEST_F(ReplicationLog, CloneCountsThePartsOfTheLogAfterThePointerAsTheTables) {
   merge.type = LogEntry::Type::kMergeParts;
   merge.new_part_name = "all_0_1_1";
   merge.source_parts = {"all_0_0_0", "all_1_1_0"};
-  ASSERT_TRUE(keeper_->create(r1_.logEntryPrefix(), merge.format(), CreateMode::kPersistentSequential));
+  ASSERT_TRUE(
+      keeper_->create(r1_.logEntryPrefix(), merge.format(), CreateMode::kPersistentSequential));
   appendLog(1, 7);  // log-4: all_7_7_0, committed by the lost replica r2, not pulled by r1 yet
 
   TablePaths r2 = r1_;
@@ -313,7 +321,8 @@ TEST_F(LogCleanup, ALiveReplicaIsNotDropped) {
   auto dropped = dropReplica(*keeper_, r1_, "r2");
   ASSERT_FALSE(dropped);
   EXPECT_EQ(dropped.error().code, KeeperCode::kBadArguments);
-  EXPECT_NE(dropped.error().detail.find("'r2' is active"), std::string::npos) << dropped.error().detail;
+  EXPECT_NE(dropped.error().detail.find("'r2' is active"), std::string::npos)
+      << dropped.error().detail;
   // Nothing changed, not even is_lost.
   EXPECT_EQ(keeper_->get(r2_.isLost())->data, "0");
   EXPECT_TRUE(*keeper_->exists(r2_.queue()));

@@ -10,7 +10,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-PartName part(const std::string& name) { return *PartName::parse(name); }
+PartName part(const std::string& name) {
+  return *PartName::parse(name);
+}
 
 QueueEntry get(const std::string& node, const std::string& name) {
   QueueEntry e;
@@ -20,7 +22,8 @@ QueueEntry get(const std::string& node, const std::string& name) {
   return e;
 }
 
-QueueEntry merge(const std::string& node, std::vector<std::string> sources, const std::string& result) {
+QueueEntry merge(const std::string& node, std::vector<std::string> sources,
+                 const std::string& result) {
   QueueEntry e;
   e.node_name = node;
   e.entry.type = LogEntry::Type::kMergeParts;
@@ -50,7 +53,9 @@ class Replica {
 
 class Queue : public ::testing::Test {
  protected:
-  std::optional<SelectedEntry> select() { return queue.selectEntryToProcess(replica.lookup(), false, now); }
+  std::optional<SelectedEntry> select() {
+    return queue.selectEntryToProcess(replica.lookup(), false, now);
+  }
   void expectInvariant() { EXPECT_EQ(queue.checkVirtualPartsInvariant(replica.parts()), ""); }
   // Executes what the selection asked for, as the replica would on success.
   void complete(const SelectedEntry& selected) {
@@ -113,7 +118,8 @@ TEST_F(Queue, ALostMergeResultLeavesTheSourcesHeldHereInTheVirtualParts) {
   queue.addCurrentPart(part("all_1_1_0"));
   queue.insert(merge("q1", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));
   queue.insert(get("q2", "all_3_3_0"));
-  EXPECT_EQ(queue.virtualParts().parts(), (std::vector<PartName>{part("all_1_2_1"), part("all_3_3_0")}));
+  EXPECT_EQ(queue.virtualParts().parts(),
+            (std::vector<PartName>{part("all_1_2_1"), part("all_3_3_0")}));
   auto selected = select();
   ASSERT_TRUE(selected);
   EXPECT_EQ(selected->node_name, "q1");
@@ -122,7 +128,8 @@ TEST_F(Queue, ALostMergeResultLeavesTheSourcesHeldHereInTheVirtualParts) {
   EXPECT_EQ(queue.forgetLostPart("q1", replica.parts()), std::vector<std::string>{"q3"});
   EXPECT_EQ(order(), std::vector<std::string>{"q2"});
   EXPECT_EQ(queue.executing(QueueAction::kFetch), 0u);
-  EXPECT_EQ(queue.virtualParts().parts(), (std::vector<PartName>{part("all_1_1_0"), part("all_3_3_0")}));
+  EXPECT_EQ(queue.virtualParts().parts(),
+            (std::vector<PartName>{part("all_1_1_0"), part("all_3_3_0")}));
   expectInvariant();
 }
 
@@ -235,13 +242,15 @@ TEST_F(Queue, FailedEntriesBackOffExponentiallyUpToTheCap) {
     int64_t waited = 0;
     for (;;) {
       waited += 50;
-      if (queue.selectEntryToProcess(replica.lookup(), false, now + std::chrono::milliseconds(waited))) break;
+      if (queue.selectEntryToProcess(replica.lookup(), false,
+                                     now + std::chrono::milliseconds(waited)))
+        break;
     }
     waits.push_back(waited);
     now += std::chrono::milliseconds(waited);
   }
-  EXPECT_EQ(waits, (std::vector<int64_t>{100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600,
-                                         51200, 60000, 60000}));
+  EXPECT_EQ(waits, (std::vector<int64_t>{100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 51200,
+                                         60000, 60000}));
   EXPECT_EQ(queue.entries().front().num_tries, 13u);
   EXPECT_EQ(queue.entries().front().last_exception, "no replica has the part");
 }
@@ -262,9 +271,9 @@ TEST_F(Queue, AMergeWhoseSourcesAreGoneForGoodFetchesTheResult) {
 TEST_F(Queue, APartAlreadyHereOrCoveredNeedsNothing) {
   replica.add("all_1_3_2");
   queue.addCurrentPart(part("all_1_3_2"));
-  queue.insert(get("q1", "all_2_2_0"));                                  // covered by all_1_3_2
+  queue.insert(get("q1", "all_2_2_0"));                                // covered by all_1_3_2
   queue.insert(merge("q2", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));  // covered too
-  queue.insert(get("q3", "all_1_3_2"));                                  // here
+  queue.insert(get("q3", "all_1_3_2"));                                // here
   expectInvariant();
   std::vector<QueueAction> actions;
   while (auto selected = select()) {

@@ -8,7 +8,8 @@ namespace {
 class RowFilterTest : public ::testing::Test {
  protected:
   RowFilterTest() {
-    std::get<std::vector<uint16_t>>(block_.columns[0].values) = {*parseDate("2026-12-01"), *parseDate("2026-11-30"), *parseDate("2026-12-02")};
+    std::get<std::vector<uint16_t>>(block_.columns[0].values) = {
+        *parseDate("2026-12-01"), *parseDate("2026-11-30"), *parseDate("2026-12-02")};
     std::get<std::vector<int64_t>>(block_.columns[1].values) = {5, -3, 10};
     std::get<std::vector<std::string>>(block_.columns[2].values) = {"it's", "", "b"};
     block_.columns[2].null_map = {0, 1, 0};

@@ -46,8 +46,9 @@ std::expected<Parsed, ParseError> parse(const TableSchema& schema, RowFormat for
                                         std::size_t max_block_rows = 65536, uint32_t seed = 1,
                                         std::size_t segment_bytes = 0) {
   if (segment_bytes > 0) {
-    return parseWith(std::make_unique<ParallelRowParser>(schema, format, 2, max_block_rows, segment_bytes),
-                     schema, input, chunking, seed);
+    return parseWith(
+        std::make_unique<ParallelRowParser>(schema, format, 2, max_block_rows, segment_bytes),
+        schema, input, chunking, seed);
   }
   return parseWith(std::make_unique<RowParser>(schema, format, max_block_rows), schema, input,
                    chunking, seed);
@@ -305,7 +306,8 @@ TEST_F(RowFormatEveryType, DamagedInputGetsTheSameAnswerHoweverChunked) {
       const std::string damaged = damage(text, 3, random);
       auto whole = parse(schema(), format, damaged, Chunking::kWhole);
       for (Chunking chunking : {Chunking::kByteAtATime, Chunking::kRandom}) {
-        EXPECT_TRUE(sameAnswer(parse(schema(), format, damaged, chunking, 3, trial), whole)) << damaged;
+        EXPECT_TRUE(sameAnswer(parse(schema(), format, damaged, chunking, 3, trial), whole))
+            << damaged;
       }
       errors += whole ? 0 : 1;
     }
@@ -322,7 +324,8 @@ TEST_F(RowFormatEveryType, TheParallelParserGivesTheSameRows) {
     SCOPED_TRACE(rowFormatName(format));
     std::string text = std::string(kBom);
     writeRows(many, format, text);
-    for (std::size_t segment : {std::size_t{1}, std::size_t{100}, std::size_t{4096}, std::size_t{1} << 20}) {
+    for (std::size_t segment :
+         {std::size_t{1}, std::size_t{100}, std::size_t{4096}, std::size_t{1} << 20}) {
       for (Chunking chunking : {Chunking::kWhole, Chunking::kByteAtATime, Chunking::kRandom}) {
         auto parsed = parse(schema(), format, text, chunking, 7, 5, segment);
         ASSERT_TRUE(parsed) << parsed.error().toString() << " segment " << segment;
@@ -342,9 +345,11 @@ TEST_F(RowFormatEveryType, TheParallelParserGivesTheSameAnswerForDamagedInput) {
     std::string text;
     for (int i = 0; i < 4; ++i) writeRows(rows(), format, text);
     for (uint32_t trial = 0; trial < 150; ++trial) {
-      const std::string damaged = damage(trial % 10 == 0 ? std::string(kBom) + text : text, 2, random);
+      const std::string damaged =
+          damage(trial % 10 == 0 ? std::string(kBom) + text : text, 2, random);
       auto whole = parse(schema(), format, damaged, Chunking::kWhole);
-      auto parallel = parse(schema(), format, damaged, Chunking::kRandom, 3, trial, 1 + trial % 200);
+      auto parallel =
+          parse(schema(), format, damaged, Chunking::kRandom, 3, trial, 1 + trial % 200);
       EXPECT_TRUE(sameAnswer(parallel, whole)) << damaged;
       errors += whole ? 0 : 1;
     }

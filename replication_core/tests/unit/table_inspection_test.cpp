@@ -14,7 +14,8 @@ class TableInspection : public ::testing::Test {
   void makeTable(const std::string& path, std::vector<std::string> replicas, int entries) {
     ASSERT_TRUE(createAncestorsAndSelf(*keeper_, path + "/log"));
     ASSERT_TRUE(createAncestorsAndSelf(*keeper_, path + "/block_numbers/202612"));
-    for (const auto& r : replicas) ASSERT_TRUE(createAncestorsAndSelf(*keeper_, path + "/replicas/" + r));
+    for (const auto& r : replicas)
+      ASSERT_TRUE(createAncestorsAndSelf(*keeper_, path + "/replicas/" + r));
     for (int i = 0; i < entries; ++i) {
       ASSERT_TRUE(keeper_->create(path + "/log/log-", "", CreateMode::kPersistentSequential));
     }

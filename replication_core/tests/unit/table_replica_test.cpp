@@ -36,7 +36,8 @@ deduplication: {{window: 100, windowSeconds: 3600}}
 zookeeper: {{connect: fake}}
 replica: {{name: r1}}
 dataDir: {}
-)", dir_.string()));
+)",
+                                                 dir_.string()));
     ASSERT_TRUE(spec) << spec.error();
     spec_ = *spec;
     open();
@@ -103,8 +104,8 @@ dataDir: {}
     // Reserves released at once: the tests place other inserts' locks themselves.
     options.replication.reserve_idle = std::chrono::milliseconds(0);
     open(options);
-    ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));  // block 0
-    ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));  // block 1
+    ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));      // block 0
+    ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));      // block 1
     ASSERT_EQ(table_->runBackgroundRoundForTest(), 0u);  // gives block 2's reserve up
   }
   // The next block of partition 202612, allocated (locked, not committed) for `replica`.
@@ -113,7 +114,7 @@ dataDir: {}
     auto held = allocator.allocate(*observer_, "202612", "202612_77_77");
     EXPECT_TRUE(held && std::holds_alternative<BlockNumberLock>(*held));
     return held && std::holds_alternative<BlockNumberLock>(*held) ? std::get<BlockNumberLock>(*held)
-                                                                 : BlockNumberLock{};
+                                                                  : BlockNumberLock{};
   }
 
   // The value of the replica's metric `name` (a gauge or a counter).
@@ -121,7 +122,8 @@ dataDir: {}
     for (const auto& family : registry_->Collect()) {
       if (family.name != name || family.metric.empty()) continue;
       const auto& sample = family.metric.front();
-      return family.type == prometheus::MetricType::Counter ? sample.counter.value : sample.gauge.value;
+      return family.type == prometheus::MetricType::Counter ? sample.counter.value
+                                                            : sample.gauge.value;
     }
     ADD_FAILURE() << "no metric " << name;
     return -1;
@@ -212,7 +214,8 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
   auto parts = table_->activeParts();
   std::vector<std::string> names;
   for (const auto& p : parts) names.push_back(p->name.format());
-  EXPECT_EQ(names, (std::vector<std::string>{"202611_0_0_0", "202612_0_2_1", "202612_3_3_0", "202612_4_4_0"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"202611_0_0_0", "202612_0_2_1", "202612_3_3_0",
+                                             "202612_4_4_0"}));
   EXPECT_EQ(table_->rowCount(), 6u);
   EXPECT_FALSE(fs::exists(dir_ / "202612_0_0_0"));
   // The merge went through the log, and ZooKeeper lists the merged part instead of its sources.
@@ -223,14 +226,16 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
   // The merged part holds the rows sorted by x.
   auto merged = readDataPart(*parts[1], spec_.schema);
   ASSERT_TRUE(merged) << merged.error();
-  EXPECT_EQ(std::get<std::vector<uint64_t>>(merged->columns[1].values), (std::vector<uint64_t>{8, 9, 10}));
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(merged->columns[1].values),
+            (std::vector<uint64_t>{8, 9, 10}));
   // A restart keeps the merged part and nothing else.
   open(options);
   EXPECT_EQ(table_->rowCount(), 6u);
   EXPECT_TRUE(table_->state().unexpected_parts.empty());
   auto on_disk = readPart(dir_ / "202612_0_2_1", spec_.schema);
   ASSERT_TRUE(on_disk) << on_disk.error();
-  EXPECT_EQ(std::get<std::vector<uint64_t>>(on_disk->columns[1].values), (std::vector<uint64_t>{8, 9, 10}));
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(on_disk->columns[1].values),
+            (std::vector<uint64_t>{8, 9, 10}));
 }
 
 TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
@@ -323,7 +328,9 @@ TEST_F(TableReplicaTest, ZooKeeperTroubleFailsTheInsertAndWritesNothing) {
 }
 
 // Reserves released at once, so that each insert allocates its block number in a multi of its own.
-void releaseReserves(TableReplica& table) { table.runBackgroundRoundForTest(); }
+void releaseReserves(TableReplica& table) {
+  table.runBackgroundRoundForTest();
+}
 
 TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
   TableReplicaOptions options;
@@ -336,7 +343,8 @@ TEST_F(TableReplicaTest, ACommitLostWithTheConnectionGivesItsBlockLockUp) {
   auto failed = insert(rows({{"2026-12-01", 2}}));
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().kind, InsertError::Kind::kUnavailable);
-  EXPECT_NE(failed.error().message.find("not committed"), std::string::npos) << failed.error().message;
+  EXPECT_NE(failed.error().message.find("not committed"), std::string::npos)
+      << failed.error().message;
   // Left in place, the lock would keep merges off block 1 for as long as the session lives.
   EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty());
   EXPECT_FALSE(fs::exists(dir_ / "202612_1_1_0"));
@@ -386,7 +394,8 @@ TEST_F(TableReplicaTest, AnAllocationLostWithTheConnectionGivesItsBlockLockUp) {
 uint64_t journalBytes(const fs::path& data_dir) {
   uint64_t bytes = 0;
   for (const auto& entry : fs::directory_iterator(data_dir / "journal")) {
-    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts) bytes += part.encodeRecord().size();
+    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts)
+      bytes += part.encodeRecord().size();
   }
   return bytes;
 }
@@ -485,7 +494,8 @@ TEST_F(TableReplicaTest, PartImagesAnEarlierVersionLeftInZooKeeperAreWrittenOutO
   for (const auto& [name, data] : images) {
     ASSERT_TRUE(observer_->create(paths_.partImage(name), data, CreateMode::kPersistent));
   }
-  ASSERT_TRUE(observer_->create(paths_.partImage("202612_5_5_0"), images.begin()->second, CreateMode::kPersistent));
+  ASSERT_TRUE(observer_->create(paths_.partImage("202612_5_5_0"), images.begin()->second,
+                                CreateMode::kPersistent));
   open(options);
   EXPECT_EQ(table_->rowCount(), 2u);
   EXPECT_EQ(partDirs(dir_), (std::vector<std::string>{"202612_0_0_0", "202612_1_1_0"}));
@@ -574,7 +584,7 @@ TEST_F(TableReplicaTest, PastTheHeldBytesLimitSmallPartsAreWrittenAndACheckpoint
   EXPECT_EQ(metric("rtable_parts_in_memory_bytes"), 0);
   ASSERT_TRUE(insert(rows({{"2026-12-01", 3}})));
   EXPECT_EQ(partDirs(dir_).size(), 2u);  // room again: held
-  table_->runBackgroundRoundForTest();  // not due: the hour has not passed, and there is room
+  table_->runBackgroundRoundForTest();   // not due: the hour has not passed, and there is room
   EXPECT_EQ(partDirs(dir_).size(), 2u);
   EXPECT_EQ(metric("rtable_parts_in_memory"), 1);
   EXPECT_GT(metric("rtable_parts_in_memory_bytes"), 0);
@@ -635,7 +645,8 @@ TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJour
   checkpoints.join();
   std::set<std::string> journaled;
   for (const auto& entry : fs::directory_iterator(dir_ / "journal")) {
-    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts) journaled.insert(part.name);
+    for (const auto& part : decodeJournal(common::testing::readFile(entry.path())).parts)
+      journaled.insert(part.name);
   }
   const auto active = table_->activeParts();
   EXPECT_EQ(active.size(), 120u);
@@ -643,7 +654,8 @@ TEST_F(TableReplicaTest, InsertsRacingCheckpointsLeaveEveryPartOnDiskOrInTheJour
   for (const auto& part : active) {
     if (part->image) {
       ++held;
-      EXPECT_TRUE(journaled.contains(part->name.format())) << part->name.format() << " is only in memory";
+      EXPECT_TRUE(journaled.contains(part->name.format()))
+          << part->name.format() << " is only in memory";
     } else {
       EXPECT_TRUE(verifyPart(part->dir, spec_.schema)) << part->name.format();
     }
@@ -663,7 +675,8 @@ TEST_F(TableReplicaTest, ACheckpointWritesOutAHeldPartWhoseCommitIsUncertain) {
   server_->failNextRequestsForTest(8, 1);          // and every question about it after that
   auto uncertain = insert(rows({{"2026-12-01", 2}}));
   ASSERT_FALSE(uncertain);
-  EXPECT_EQ(uncertain.error().kind, InsertError::Kind::kUnknownOutcome) << uncertain.error().message;
+  EXPECT_EQ(uncertain.error().kind, InsertError::Kind::kUnknownOutcome)
+      << uncertain.error().message;
   ASSERT_EQ(table_->state().uncertain_parts, std::vector<std::string>{"202612_1_1_0"});
   EXPECT_FALSE(fs::exists(dir_ / "202612_1_1_0"));
   // The round checkpoints first, then learns that the commit was applied.
@@ -821,7 +834,8 @@ TEST_F(TableReplicaTest, AMergeTakesNoPartThatArrivedAfterTheBlockLocksWereRead)
   BlockNumberLock in_flight;
   std::vector<std::string> here;
   hooks_->after = [&](const testing::KeeperCall& call) {
-    if (!armed || call.operation != "children" || call.path != paths_.blockNumbers("202612")) return;
+    if (!armed || call.operation != "children" || call.path != paths_.blockNumbers("202612"))
+      return;
     armed = false;
     in_flight = holdNextBlock(TablePaths{paths_.table_root, 1, "r2"});
     auto inserted = insert(rows({{"2026-12-01", 600}}));
@@ -887,7 +901,8 @@ TEST_F(TableReplicaTest, StartUpAsksWhichPartsAreCommittedOnlyAfterThePreviousSe
   };
   std::thread starting([&] { open(options); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!met && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!met && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE(met);
   auto landed = commitPart(*old_session, paths_, entry, lock);
   EXPECT_TRUE(landed) << landed.error().cause.toString();
@@ -910,7 +925,8 @@ TEST_F(TableReplicaTest, AnUnansweredCommitIsFencedBeforeItIsGivenUp) {
   std::vector<Op> commit;
   std::optional<bool> landed;
   hooks_->before = [&](const testing::KeeperCall& call) -> std::optional<KeeperError> {
-    if (step != kCapture || call.operation != "multi" || !call.path.starts_with(paths_.logEntryPrefix())) {
+    if (step != kCapture || call.operation != "multi" ||
+        !call.path.starts_with(paths_.logEntryPrefix())) {
       return std::nullopt;
     }
     commit = *call.ops;  // sent; the connection drops before ZooKeeper has it
@@ -991,7 +1007,8 @@ TEST_F(TableReplicaTest, CheckpointsAndReservesFollowTheInjectedClock) {
   EXPECT_EQ(observer_->children(paths_.blockNumbers("202612"))->names, reserve);
   clock.advance(std::chrono::seconds(1));
   table_->runBackgroundRoundForTest();
-  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty()) << "the idle reserve stayed";
+  EXPECT_TRUE(observer_->children(paths_.blockNumbers("202612"))->names.empty())
+      << "the idle reserve stayed";
   EXPECT_GT(journalBytes(dir_), 0u);
   clock.advance(std::chrono::seconds(4));
   table_->runBackgroundRoundForTest();

@@ -42,8 +42,8 @@ TEST(Dates, ParseAndFormatLikeClickHouse) {
 }
 
 TEST(TableSchema, ValidationNamesTheColumn) {
-  const std::vector<ColumnSpec> columns = {{"d", type("Date")}, {"n", type("Nullable(UInt8)")},
-                                           {"s", type("String")}};
+  const std::vector<ColumnSpec> columns = {
+      {"d", type("Date")}, {"n", type("Nullable(UInt8)")}, {"s", type("String")}};
   auto ok = TableSchema::create(columns, *PartitionKey::parse("toYYYYMM(d)"), {"s", "d"});
   ASSERT_TRUE(ok) << ok.error();
   const std::vector<std::pair<std::string, std::string>> bad_keys = {
@@ -77,10 +77,10 @@ class SchemaWithRows : public ::testing::Test {
     std::get<std::vector<std::string>>(block.columns[2].values) = {"b", "a", "c", "a"};
     return block;
   }
-  TableSchema schema_ = *TableSchema::create(
-      {{"d", *DataType::parse("Date")}, {"n", *DataType::parse("Nullable(UInt32)")},
-       {"s", *DataType::parse("String")}},
-      *PartitionKey::parse("toYYYYMM(d)"), {"n", "s"});
+  TableSchema schema_ = *TableSchema::create({{"d", *DataType::parse("Date")},
+                                              {"n", *DataType::parse("Nullable(UInt32)")},
+                                              {"s", *DataType::parse("String")}},
+                                             *PartitionKey::parse("toYYYYMM(d)"), {"n", "s"});
 };
 
 TEST_F(SchemaWithRows, SplitsByMonthInFirstSeenOrder) {
@@ -122,13 +122,15 @@ TEST(TableSchema, SplitAgreesWithThePartitionIdsOfEveryRow) {
     s.push_back(std::string(1, static_cast<char>('a' + i % 5)));
     u.push_back(static_cast<uint16_t>(i % 3));
   }
-  for (const char* key : {"toYYYYMM(d)", "toYYYYMMDD(d)", "d", "toYYYYMM(t)", "toYYYYMMDD(t)", "t", "s", "u", ""}) {
+  for (const char* key :
+       {"toYYYYMM(d)", "toYYYYMMDD(d)", "d", "toYYYYMM(t)", "toYYYYMMDD(t)", "t", "s", "u", ""}) {
     auto schema = TableSchema::create(columns, *PartitionKey::parse(key), {});
     ASSERT_TRUE(schema) << key;
     const auto ids = schema->partitionIds(block);
     std::vector<std::pair<std::string, std::vector<std::size_t>>> expected;
     for (std::size_t row = 0; row < ids.size(); ++row) {
-      auto it = std::find_if(expected.begin(), expected.end(), [&](const auto& g) { return g.first == ids[row]; });
+      auto it = std::find_if(expected.begin(), expected.end(),
+                             [&](const auto& g) { return g.first == ids[row]; });
       if (it == expected.end()) it = expected.insert(expected.end(), {ids[row], {}});
       it->second.push_back(row);
     }
@@ -139,7 +141,10 @@ TEST(TableSchema, SplitAgreesWithThePartitionIdsOfEveryRow) {
       EXPECT_EQ(parts[g].second, block.select(expected[g].second)) << key;
     }
   }
-  EXPECT_GT(TableSchema::create(columns, *PartitionKey::parse("toYYYYMMDD(d)"), {})->splitByPartition(block).size(), 100u);
+  EXPECT_GT(TableSchema::create(columns, *PartitionKey::parse("toYYYYMMDD(d)"), {})
+                ->splitByPartition(block)
+                .size(),
+            100u);
 }
 
 TEST_F(SchemaWithRows, SortsByOrderByWithNullsLastAndStably) {

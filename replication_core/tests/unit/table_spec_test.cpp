@@ -75,7 +75,8 @@ dataDir: /data
 
 TEST(TableSpec, ReadsTheInsertDefaults) {
   const std::string base =
-      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: r1}\n"
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: "
+      "r1}\n"
       "dataDir: /d\n";
   auto two = TableSpec::parseYaml(base + "inserts: {quorum: 2, quorumTimeoutMs: 1500}\n");
   ASSERT_TRUE(two) << two.error();
@@ -90,7 +91,8 @@ TEST(TableSpec, ReadsTheInsertDefaults) {
        "inserts.quorum: expected a number of replicas from 0 to 1000 or 'auto', got 'most'"},
       {"inserts: {quorum: -1}\n", "inserts.quorum: expected a number of replicas"},
       {"inserts: {quorum: [2]}\n", "inserts.quorum: expected a number of replicas"},
-      {"inserts: {quorumTimeoutMs: 0}\n", "inserts.quorumTimeoutMs: expected a whole number from 1"},
+      {"inserts: {quorumTimeoutMs: 0}\n",
+       "inserts.quorumTimeoutMs: expected a whole number from 1"},
       {"inserts: {quorom: 2}\n", "inserts.quorom: unknown field"},
   };
   for (const auto& [text, why] : bad) {
@@ -104,7 +106,8 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
   const auto file = std::filesystem::temp_directory_path() / "rtable-spec-test-secret";
   std::ofstream(file) << "s3cret\n";
   const std::string base =
-      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: r1}\n"
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: "
+      "r1}\n"
       "dataDir: /d\n";
   auto spec = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() +
                                    ", fetchThreads: 8, mergeThreads: 1}\n");
@@ -117,25 +120,30 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
   auto empty = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() + "}\n");
   ASSERT_FALSE(empty);
   EXPECT_NE(empty.error().find("replication.secretFile: '" + file.string() + "' is empty"),
-            std::string::npos) << empty.error();
+            std::string::npos)
+      << empty.error();
   std::filesystem::remove(file);
   auto missing = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() + "}\n");
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().find("replication.secretFile: cannot read"), std::string::npos)
       << missing.error();
-  auto logs = TableSpec::parseYaml(base + "replication: {minLogsToKeep: 3, maxLogsToKeep: 7, cleanupPeriodSeconds: 2}\n");
+  auto logs = TableSpec::parseYaml(
+      base + "replication: {minLogsToKeep: 3, maxLogsToKeep: 7, cleanupPeriodSeconds: 2}\n");
   ASSERT_TRUE(logs) << logs.error();
   EXPECT_EQ(logs->min_logs_to_keep, 3u);
   EXPECT_EQ(logs->max_logs_to_keep, 7u);
   EXPECT_EQ(logs->cleanup_period, std::chrono::seconds(2));
-  auto inverted = TableSpec::parseYaml(base + "replication: {minLogsToKeep: 30, maxLogsToKeep: 7}\n");
+  auto inverted =
+      TableSpec::parseYaml(base + "replication: {minLogsToKeep: 30, maxLogsToKeep: 7}\n");
   ASSERT_FALSE(inverted);
   EXPECT_NE(inverted.error().find("replication.maxLogsToKeep: 7 is below minLogsToKeep 30"),
-            std::string::npos) << inverted.error();
+            std::string::npos)
+      << inverted.error();
   auto zero = TableSpec::parseYaml(base + "replication: {fetchThreads: 0}\n");
   ASSERT_FALSE(zero);
   EXPECT_NE(zero.error().find("replication.fetchThreads: expected a whole number from 1 to 64"),
-            std::string::npos) << zero.error();
+            std::string::npos)
+      << zero.error();
 }
 
 // The operator writes the file with formatYaml and rtable-core reads it with parseYaml: every field
@@ -143,12 +151,12 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
 TEST(TableSpec, FormatYamlRoundTripsEveryField) {
   const auto file = std::filesystem::temp_directory_path() / "rtable-spec-test-round-trip-secret";
   std::ofstream(file) << "s3cret\n";
-  auto spec = TableSpec::parseYaml(std::string(kSpec) +
-                                   "replication: {secretFile: " + file.string() +
-                                   ", fetchThreads: 8, mergeThreads: 1, minLogsToKeep: 3, maxLogsToKeep: 7,"
-                                   " cleanupPeriodSeconds: 2, fetchConnectTimeoutMs: 250,"
-                                   " fetchReceiveTimeoutMs: 5000}\n"
-                                   "inserts: {quorum: 2, quorumTimeoutMs: 1500}\n");
+  auto spec =
+      TableSpec::parseYaml(std::string(kSpec) + "replication: {secretFile: " + file.string() +
+                           ", fetchThreads: 8, mergeThreads: 1, minLogsToKeep: 3, maxLogsToKeep: 7,"
+                           " cleanupPeriodSeconds: 2, fetchConnectTimeoutMs: 250,"
+                           " fetchReceiveTimeoutMs: 5000}\n"
+                           "inserts: {quorum: 2, quorumTimeoutMs: 1500}\n");
   ASSERT_TRUE(spec) << spec.error();
   EXPECT_EQ(spec->interserver_secret_file, file);
   EXPECT_EQ(spec->fetch_connect_timeout, std::chrono::milliseconds(250));
@@ -161,8 +169,9 @@ TEST(TableSpec, FormatYamlRoundTripsEveryField) {
   EXPECT_EQ(text.find("s3cret"), std::string::npos) << "the secret stays in its file:\n" << text;
 
   // `auto` quorum, no secret, and every default.
-  auto defaults = TableSpec::parseYaml("table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\n"
-                                       "replica: {name: r1}\ndataDir: /d\ninserts: {quorum: auto}\n");
+  auto defaults = TableSpec::parseYaml(
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\n"
+      "replica: {name: r1}\ndataDir: /d\ninserts: {quorum: auto}\n");
   ASSERT_TRUE(defaults) << defaults.error();
   auto defaults_again = TableSpec::parseYaml(defaults->formatYaml());
   ASSERT_TRUE(defaults_again) << defaults_again.error() << "\n" << defaults->formatYaml();
@@ -208,7 +217,8 @@ inserts:
   quorum: 0
 )");
   spec.insert_quorum_timeout = std::chrono::milliseconds(1500);
-  EXPECT_NE(spec.formatYaml().find("inserts:\n  quorum: 0\n  quorumTimeoutMs: 1500\n"), std::string::npos)
+  EXPECT_NE(spec.formatYaml().find("inserts:\n  quorum: 0\n  quorumTimeoutMs: 1500\n"),
+            std::string::npos)
       << spec.formatYaml();
 }
 

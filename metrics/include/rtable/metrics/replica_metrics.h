@@ -44,7 +44,8 @@ class ReplicaMetrics {
   prometheus::Gauge& replica_readonly;
   // The part journal (docs/formats.md "Part journal"), as of the last background round: small
   // inserted parts and merge results held in memory until a checkpoint writes them out, the
-  // bytes journaled since the last checkpoint that succeeded, and checkpoints that failed. While checkpoints fail, the first two grow.
+  // bytes journaled since the last checkpoint that succeeded, and checkpoints that failed. While
+  // checkpoints fail, the first two grow.
   prometheus::Gauge& parts_in_memory;
   prometheus::Gauge& parts_in_memory_bytes;
   prometheus::Gauge& part_journal_bytes;

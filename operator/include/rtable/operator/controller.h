@@ -65,7 +65,7 @@ using ReconcileFunc = std::function<ReconcileOutcome(const ObjectKey& key)>;
 struct ControllerOptions {
   std::string name;  // the `controller` label and the queue's `name` label
   int max_concurrent_reconciles = 1;
-  const common::Clock* clock = nullptr;               // null: SteadyClock; must outlive the controller
+  const common::Clock* clock = nullptr;       // null: SteadyClock; must outlive the controller
   std::unique_ptr<RateLimiter> rate_limiter;  // null: defaultControllerRateLimiter
   prometheus::Registry* registry = nullptr;   // optional; must outlive the controller
 };

@@ -75,7 +75,7 @@ struct KubeEventRecorderOptions {
   std::size_t cache_size = 4096;  // client-go's maxLruCacheEntries
   int spam_burst = 25;
   common::Clock::Duration spam_refill = std::chrono::minutes(5);  // one token per this
-  int max_tries = 12;                                     // client-go's maxTriesPerEvent
+  int max_tries = 12;                                             // client-go's maxTriesPerEvent
   common::Clock::Duration retry_delay = std::chrono::seconds(10);
   const common::Clock* clock = nullptr;  // windows, tokens and retries; null: SteadyClock
   // firstTimestamp/lastTimestamp and the Event's name; null: system_clock.

@@ -86,7 +86,7 @@ struct OperatorProcessOptions {
   common::Clock::Duration api_probe_interval = std::chrono::seconds(1);
   // How long queued Events may still be posted at shutdown.
   common::Clock::Duration event_flush_timeout = std::chrono::seconds(5);
-  KubeEventRecorderOptions events;  // component and instance are filled in
+  KubeEventRecorderOptions events;                 // component and instance are filled in
   std::shared_ptr<prometheus::Registry> registry;  // null: a new one
 };
 

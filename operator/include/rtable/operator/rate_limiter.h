@@ -53,7 +53,8 @@ class BucketRateLimiter final : public RateLimiter {
   static constexpr double kDefaultQps = 10;
   static constexpr int kDefaultBurst = 100;
 
-  BucketRateLimiter(const common::Clock& clock, double qps = kDefaultQps, int burst = kDefaultBurst);
+  BucketRateLimiter(const common::Clock& clock, double qps = kDefaultQps,
+                    int burst = kDefaultBurst);
   Duration when(const std::string& key) override;
   void forget(const std::string&) override {}
   int numRequeues(const std::string&) const override { return 0; }

@@ -33,7 +33,7 @@ class WorkQueue {
 
   struct Options {
     std::string name;                           // the `name` label of the metrics
-    const common::Clock* clock = nullptr;               // null: SteadyClock; must outlive the queue
+    const common::Clock* clock = nullptr;       // null: SteadyClock; must outlive the queue
     std::unique_ptr<RateLimiter> rate_limiter;  // null: defaultControllerRateLimiter(clock)
     // Optional: workqueue_* metrics with label name=<name> (client-go names).
     prometheus::Registry* registry = nullptr;

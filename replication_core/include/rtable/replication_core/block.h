@@ -17,10 +17,20 @@
 namespace rtable::core {
 
 enum class TypeId {
-  kUInt8, kUInt16, kUInt32, kUInt64,
-  kInt8, kInt16, kInt32, kInt64,
-  kFloat32, kFloat64,
-  kString, kDate, kDateTime, kBool,
+  kUInt8,
+  kUInt16,
+  kUInt32,
+  kUInt64,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFloat32,
+  kFloat64,
+  kString,
+  kDate,
+  kDateTime,
+  kBool,
 };
 
 struct DataType {
@@ -72,7 +82,8 @@ struct Block {
   void append(Block&& other);
   // Appends each row r to *targets[group_of_row[r]] (blocks with the same columns), moving the
   // strings: one pass per column instead of a select per group and an append.
-  void scatterInto(const std::vector<uint32_t>& group_of_row, const std::vector<Block*>& targets) &&;
+  void scatterInto(const std::vector<uint32_t>& group_of_row,
+                   const std::vector<Block*>& targets) &&;
 
   friend bool operator==(const Block&, const Block&) = default;
 };

@@ -19,18 +19,28 @@ namespace rtable::core {
 
 enum class FailPoint {
   // Files: the path of the file (or of the directory, for syncfs; the target, for rename).
-  kOpen, kWrite, kFsync, kFdatasync, kSyncfs, kRename, kMkdir,
+  kOpen,
+  kWrite,
+  kFsync,
+  kFdatasync,
+  kSyncfs,
+  kRename,
+  kMkdir,
   // A part fetch: the path is "<host>:<port>/<part>".
-  kResolve, kConnect, kSend, kReceiveHead, kReceiveBody,
+  kResolve,
+  kConnect,
+  kSend,
+  kReceiveHead,
+  kReceiveBody,
 };
 std::string_view failPointName(FailPoint op);
 
 struct Fault {
   FailPoint op = FailPoint::kWrite;
-  std::string path_contains;  // calls on paths containing this match ("": every path)
-  int error = EIO;            // the errno matching calls fail with; 0: they only stall
-  int times = 1;              // matching calls that fail (or stall); -1: until cleared
-  int skip = 0;               // matching calls let through before the first failure
+  std::string path_contains;           // calls on paths containing this match ("": every path)
+  int error = EIO;                     // the errno matching calls fail with; 0: they only stall
+  int times = 1;                       // matching calls that fail (or stall); -1: until cleared
+  int skip = 0;                        // matching calls let through before the first failure
   std::chrono::milliseconds stall{0};  // slept before the call fails (or proceeds, error 0)
 };
 

@@ -27,13 +27,15 @@ namespace rtable::core {
 class ReplicaHttpServer {
  public:
   static std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> start(
-      TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers = 8);
+      TableReplica& table, const std::string& listen_address, uint16_t port,
+      std::size_t workers = 8);
   ~ReplicaHttpServer();
 
   // Graceful stop: /readyz turns 503 and new requests get 503, except other replicas' part
   // fetches; requests already being served finish (up to `grace`); then `while_serving_parts`
   // runs (TableReplica::handOff), part fetches still served; then the listener closes.
-  void drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts = {});
+  void drain(std::chrono::milliseconds grace,
+             const std::function<void()>& while_serving_parts = {});
 
   class Impl;
 

@@ -45,10 +45,10 @@ struct InsertOptions {
 };
 
 struct InsertResult {
-  std::size_t rows = 0;               // rows now in the table (deduplicated blocks not counted)
-  std::size_t blocks = 0;             // blocks (parts) the insert was split into
+  std::size_t rows = 0;    // rows now in the table (deduplicated blocks not counted)
+  std::size_t blocks = 0;  // blocks (parts) the insert was split into
   std::size_t deduplicated_blocks = 0;
-  std::vector<std::string> parts;     // the parts written, or found, for each block
+  std::vector<std::string> parts;  // the parts written, or found, for each block
 };
 
 struct InsertError {
@@ -97,7 +97,8 @@ class PendingInsert {
   // `write_now`: write the staged part at once (a full buffer); otherwise the commit encodes or
   // writes it while ZooKeeper allocates its block number.
   std::expected<void, std::string> flush(const std::string& partition, bool write_now);
-  std::expected<void, std::string> stage(const std::string& partition, SortedBlock sorted, bool write_now);
+  std::expected<void, std::string> stage(const std::string& partition, SortedBlock sorted,
+                                         bool write_now);
 
   const TableSchema& schema_;
   const std::size_t max_part_rows_;

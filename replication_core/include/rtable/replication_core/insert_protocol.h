@@ -39,9 +39,9 @@
 
 namespace rtable::core {
 
-// `<partition>_<hi>_<lo>` (the hash's halves in decimal, as ClickHouse's block_id): the 128-bit hash of the block's values, column by column (name, type,
-// null map, values), in the order the part stores them. The same rows give the same id however
-// they were formatted on the wire.
+// `<partition>_<hi>_<lo>` (the hash's halves in decimal, as ClickHouse's block_id): the 128-bit
+// hash of the block's values, column by column (name, type, null map, values), in the order the
+// part stores them. The same rows give the same id however they were formatted on the wire.
 std::string blockDedupId(const std::string& partition, const Block& sorted_block);
 // With insert_deduplication_token the token decides, not the data: the n-th block (per partition,
 // in the order the insert produced them) of an insert gets the hash of "<token>_<n>".
@@ -87,8 +87,9 @@ class BlockNumberAllocator {
   std::optional<std::string> startReserving(const std::string& partition);
   // After that commit: `created` is the reserve's path (the commit was applied), or nothing (not
   // applied). With `unknown_outcome` the reserve may exist: it is released like a lost allocation.
-  void finishReserving(int64_t session_id, const std::string& partition, const std::string& lock_data,
-                       const std::optional<std::string>& created, bool unknown_outcome);
+  void finishReserving(int64_t session_id, const std::string& partition,
+                       const std::string& lock_data, const std::optional<std::string>& created,
+                       bool unknown_outcome);
   // Removes reserves unused for `idle` or held in a session other than `keeper`'s.
   void releaseIdleReserves(Keeper& keeper, std::chrono::steady_clock::duration idle);
   std::vector<std::string> reservedForTest() const;  // the reserves' lock paths
@@ -121,16 +122,16 @@ class BlockNumberAllocator {
 };
 
 struct Committed {
-  std::string log_entry_path;  // log/log-NNNNNNNNNN
+  std::string log_entry_path;               // log/log-NNNNNNNNNN
   std::optional<std::string> reserve_path;  // the lock the commit reserved, if asked to
 };
 
 enum class CommitFailure {
-  kDuplicate,        // another insert committed the same dedup id after our allocation
-  kLockLost,         // our block lock is gone (session expired, or a drop range cleared it)
-  kLogExhausted,     // log/ hit the int32 counter limit: "node exists" on log/log- (seed 002)
-  kUnknownOutcome,   // connection-level error: the multi may or may not have been applied
-  kRejected,         // any other answer of the server (the cause says which); nothing applied
+  kDuplicate,       // another insert committed the same dedup id after our allocation
+  kLockLost,        // our block lock is gone (session expired, or a drop range cleared it)
+  kLogExhausted,    // log/ hit the int32 counter limit: "node exists" on log/log- (seed 002)
+  kUnknownOutcome,  // connection-level error: the multi may or may not have been applied
+  kRejected,        // any other answer of the server (the cause says which); nothing applied
 };
 
 struct CommitError {
@@ -139,14 +140,15 @@ struct CommitError {
   std::optional<Duplicate> duplicate;  // for kDuplicate, when it could be read
 };
 
-// The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the part).
-// With `reserve_lock_data` it also creates the partition's next block lock with that data.
-std::expected<Committed, CommitError> commitPart(Keeper& keeper, const TablePaths& paths,
-                                                 const LogEntry& entry, const BlockNumberLock& lock,
-                                                 const std::optional<std::string>& reserve_lock_data = std::nullopt);
+// The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the
+// part). With `reserve_lock_data` it also creates the partition's next block lock with that data.
+std::expected<Committed, CommitError> commitPart(
+    Keeper& keeper, const TablePaths& paths, const LogEntry& entry, const BlockNumberLock& lock,
+    const std::optional<std::string>& reserve_lock_data = std::nullopt);
 
 // After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
-KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths, const std::string& part);
+KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths,
+                                   const std::string& part);
 
 // After kUnknownOutcome, with the commit's block lock: whether the commit was applied, for good.
 // The commit multi removes the lock, so this removes it first, which fences the commit: if that

@@ -24,7 +24,9 @@ struct RetryPolicy {
 
 using SleepFunction = std::function<void(std::chrono::milliseconds)>;
 
-inline void sleepFor(std::chrono::milliseconds duration) { std::this_thread::sleep_for(duration); }
+inline void sleepFor(std::chrono::milliseconds duration) {
+  std::this_thread::sleep_for(duration);
+}
 
 // Calls `attempt` (returning a KeeperResult) until it succeeds, gives a semantic answer, or
 // `max_attempts` connection-level failures happened; the backoff doubles from `initial_backoff` up

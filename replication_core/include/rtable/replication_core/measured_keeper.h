@@ -10,6 +10,7 @@
 namespace rtable::core {
 
 // `metrics` must outlive this Keeper and the sessions it starts.
-std::unique_ptr<Keeper> measureKeeper(std::unique_ptr<Keeper> inner, metrics::ReplicaMetrics& metrics);
+std::unique_ptr<Keeper> measureKeeper(std::unique_ptr<Keeper> inner,
+                                      metrics::ReplicaMetrics& metrics);
 
 }  // namespace rtable::core

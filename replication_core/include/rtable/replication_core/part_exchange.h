@@ -99,11 +99,8 @@ std::string_view fetchErrorKindName(FetchError::Kind kind);
 // writeStagedPart. On any failure `dest_dir` is removed.
 //
 // Host name resolution is not bounded by `timeouts`.
-std::expected<PartChecksums, FetchError> fetchPart(const FetchSource& from,
-                                                   const std::string& secret,
-                                                   const std::string& part_name,
-                                                   const std::filesystem::path& dest_dir,
-                                                   const TableSchema& schema,
-                                                   FetchTimeouts timeouts);
+std::expected<PartChecksums, FetchError> fetchPart(
+    const FetchSource& from, const std::string& secret, const std::string& part_name,
+    const std::filesystem::path& dest_dir, const TableSchema& schema, FetchTimeouts timeouts);
 
 }  // namespace rtable::core

@@ -67,7 +67,8 @@ class PartJournal {
  public:
   // Opens (creates) `dir`. Journal files already there are kept for restore() and removed by the
   // next checkpoint(); appends go to a new file.
-  static std::expected<std::unique_ptr<PartJournal>, std::string> open(const std::filesystem::path& dir);
+  static std::expected<std::unique_ptr<PartJournal>, std::string> open(
+      const std::filesystem::path& dir);
   ~PartJournal();
   PartJournal(const PartJournal&) = delete;
   PartJournal& operator=(const PartJournal&) = delete;
@@ -119,21 +120,21 @@ class PartJournal {
   int fd_ = -1;
   uint64_t next_number_ = 1;
   std::filesystem::path current_;
-  uint64_t file_offset_ = 0;      // where the next record goes in current_
-  bool spare_ready_ = false;      // journal-spare.tmp is zero-filled and synced
+  uint64_t file_offset_ = 0;  // where the next record goes in current_
+  bool spare_ready_ = false;  // journal-spare.tmp is zero-filled and synced
   bool preparing_spare_ = false;
   std::vector<std::filesystem::path> older_;  // files before current_, all synced
   // Byte counts over every file of this journal, never reset: an append waiting across a
   // checkpoint's rotation compares its own offset with synced_ (which the rotation reached).
-  uint64_t appended_ = 0;                     // bytes written
-  uint64_t synced_ = 0;                       // of those, known on disk
+  uint64_t appended_ = 0;  // bytes written
+  uint64_t synced_ = 0;    // of those, known on disk
   // Records ending in (first, second] were written but never made durable (a failed write or
   // fdatasync), kept past the checkpoint that clears failed_ for appends that waited on them.
   std::vector<std::pair<uint64_t, uint64_t>> failed_ranges_;
-  std::string failure_;                       // why, for those appends
-  bool syncing_ = false;                      // an fdatasync of current_ is running
-  bool rotating_ = false;                     // checkpoint() is switching files: appends wait
-  std::string failed_;                        // a write or sync failed: appends refused
+  std::string failure_;    // why, for those appends
+  bool syncing_ = false;   // an fdatasync of current_ is running
+  bool rotating_ = false;  // checkpoint() is switching files: appends wait
+  std::string failed_;     // a write or sync failed: appends refused
   uint64_t pending_bytes_ = 0;
 };
 

@@ -79,7 +79,7 @@ struct PartStoreOptions {
 // A part made here on its way to its commit: its files in `dir` (synced), or its image.
 struct NewPart {
   std::string partition;
-  std::string dedup_id;      // "" for fetched and merged parts
+  std::string dedup_id;       // "" for fetched and merged parts
   std::filesystem::path dir;  // staged files, or where a held part's files go
   uint64_t rows = 0;          // 0: unknown (read from count.txt when it becomes visible)
   PartChecksums checksums;
@@ -191,15 +191,16 @@ class PartStore {
 
   struct Held {
     std::shared_ptr<const PartImage> image;
-    uint64_t bytes = 0;     // of the image's files
-    bool written = false;   // a checkpoint wrote its directory, not yet known durable
+    uint64_t bytes = 0;    // of the image's files
+    bool written = false;  // a checkpoint wrote its directory, not yet known durable
   };
   DataPartPtr makeDataPart(const PartName& name, PartChecksums checksums, uint64_t rows,
                            std::shared_ptr<const PartImage> image) const;
   void holdLocked(const PartName& name, std::shared_ptr<const PartImage> image);
   void releaseHeldLocked(const PartName& name);
   void forgetHeld(const PartName& name);
-  std::map<PartName, DataPartPtr>::iterator retireLocked(std::map<PartName, DataPartPtr>::iterator it);
+  std::map<PartName, DataPartPtr>::iterator retireLocked(
+      std::map<PartName, DataPartPtr>::iterator it);
   // Writes every held part not yet written into its directory (no fsync).
   std::expected<void, std::string> writeHeldParts();
   // After a checkpoint's sync: the written parts are durable (`synced`: released, read from their
@@ -229,7 +230,7 @@ class PartStore {
   std::map<PartName, NewPart> uncertain_;
   Report report_;
 
-  std::mutex checkpoint_mu_;  // one checkpoint at a time
+  std::mutex checkpoint_mu_;                               // one checkpoint at a time
   std::chrono::steady_clock::time_point last_checkpoint_;  // guarded by checkpoint_mu_
   std::atomic<bool> checkpoint_wanted_{false};
 };

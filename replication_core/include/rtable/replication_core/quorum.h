@@ -1,7 +1,8 @@
-// Quorum inserts (insert_quorum=N, DESIGN.md 2.3 step 6; ClickHouse's ReplicatedMergeTreeQuorumEntry
-// with insert_quorum_parallel=1): the commit multi also creates quorum/parallel/<part> listing the
-// inserting replica; every replica that fetches the part adds itself; the replica that makes the
-// list reach N removes the node. The insert is acknowledged when the node is gone.
+// Quorum inserts (insert_quorum=N, DESIGN.md 2.3 step 6; ClickHouse's
+// ReplicatedMergeTreeQuorumEntry with insert_quorum_parallel=1): the commit multi also creates
+// quorum/parallel/<part> listing the inserting replica; every replica that fetches the part adds
+// itself; the replica that makes the list reach N removes the node. The insert is acknowledged when
+// the node is gone.
 //
 //   version: 1
 //   part_name: 202612_5_5_0
@@ -43,7 +44,9 @@ KeeperResult<ReplicaCount> countReplicas(Keeper& keeper, const TablePaths& paths
 
 // insert_quorum=auto (ClickHouse 22.x): a majority of the table's registered replicas, so that
 // any two acknowledged quorum inserts share a replica.
-inline std::size_t majorityQuorum(std::size_t total_replicas) { return total_replicas / 2 + 1; }
+inline std::size_t majorityQuorum(std::size_t total_replicas) {
+  return total_replicas / 2 + 1;
+}
 
 // After this replica fetched `part`: counts it in the part's quorum, if one is waiting. Retries on
 // a concurrent update (bad version).

@@ -77,9 +77,9 @@ struct SelectedEntry {
 struct QueueLimits {
   std::size_t fetch_pool_size = 4;
   std::size_t merge_pool_size = 2;
-  // Exponential backoff of failed entries: base * 2^(tries - 1), at most `max_backoff` (ClickHouse's
-  // max_postpone_time_for_failed_replicated_fetches_ms / _merges_ms: 60 s). ClickHouse starts at
-  // 2 ms; 100 ms keeps a replica from hammering a peer that is down.
+  // Exponential backoff of failed entries: base * 2^(tries - 1), at most `max_backoff`
+  // (ClickHouse's max_postpone_time_for_failed_replicated_fetches_ms / _merges_ms: 60 s).
+  // ClickHouse starts at 2 ms; 100 ms keeps a replica from hammering a peer that is down.
   std::chrono::milliseconds backoff_base{100};
   std::chrono::milliseconds max_backoff{60000};
 };
@@ -158,8 +158,8 @@ class ReplicationQueue {
   QueueLimits limits_;
   std::vector<QueueEntry> entries_;  // in execution order: a selected entry moves to the back
   ActiveDataPartSet virtual_parts_;
-  std::map<PartName, std::string> future_parts_;   // part being produced -> queue node
-  std::map<std::string, PartName> actual_parts_;   // queue node -> covering part it fetches
+  std::map<PartName, std::string> future_parts_;  // part being produced -> queue node
+  std::map<std::string, PartName> actual_parts_;  // queue node -> covering part it fetches
   std::map<std::string, QueueAction> executing_;  // queue node -> how it is being executed
   std::map<PostponeReason, uint64_t> postponed_;
 };

@@ -41,8 +41,8 @@ class WorkerPool;
 
 struct ReplicationOptions {
   // Background merges: a partition with at least `merge_min_parts` active parts merges
-  // `merge_min_parts` to `merge_max_parts` neighbouring parts, the run that rewrites the fewest rows
-  // per part it removes (selectMergeRange). 100 is ClickHouse's max_parts_to_merge_at_once: a
+  // `merge_min_parts` to `merge_max_parts` neighbouring parts, the run that rewrites the fewest
+  // rows per part it removes (selectMergeRange). 100 is ClickHouse's max_parts_to_merge_at_once: a
   // burst of single-row inserts is merged a hundred parts at a time.
   std::size_t merge_min_parts = 6;
   std::size_t merge_max_parts = 100;
@@ -65,8 +65,8 @@ struct ReplicationOptions {
 
 // The queue as /replica shows it.
 struct QueueState {
-  std::vector<QueueEntry> entries;            // in execution order
-  std::map<std::string, uint64_t> postponed;  // postponements so far, by reason
+  std::vector<QueueEntry> entries;               // in execution order
+  std::map<std::string, uint64_t> postponed;     // postponements so far, by reason
   std::map<std::string, std::size_t> executing;  // entries executing now, by action
 };
 
@@ -127,8 +127,9 @@ class ReplicationWorker {
   // Why an executed entry did not finish. `gave_way`: another running entry makes the part it
   // needs, so it waits as postponed rather than failed (ReplicationQueue::giveWay).
   struct EntryError {
-    EntryError(std::string text) : message(std::move(text)) {}  // NOLINT: every plain error converts
-    EntryError(const char* text) : message(text) {}             // NOLINT
+    EntryError(std::string text)
+        : message(std::move(text)) {}                // NOLINT: every plain error converts
+    EntryError(const char* text) : message(text) {}  // NOLINT
     std::string message;
     bool gave_way = false;
   };
@@ -194,7 +195,8 @@ class ReplicationWorker {
   void cleanLog(Keeper& keeper);
   void updateQueueMetrics();
   // Block numbers locked in block_numbers/<partition>: inserts in flight on any replica.
-  KeeperResult<std::vector<int64_t>> lockedBlockNumbers(Keeper& keeper, const std::string& partition);
+  KeeperResult<std::vector<int64_t>> lockedBlockNumbers(Keeper& keeper,
+                                                        const std::string& partition);
   void backgroundLoop();
   void wake();
 

@@ -21,7 +21,8 @@ namespace rtable::core {
 class RowFilter {
  public:
   // Errors name the column or the text that could not be read.
-  static std::expected<RowFilter, std::string> parse(std::string_view text, const TableSchema& schema);
+  static std::expected<RowFilter, std::string> parse(std::string_view text,
+                                                     const TableSchema& schema);
 
   bool empty() const { return conditions_.empty(); }
   // The rows of `block` (the schema's columns) that pass, in order.

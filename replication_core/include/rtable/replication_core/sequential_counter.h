@@ -21,13 +21,13 @@ class SequentialCounter {
   static constexpr int64_t kNameSpace = int64_t{1} << 31;
 
   // Decodes the counter from the parent's Stat without listing children. The server reports
-  // cversion = counter * 2 - numChildren in int32, which wraps once the counter passes 2^30; the sum
-  // taken as uint32 and halved gives the counter back. A counter of kLastName cannot tell from the
-  // Stat whether the last name is taken: `last_name_taken` says so (see read()).
+  // cversion = counter * 2 - numChildren in int32, which wraps once the counter passes 2^30; the
+  // sum taken as uint32 and halved gives the counter back. A counter of kLastName cannot tell from
+  // the Stat whether the last name is taken: `last_name_taken` says so (see read()).
   static SequentialCounter fromStat(const Stat& stat, bool last_name_taken = false);
 
-  // Reads `parent`'s Stat, and when the counter is at the limit, whether `parent/<prefix>2147483647`
-  // exists. Two requests at most, never a listing.
+  // Reads `parent`'s Stat, and when the counter is at the limit, whether
+  // `parent/<prefix>2147483647` exists. Two requests at most, never a listing.
   static KeeperResult<SequentialCounter> read(Keeper& keeper, const std::string& parent,
                                               const std::string& prefix);
 

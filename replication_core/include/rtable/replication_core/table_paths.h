@@ -14,7 +14,7 @@ namespace rtable::core {
 struct TablePaths {
   std::string table_root;  // /rtable/tables/<table-uid>
   int64_t generation = 1;
-  std::string replica;     // this replica's name
+  std::string replica;  // this replica's name
 
   std::string activeGeneration() const { return table_root + "/active"; }
   std::string generationRoot() const { return table_root + "/" + std::to_string(generation); }
@@ -23,13 +23,19 @@ struct TablePaths {
   std::string log() const { return generationRoot() + "/log"; }
   std::string logEntryPrefix() const { return log() + "/log-"; }
   std::string blockNumbers() const { return generationRoot() + "/block_numbers"; }
-  std::string blockNumbers(const std::string& partition) const { return blockNumbers() + "/" + partition; }
-  std::string blockLockPrefix(const std::string& partition) const { return blockNumbers(partition) + "/block-"; }
+  std::string blockNumbers(const std::string& partition) const {
+    return blockNumbers() + "/" + partition;
+  }
+  std::string blockLockPrefix(const std::string& partition) const {
+    return blockNumbers(partition) + "/block-";
+  }
   std::string dedupHashes() const { return generationRoot() + "/deduplication_hashes"; }
   std::string dedupHash(const std::string& id) const { return dedupHashes() + "/" + id; }
   std::string quorum() const { return generationRoot() + "/quorum"; }
   std::string quorumParallel() const { return quorum() + "/parallel"; }
-  std::string quorumParallel(const std::string& part) const { return quorumParallel() + "/" + part; }
+  std::string quorumParallel(const std::string& part) const {
+    return quorumParallel() + "/" + part;
+  }
   std::string leaderElection() const { return generationRoot() + "/leader_election"; }
   std::string temp() const { return generationRoot() + "/temp"; }
   std::string replicas() const { return generationRoot() + "/replicas"; }

@@ -42,14 +42,14 @@ struct ReplicaState {
   bool readonly = false;
   std::size_t active_parts = 0;
   uint64_t rows = 0;
-  std::optional<SequentialCounter> log;  // read from ZooKeeper when the state is asked for
-  std::vector<std::string> broken_parts;      // detached on start, with reasons
-  std::vector<std::string> unexpected_parts;  // detached on start: on disk, not in ZooKeeper
-  std::vector<std::string> lost_parts;        // in ZooKeeper, not on disk
-  std::vector<std::string> uncertain_parts;   // commit outcome not known yet
-  bool lost = false;                          // waiting to clone a healthy replica
-  std::vector<QueueEntry> queue;              // in execution order
-  std::map<std::string, uint64_t> postponed;  // postponements so far, by reason
+  std::optional<SequentialCounter> log;          // read from ZooKeeper when the state is asked for
+  std::vector<std::string> broken_parts;         // detached on start, with reasons
+  std::vector<std::string> unexpected_parts;     // detached on start: on disk, not in ZooKeeper
+  std::vector<std::string> lost_parts;           // in ZooKeeper, not on disk
+  std::vector<std::string> uncertain_parts;      // commit outcome not known yet
+  bool lost = false;                             // waiting to clone a healthy replica
+  std::vector<QueueEntry> queue;                 // in execution order
+  std::map<std::string, uint64_t> postponed;     // postponements so far, by reason
   std::map<std::string, std::size_t> executing;  // entries executing now, by action
 };
 
@@ -77,8 +77,12 @@ class TableReplica {
   const TableSpec& spec() const { return spec_; }
   const TablePaths& paths() const { return paths_; }
 
-  std::unique_ptr<PendingInsert> beginInsert(InsertOptions options) { return inserts_->begin(std::move(options)); }
-  std::expected<InsertResult, InsertError> commit(PendingInsert& insert) { return inserts_->commit(insert); }
+  std::unique_ptr<PendingInsert> beginInsert(InsertOptions options) {
+    return inserts_->begin(std::move(options));
+  }
+  std::expected<InsertResult, InsertError> commit(PendingInsert& insert) {
+    return inserts_->commit(insert);
+  }
 
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.
   std::vector<DataPartPtr> activeParts() const { return store_->activeParts(); }
@@ -126,7 +130,7 @@ class TableReplica {
   const common::Clock& clock_;
   KeeperSession session_;
   BlockNumberAllocator allocator_;
-  std::unique_ptr<PartStore> store_;            // set by start()
+  std::unique_ptr<PartStore> store_;           // set by start()
   std::unique_ptr<ReplicationWorker> worker_;  // set by start()
   std::unique_ptr<InsertCommit> inserts_;      // set by start()
   std::atomic<bool> stopped_{false};

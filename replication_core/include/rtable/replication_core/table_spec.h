@@ -62,9 +62,10 @@ struct TableSpec {
   // (replication.secretFile).
   std::string interserver_secret;
   std::filesystem::path interserver_secret_file;  // empty: no secret
-  std::size_t fetch_threads = 4;  // the fetch pool (I/O)
-  std::size_t merge_threads = 2;  // the merge pool (CPU, disk); 2 cores here
-  // Log trimming by the leader (ClickHouse's min/max_replicated_logs_to_keep, cleanup_delay_period).
+  std::size_t fetch_threads = 4;                  // the fetch pool (I/O)
+  std::size_t merge_threads = 2;                  // the merge pool (CPU, disk); 2 cores here
+  // Log trimming by the leader (ClickHouse's min/max_replicated_logs_to_keep,
+  // cleanup_delay_period).
   std::size_t min_logs_to_keep = 10;
   std::size_t max_logs_to_keep = 1000;
   std::chrono::seconds cleanup_period{30};

@@ -16,10 +16,8 @@ struct HttpResponse {
 
 // `method` "GET" or "POST"; `target` like "/insert?format=TSV". An error means no complete answer
 // arrived (refused, reset, cut short, timed out).
-std::expected<HttpResponse, std::string> httpRequest(const std::string& host, int port,
-                                                     const std::string& method,
-                                                     const std::string& target,
-                                                     const std::string& body = "",
-                                                     std::chrono::milliseconds timeout = std::chrono::seconds(30));
+std::expected<HttpResponse, std::string> httpRequest(
+    const std::string& host, int port, const std::string& method, const std::string& target,
+    const std::string& body = "", std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace rtable::common::testing

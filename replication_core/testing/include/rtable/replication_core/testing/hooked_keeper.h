@@ -29,6 +29,7 @@ struct KeeperHooks {
   std::function<void(const KeeperCall&)> after;
 };
 
-std::unique_ptr<Keeper> hookKeeper(std::shared_ptr<Keeper> session, std::shared_ptr<KeeperHooks> hooks);
+std::unique_ptr<Keeper> hookKeeper(std::shared_ptr<Keeper> session,
+                                   std::shared_ptr<KeeperHooks> hooks);
 
 }  // namespace rtable::core::testing

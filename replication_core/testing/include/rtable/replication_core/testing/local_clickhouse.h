@@ -29,7 +29,8 @@ struct LocalClickHouseOptions {
 
 class LocalClickHouse {
  public:
-  static std::expected<std::unique_ptr<LocalClickHouse>, std::string> start(LocalClickHouseOptions options);
+  static std::expected<std::unique_ptr<LocalClickHouse>, std::string> start(
+      LocalClickHouseOptions options);
   // `replica` fills the {replica} macro; merge assignment off.
   static std::expected<std::unique_ptr<LocalClickHouse>, std::string> start(
       const std::string& zookeeper_host, int zookeeper_port, const std::string& replica);

@@ -19,20 +19,22 @@ using common::testing::Subprocess;
 using common::testing::TestStatus;
 
 struct LocalReplicaOptions {
-  std::filesystem::path binary;        // rtable-core
-  std::filesystem::path work_dir;      // spec.yaml, data/, replica.log go here
-  std::string table_yaml;              // the table part of the spec: table, columns, keys, dedup
-  std::string zookeeper;               // connect string
+  std::filesystem::path binary;    // rtable-core
+  std::filesystem::path work_dir;  // spec.yaml, data/, replica.log go here
+  std::string table_yaml;          // the table part of the spec: table, columns, keys, dedup
+  std::string zookeeper;           // connect string
   std::string replica = "r1";
-  std::string host = "127.0.0.1";      // listen and advertised address
-  int session_timeout_ms = 4000;       // short, so a killed replica's session ends quickly
+  std::string host = "127.0.0.1";  // listen and advertised address
+  int session_timeout_ms = 4000;   // short, so a killed replica's session ends quickly
   std::string interserver_secret = "local-replication-secret";  // shared by a table's replicas
-  std::string replication_settings;  // more of the spec's replication mapping, e.g. "minLogsToKeep: 3"
+  std::string
+      replication_settings;  // more of the spec's replication mapping, e.g. "minLogsToKeep: 3"
 };
 
 class LocalReplica {
  public:
-  static std::expected<std::unique_ptr<LocalReplica>, std::string> start(LocalReplicaOptions options);
+  static std::expected<std::unique_ptr<LocalReplica>, std::string> start(
+      LocalReplicaOptions options);
   ~LocalReplica();
 
   int httpPort() const { return http_port_; }
@@ -41,7 +43,8 @@ class LocalReplica {
   std::filesystem::path logFile() const { return options_.work_dir / "replica.log"; }
 
   std::expected<HttpResponse, std::string> get(const std::string& target) const;
-  std::expected<HttpResponse, std::string> post(const std::string& target, const std::string& body) const;
+  std::expected<HttpResponse, std::string> post(const std::string& target,
+                                                const std::string& body) const;
   std::expected<HttpResponse, std::string> metrics() const;
 
   // Starts the process (again) and waits until /readyz answers 200.

@@ -59,7 +59,8 @@ class LocalZooKeeper {
       std::chrono::milliseconds session_timeout = std::chrono::seconds(10)) const;
 
  private:
-  LocalZooKeeper(std::filesystem::path work_dir, bool owns_work_dir, const LocalZooKeeperOptions& options)
+  LocalZooKeeper(std::filesystem::path work_dir, bool owns_work_dir,
+                 const LocalZooKeeperOptions& options)
       : work_dir_(std::move(work_dir)),
         owns_work_dir_(owns_work_dir),
         tick_time_ms_(options.tick_time_ms),
