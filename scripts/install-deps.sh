@@ -23,6 +23,8 @@ if [[ "${1:-}" == "--test" ]]; then
   # The Helm chart's tests (helm/test-chart.sh): promtool checks and unit-tests the alert rules;
   # python3-yaml reads the rendered manifests.
   packages+=(prometheus python3-yaml)
+  # scripts/check-format.sh: the formatting check the test command runs first.
+  packages+=(clang-format-19)
 fi
 
 missing=()

@@ -12,6 +12,9 @@ if [[ "${1:-}" == "--quick" ]]; then
 fi
 
 scripts/install-deps.sh --test
+# The formatting check first: it takes seconds, the builds take minutes.
+echo "=== format"
+scripts/check-format.sh
 # The operator's tests run against a real kube-apiserver built from Go modules; cached by version
 # in ~/.cache/rtable/control-plane/ (outside the clone), so only the machine's first run pays.
 echo "=== control plane"
