@@ -280,6 +280,15 @@ std::expected<void, std::string> PartJournal::append(const std::string& name,
 std::expected<void, std::string> PartJournal::appendRecord(const std::string& record) {
   std::unique_lock lock(mu_);
   synced_cv_.wait(lock, [this] { return !rotating_; });
+  // Until this append returns, a rotation waits for it: it may still sync the current file.
+  ++in_flight_;
+  struct Leaving {
+    PartJournal& journal;
+    ~Leaving() {  // with mu_ held: `lock` outlives this
+      --journal.in_flight_;
+      journal.synced_cv_.notify_all();
+    }
+  } leaving{*this};
   if (!failed_.empty()) return std::unexpected(failed_);
   if (fd_ < 0) {
     if (auto started = startFile(); !started) return std::unexpected(started.error());
@@ -374,7 +383,11 @@ PartJournal::Rotation PartJournal::rotate() {
   std::unique_lock lock(mu_);
   if (pending_bytes_ == 0 && older_.empty()) return rotation;
   rotating_ = true;
-  synced_cv_.wait(lock, [this] { return !syncing_ && (synced_ == appended_ || !failed_.empty()); });
+  // Every append that started has returned: its record is synced, or it failed. Records of
+  // failed appends may never be synced by anyone (an append that fails returns at once), so the
+  // rotation does not wait for synced_ to reach appended_: once it waited forever after a full
+  // disk, and every append with it.
+  synced_cv_.wait(lock, [this] { return in_flight_ == 0; });
   rotation.covered = std::move(older_);
   rotation.bytes = pending_bytes_;
   older_.clear();

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
 #include "rtable/common/testing/files.h"
+#include "rtable/common/testing/wait.h"
+#include "rtable/replication_core/fail_points.h"
 
 namespace rtable::core {
 namespace {
@@ -251,6 +255,43 @@ TEST_F(PartJournalTest, ConcurrentAppendsAreAllKept) {
   for (const auto& name : all) fs::remove_all(table_ / name);
   journal = open();
   EXPECT_EQ(restore(*journal, all).size(), records);
+}
+
+// An append that fails (a full disk) can leave records that were written but that nobody will
+// ever sync: another append wrote after the failure point, and gave up when it learnt of the
+// failure. The rotation of the next checkpoint must not wait for their sync. It did, forever, and
+// every append with it: a replica whose disk had filled stayed stuck once space returned.
+TEST_F(PartJournalTest, ARotationDoesNotWaitForRecordsOfFailedAppends) {
+  using namespace std::chrono_literals;
+  auto journal = open();
+  auto image = [&](uint64_t x) { return *encodePart(schema_, rows({x})); };
+  // E syncs, slowly; D writes meanwhile and waits for the next sync; A's write fails.
+  injectFaultForTest(Fault{FailPoint::kFdatasync, journal_dir_.string(), 0, 1, 0, 1000ms});
+  std::future<std::expected<void, std::string>> e =
+      std::async(std::launch::async, [&] { return journal->append("all_1_1_0", image(1)); });
+  ASSERT_TRUE(common::testing::waitFor([] { return faultHitsForTest() >= 1; }, 10s));
+  const uint64_t before = journal->pendingBytes();
+  std::future<std::expected<void, std::string>> d =
+      std::async(std::launch::async, [&] { return journal->append("all_2_2_0", image(2)); });
+  ASSERT_TRUE(common::testing::waitFor([&] { return journal->pendingBytes() > before; }, 10s));
+  injectFaultForTest(Fault{FailPoint::kWrite, journal_dir_.string(), ENOSPC});
+  EXPECT_FALSE(journal->append("all_3_3_0", image(3)));
+  clearFaultsForTest();
+  (void)e.get();
+  EXPECT_FALSE(d.get()) << "D's record lies past the failure and was never synced";
+  // The checkpoint right after it fails too (the disk is still full): the files stay.
+  injectFaultForTest(Fault{FailPoint::kSyncfs, table_.string(), EIO});
+  EXPECT_FALSE(journal->checkpoint(table_));
+  clearFaultsForTest();
+  // Space is back: the next checkpoint finishes, and appends work again.
+  auto next = std::async(std::launch::async, [&] { return journal->checkpoint(table_); });
+  if (next.wait_for(10s) != std::future_status::ready) {
+    // The rotation waits for a sync nobody will make; nothing can unblock it.
+    std::fprintf(stderr, "FAILED: the checkpoint after a failed append never finished\n");
+    std::_Exit(1);
+  }
+  EXPECT_TRUE(next.get());
+  EXPECT_TRUE(journal->append("all_4_4_0", image(4)));
 }
 
 }  // namespace

@@ -131,10 +131,11 @@ class PartJournal {
   // Records ending in (first, second] were written but never made durable (a failed write or
   // fdatasync), kept past the checkpoint that clears failed_ for appends that waited on them.
   std::vector<std::pair<uint64_t, uint64_t>> failed_ranges_;
-  std::string failure_;    // why, for those appends
-  bool syncing_ = false;   // an fdatasync of current_ is running
-  bool rotating_ = false;  // checkpoint() is switching files: appends wait
-  std::string failed_;     // a write or sync failed: appends refused
+  std::string failure_;        // why, for those appends
+  bool syncing_ = false;       // an fdatasync of current_ is running
+  std::size_t in_flight_ = 0;  // appends between their start and their return
+  bool rotating_ = false;      // checkpoint() is switching files: appends wait
+  std::string failed_;         // a write or sync failed: appends refused
   uint64_t pending_bytes_ = 0;
 };
 
