@@ -130,6 +130,8 @@ dataDir: {}
   }
 
   std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
+  // A clock a test may give the replica: a member, so that it outlives the replica TearDown stops.
+  common::testing::FakeClock fake_clock_;
   // Every session of the replica goes through these; a test sets them to step in.
   std::shared_ptr<testing::KeeperHooks> hooks_ = std::make_shared<testing::KeeperHooks>();
   std::unique_ptr<Keeper> observer_ = server_->connect();
@@ -993,7 +995,7 @@ TEST_F(TableReplicaTest, AfterAFailedSyncTheNextCheckpointWritesTheHeldPartsAgai
 
 // Time is a seam: checkpoints and reserves follow the injected clock, not the machine's.
 TEST_F(TableReplicaTest, CheckpointsAndReservesFollowTheInjectedClock) {
-  common::testing::FakeClock clock;
+  common::testing::FakeClock& clock = fake_clock_;
   TableReplicaOptions options;
   options.clock = &clock;
   options.parts.checkpoint_interval = std::chrono::seconds(5);
