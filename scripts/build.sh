@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Configures and builds one flavour of rtable into its own folder.
-#   scripts/build.sh [release|asan|tsan]     (default release)  ->  build/, build-asan/, build-tsan/
+#   scripts/build.sh [release|asan|tsan] [TARGET...]   (default release, every target)
+#     ->  build/, build-asan/, build-tsan/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 flavour="${1:-release}"
+shift || true
+targets=()
+for target in "$@"; do targets+=(--target "$target"); done
 case "$flavour" in
   release) dir=build; flags=() ;;
   asan) dir=build-asan; flags=(-DRTABLE_SANITIZE=ON) ;;
@@ -23,4 +27,4 @@ if [[ ! -f "$dir/build.ninja" ]]; then
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}"
 fi
 # Two cores: -j2 keeps the machine responsive.
-cmake --build "$dir" -j2
+cmake --build "$dir" -j2 "${targets[@]}"
