@@ -76,6 +76,9 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       fetched_bytes(counter(r, l, "rtable_fetched_bytes_total", "Bytes of parts fetched")),
       fetch_errors(counter(r, l, "rtable_fetch_errors_total",
                            "Part transfers that failed (each source tried counts once)")),
+      attached_parts(counter(r, l, "rtable_attached_parts_total",
+                             "Parts of the replaced generation attached into this one by hard link "
+                             "(the table swap)")),
       parts_lost_forever(counter(r, l, "rtable_parts_lost_forever_total",
                                  "Parts that no replica has or can produce any more; their queue "
                                  "entries were given up")),

@@ -20,6 +20,7 @@
 
 #include "posix_file.h"
 #include "rtable/common/quoted_excerpt.h"
+#include "rtable/replication_core/table_paths.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
@@ -1208,7 +1209,8 @@ std::expected<LoadedParts, std::string> loadParts(const fs::path& table_dir,
   bool removed_any = false;
   for (const auto& entry : entries) {
     const std::string name = entry.path().filename().string();
-    if (name == kDetachedDir) continue;
+    // A later generation's directory (table_paths.h): that generation's own store loads it.
+    if (name == kDetachedDir || name.starts_with(kGenerationDirPrefix)) continue;
     if (name.starts_with(kTemporaryPrefix)) {
       fs::remove_all(entry.path(), ec);
       if (ec) {

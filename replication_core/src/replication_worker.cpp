@@ -253,7 +253,10 @@ bool ReplicationWorker::updateQueue(Keeper& keeper) {
       [&](const LogEntry& entry) {
         // Our own inserts (and anything else already here) need no work.
         auto part = PartName::parse(entry.new_part_name);
-        if (entry.type != LogEntry::Type::kGetPart || !part) return false;
+        if ((entry.type != LogEntry::Type::kGetPart && entry.type != LogEntry::Type::kAttachPart) ||
+            !part) {
+          return false;
+        }
         auto here = local(*part);
         return here && *here == *part;
       },
@@ -601,6 +604,9 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
                                                                 const SelectedEntry& selected) {
   auto wanted = PartName::parse(selected.entry.new_part_name);
   if (!wanted) return std::unexpected(wanted.error());
+  if (selected.entry.type == LogEntry::Type::kAttachPart) {
+    if (auto attached = attachFromSource(keeper, selected, *wanted)) return std::move(*attached);
+  }
   auto listed = fetchCandidates(keeper, *wanted);
   if (!listed) return std::unexpected(listed.error().toString());
   const std::vector<FetchCandidate>& candidates = *listed;
@@ -666,18 +672,8 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
     noteFetchSource(candidate.source.replica, false);
     uint64_t bytes = 0;
     for (const auto& file : fetched->files) bytes += file.size;
-    const fs::path final_dir = store_.dataDir() / name;
-    auto placed = renameNoReplace(staging, final_dir);
-    if (placed) {
-      placed = fsyncDirectory(store_.dataDir());
-      // Renamed, not made durable: the directory goes, or it would stand in the way of every
-      // later attempt at this part.
-      std::error_code ec;
-      if (!placed) fs::remove_all(final_dir, ec);
-    }
+    auto placed = placeStaged(staging, candidate.part);
     if (!placed) {
-      std::error_code ec;
-      fs::remove_all(staging, ec);
       // Another entry brought the same part in meanwhile: then this entry's work is done.
       if (auto here = store_.lookup()(*wanted)) {
         spdlog::debug("part {} arrived meanwhile (as {}); dropping the copy fetched for {}", name,
@@ -694,7 +690,7 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
     ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});
     NewPart part;
     part.partition = candidate.part.partition_id;
-    part.dir = final_dir;
+    part.dir = *placed;
     part.checksums = *fetched;
     if (auto registered = registerPart(keeper, ops, candidate.part, part); !registered) {
       return std::unexpected("registering the fetched part: " + registered.error());
@@ -714,6 +710,167 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
     return {};
   }
   return std::unexpected(errors);
+}
+
+std::expected<fs::path, std::string> ReplicationWorker::placeStaged(const fs::path& staging,
+                                                                    const PartName& name) {
+  const fs::path final_dir = store_.dataDir() / name.format();
+  auto placed = renameNoReplace(staging, final_dir);
+  if (placed) {
+    placed = fsyncDirectory(store_.dataDir());
+    // Renamed, not made durable: the directory goes, or it would stand in the way of every
+    // later attempt at this part.
+    std::error_code ec;
+    if (!placed) fs::remove_all(final_dir, ec);
+  }
+  if (!placed) {
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    return std::unexpected(placed.error());
+  }
+  return final_dir;
+}
+
+std::expected<void, std::string> ReplicationWorker::linkPart(const DataPart& source,
+                                                             const fs::path& staging) {
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  if (auto made = makeDirectories(staging.parent_path()); !made) return made;
+  if (source.image) {
+    // Held in memory: no files to link yet.
+    return writePartImage(staging, source.image->files, PartSync::kNow);
+  }
+  if (auto made = makeDirectory(staging); !made || !*made) {
+    return std::unexpected(fmt::format("part {}: cannot create it: {}", staging.string(),
+                                       made ? "it exists" : made.error()));
+  }
+  // The source's files are durable already; the links are directory entries, made durable by the
+  // directory's fsync. Parts are immutable, so sharing their inodes is safe.
+  for (fs::directory_iterator it(source.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::create_hard_link(it->path(), staging / it->path().filename(), ec);
+    if (ec) break;
+  }
+  if (!ec) {
+    if (auto synced = fsyncDirectory(staging); !synced) return synced;
+    return {};
+  }
+  const std::string error = fmt::format("linking part {} into {}: {}", source.dir.string(),
+                                        staging.string(), ec.message());
+  fs::remove_all(staging, ec);
+  return std::unexpected(error);
+}
+
+std::optional<ReplicationWorker::EntryOutcome> ReplicationWorker::attachFromSource(
+    Keeper& keeper, const SelectedEntry& selected, const PartName& wanted) {
+  if (!attach_source_ || selected.entry.part_checksum.empty()) return std::nullopt;
+  DataPartPtr source = attach_source_(wanted.partition_id, selected.entry.part_checksum);
+  if (!source) return std::nullopt;
+  const fs::path staging =
+      store_.dataDir() / kStagingDir /
+      fmt::format("attach-{}-{}", wanted.format(), next_staging_id_.fetch_add(1));
+  if (auto linked = linkPart(*source, staging); !linked) return std::unexpected(linked.error());
+  auto placed = placeStaged(staging, wanted);
+  if (!placed) {
+    if (auto here = store_.lookup()(wanted)) return EntryOutcome{};
+    return std::unexpected(
+        fmt::format("placing attached part {}: {}", wanted.format(), placed.error()));
+  }
+  NewPart part;
+  part.partition = wanted.partition_id;
+  part.dir = *placed;
+  part.rows = source->rows;
+  part.checksums = source->checksums;
+  if (auto registered =
+          registerPart(keeper,
+                       {op::Create{paths_.part(wanted.format()), "", CreateMode::kPersistent},
+                        op::Remove{paths_.queue() + "/" + selected.node_name, -1}},
+                       wanted, part);
+      !registered) {
+    return std::unexpected("registering the attached part: " + registered.error());
+  }
+  publish(wanted, part.checksums, part.rows, nullptr);
+  metrics_.attached_parts.Increment();
+  return EntryOutcome{};
+}
+
+std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
+    const std::vector<DataPartPtr>& parts) {
+  AttachSummary summary;
+  std::shared_ptr<Keeper> keeper = session_.current();
+  if (!keeper) return std::unexpected("no ZooKeeper session");
+  for (const auto& source : parts) {
+    const PartName& from = source->name;
+    const std::string checksum = source->checksums.total.hex();
+    // One id per (partition, contents): the same part attached again is a duplicate.
+    const std::string dedup_id = tokenDedupId(from.partition_id, "attach-" + checksum, 0);
+    auto allocation = allocator_.allocate(*keeper, from.partition_id, dedup_id);
+    if (!allocation) {
+      return std::unexpected(
+          fmt::format("attaching {}: {}", from.format(), allocation.error().toString()));
+    }
+    if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) {
+      ++summary.already;
+      summary.parts.push_back(duplicate->existing_part);
+      continue;
+    }
+    const auto& lock = std::get<BlockNumberLock>(*allocation);
+    PartName name = from;
+    name.min_block = name.max_block = lock.block_number;
+    const fs::path staging =
+        store_.dataDir() / kStagingDir /
+        fmt::format("attach-{}-{}", name.format(), next_staging_id_.fetch_add(1));
+    auto linked = linkPart(*source, staging);
+    auto placed = linked ? placeStaged(staging, name)
+                         : std::expected<fs::path, std::string>(std::unexpected(linked.error()));
+    if (!placed) {
+      (void)keeper->remove(lock.path);
+      return std::unexpected(
+          fmt::format("attaching {} as {}: {}", from.format(), name.format(), placed.error()));
+    }
+    LogEntry entry;
+    entry.type = LogEntry::Type::kAttachPart;
+    entry.create_time = unixNow();
+    entry.source_replica = paths_.replica;
+    entry.block_id = dedup_id;
+    entry.new_part_name = name.format();
+    entry.part_checksum = checksum;
+    auto committed = commitPart(*keeper, paths_, entry, lock);
+    bool applied = committed.has_value();
+    if (!committed && committed.error().failure == CommitFailure::kUnknownOutcome) {
+      // Fenced by the lock, as an insert's commit: applied or never will be.
+      auto outcome = commitOutcome(*keeper, paths_, name.format(), lock.path);
+      if (!outcome) {
+        std::error_code ec;
+        fs::remove_all(*placed, ec);
+        return std::unexpected(
+            fmt::format("attaching {} as {}: {} (the outcome is not known; "
+                        "attaching again finds out)",
+                        from.format(), name.format(), outcome.error().toString()));
+      }
+      applied = *outcome;
+    }
+    if (!applied) {
+      std::error_code ec;
+      fs::remove_all(*placed, ec);
+      if (committed.error().failure == CommitFailure::kDuplicate) {
+        ++summary.already;
+        summary.parts.push_back(committed.error().duplicate
+                                    ? committed.error().duplicate->existing_part
+                                    : std::string());
+        continue;
+      }
+      (void)keeper->remove(lock.path);
+      return std::unexpected(fmt::format("attaching {} as {}: {}", from.format(), name.format(),
+                                         committed.error().cause.toString()));
+    }
+    if (committed) rememberLogEntry(committed->log_entry_path, entry.format());
+    publish(name, source->checksums, source->rows, nullptr);
+    metrics_.attached_parts.Increment();
+    ++summary.attached;
+    summary.parts.push_back(name.format());
+  }
+  wake();
+  return summary;
 }
 
 std::expected<void, std::string> ReplicationWorker::registerPart(Keeper& keeper,

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "rtable/replication_core/active_part_set.h"
 #include "rtable/replication_core/sequential_counter.h"
@@ -44,6 +45,27 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
         {}});
   }
   return Registration::kAlreadyThere;
+}
+
+KeeperResult<std::optional<int64_t>> readActiveGeneration(Keeper& keeper,
+                                                          const std::string& table_root) {
+  const std::string path = table_root + "/active";
+  auto active = keeper.get(path);
+  if (!active) {
+    if (active.error().code == KeeperCode::kNoNode) return std::nullopt;
+    return std::unexpected(active.error());
+  }
+  int64_t generation = 0;
+  const std::string& text = active->data;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), generation);
+  if (error != std::errc() || end != text.data() + text.size() || generation < 1) {
+    return std::unexpected(
+        KeeperError{KeeperCode::kBadArguments,
+                    path,
+                    fmt::format("'{}' is not a generation number (a positive integer)", text),
+                    {}});
+  }
+  return generation;
 }
 
 KeeperResult<Registration> createReplicaIfNotExists(Keeper& keeper, const TablePaths& paths) {

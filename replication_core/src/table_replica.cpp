@@ -79,6 +79,17 @@ TableReplica::TableReplica(TableSpec spec, KeeperFactory factory, prometheus::Re
 std::expected<std::unique_ptr<TableReplica>, std::string> TableReplica::open(
     const TableSpec& spec, KeeperFactory keeper_factory, prometheus::Registry& registry,
     TableReplicaOptions options) {
+  if (options.generation == 0) {
+    // The active generation, asked for once over a connection of its own: the session proper
+    // belongs to the generation, which this decides.
+    auto keeper = keeper_factory();
+    if (!keeper) return std::unexpected("ZooKeeper: " + keeper.error().toString());
+    auto active = readActiveGeneration(**keeper, spec.tableRoot());
+    if (!active) {
+      return std::unexpected("reading the table's active generation: " + active.error().toString());
+    }
+    options.generation = active->value_or(1);
+  }
   std::unique_ptr<TableReplica> table(
       new TableReplica(spec, std::move(keeper_factory), registry, options));
   if (auto started = table->start(); !started) return std::unexpected(started.error());
@@ -98,11 +109,17 @@ KeeperStatus TableReplica::activate(Keeper& keeper) {
 }
 
 std::expected<void, std::string> TableReplica::start() {
-  auto store = PartStore::open(spec_.data_dir, spec_.schema, options_.parts, metrics_, clock_);
+  auto store = PartStore::open(generationDataDir(spec_.data_dir, paths_.generation), spec_.schema,
+                               options_.parts, metrics_, clock_);
   if (!store) return std::unexpected(store.error());
   store_ = std::move(*store);
   worker_ = std::make_unique<ReplicationWorker>(spec_, paths_, options_.replication, session_,
                                                 *store_, allocator_, metrics_, clock_);
+  if (const TableReplica* previous = options_.attach_from) {
+    worker_->setAttachSource([previous](const std::string& partition, const std::string& checksum) {
+      return previous->activePartWithChecksum(partition, checksum);
+    });
+  }
   inserts_ = std::make_unique<InsertCommit>(spec_, paths_, options_.max_part_rows, session_,
                                             *store_, allocator_, *worker_, metrics_);
 
@@ -171,6 +188,16 @@ std::expected<void, std::string> TableReplica::start() {
   worker_->updateLogMetrics(*keeper);
   if (options_.background) worker_->start();
   return {};
+}
+
+DataPartPtr TableReplica::activePartWithChecksum(const std::string& partition,
+                                                 const std::string& checksum_hex) const {
+  for (auto& part : store_->activeParts()) {
+    if (part->name.partition_id == partition && part->checksums.total.hex() == checksum_hex) {
+      return part;
+    }
+  }
+  return nullptr;
 }
 
 ReplicaState TableReplica::state() {

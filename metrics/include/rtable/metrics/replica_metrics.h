@@ -58,6 +58,8 @@ class ReplicaMetrics {
   prometheus::Counter& fetches;
   prometheus::Counter& fetched_bytes;
   prometheus::Counter& fetch_errors;  // failed transfers (each source tried counts)
+  // Parts of the replaced generation attached into this one by hard link (the table swap).
+  prometheus::Counter& attached_parts;
   // Parts no replica has or can make any more, given up (ClickHouse's "lost forever").
   prometheus::Counter& parts_lost_forever;
   prometheus::Histogram& fetch_duration_seconds;

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <expected>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,19 @@ struct ReplicationOptions {
   std::chrono::milliseconds reserve_idle{1000};
 };
 
+// Where an `attach` entry's part may already be on this replica's disk: a part of the generation
+// this one replaces (the table swap), found by its partition and checksum, which do not depend on
+// the part's name. Null: not here (the part is fetched from a replica that has it).
+using AttachSource =
+    std::function<DataPartPtr(const std::string& partition, const std::string& checksum_hex)>;
+
+// What attachParts did.
+struct AttachSummary {
+  std::size_t attached = 0;        // new attach entries written
+  std::size_t already = 0;         // attached before (a retry, or another replica did it)
+  std::vector<std::string> parts;  // this generation's names of the parts, in the order given
+};
+
 // The queue as /replica shows it.
 struct QueueState {
   std::vector<QueueEntry> entries;               // in execution order
@@ -84,6 +98,8 @@ class ReplicationWorker {
   KeeperStatus readLost(Keeper& keeper);
   // The queue as this replica left it, and the parts the store has now.
   void load(std::vector<QueueEntry> entries);
+  // Before start(): attach entries take their parts from `source` by hard link when it has them.
+  void setAttachSource(AttachSource source) { attach_source_ = std::move(source); }
   // Starts the fetch and merge pools and the background thread.
   void start();
   // Joins the background thread and stops the pools (running tasks finish). Idempotent.
@@ -106,6 +122,13 @@ class ReplicationWorker {
   // and the partition's dedup ids are forgotten, so the same rows can be inserted again. Every
   // replica executes it from its queue. Returns the drop range part name.
   std::expected<std::string, InsertError> dropPartition(const std::string& partition);
+  // The table swap's attach (DESIGN.md 2.6): each of `parts` (another generation's, read-only to
+  // us) becomes a part of this generation under a block number of its own here, hard-linked (no
+  // data rewritten) and announced by an `attach` log entry that every other replica executes from
+  // its own copy (setAttachSource) or by a fetch. The level and rows stay; the name changes,
+  // because this generation's block numbers start afresh. Idempotent: a part's dedup id is its
+  // checksum's, so a retry after a crash or a lost answer attaches nothing twice (`already`).
+  std::expected<AttachSummary, std::string> attachParts(const std::vector<DataPartPtr>& parts);
   // Waits until every log entry that exists now has been executed here (POST /sync). False when
   // `timeout` passed first.
   bool syncQueue(std::chrono::milliseconds timeout);
@@ -174,6 +197,16 @@ class ReplicationWorker {
   // Reports outcomes to the queue and removes the queue nodes the queue says are pointless now.
   void reportOutcomes(std::vector<std::pair<Execution*, EntryOutcome>> outcomes, Keeper* keeper);
   EntryOutcome executeFetch(Keeper& keeper, const SelectedEntry& selected);
+  // An attach entry whose part the attach source has: hard-linked and registered. Nothing: the
+  // source does not have it (fetch it instead).
+  std::optional<EntryOutcome> attachFromSource(Keeper& keeper, const SelectedEntry& selected,
+                                               const PartName& wanted);
+  // `source`'s files as a new part in `staging` (hard links; a part held in memory is written).
+  std::expected<void, std::string> linkPart(const DataPart& source,
+                                            const std::filesystem::path& staging);
+  // Renames a complete part from `staging` to its place in the data directory, durably.
+  std::expected<std::filesystem::path, std::string> placeStaged(
+      const std::filesystem::path& staging, const PartName& name);
   // The replicas to fetch `part` from, in the order to try them: those that have it exactly
   // first, then those with a part covering it; within each, sources that failed lately last.
   struct FetchCandidate {
@@ -229,6 +262,7 @@ class ReplicationWorker {
   std::unique_ptr<WorkerPool> fetch_pool_;
   std::unique_ptr<WorkerPool> merge_pool_;
 
+  AttachSource attach_source_;  // set before start()
   std::atomic<uint64_t> next_staging_id_{0};
   // Fetch sources that failed lately (replica -> when), tried after the others.
   std::mutex sources_mu_;

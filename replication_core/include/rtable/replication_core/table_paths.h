@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace rtable::core {
@@ -54,5 +55,14 @@ struct TablePaths {
   std::string partImages() const { return replicaRoot() + "/part_images"; }
   std::string partImage(const std::string& name) const { return partImages() + "/" + name; }
 };
+
+// Where a generation's parts and journal live under the replica's data directory: generation 1
+// in the directory itself (as before generations could change, so existing volumes keep working),
+// a later one in `generation-<g>/` inside it, beside the generation it replaces.
+inline std::filesystem::path generationDataDir(const std::filesystem::path& data_dir,
+                                               int64_t generation) {
+  return generation == 1 ? data_dir : data_dir / ("generation-" + std::to_string(generation));
+}
+inline constexpr const char* kGenerationDirPrefix = "generation-";
 
 }  // namespace rtable::core

@@ -3,6 +3,8 @@
 // either nothing or the whole tree.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "rtable/replication_core/keeper.h"
@@ -17,6 +19,11 @@ enum class Registration { kCreated, kAlreadyThere };
 // error (kBadArguments, naming both), since its replicas would disagree about the data.
 KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePaths& paths,
                                                   const std::string& metadata);
+
+// The generation <root>/active names, or nothing while the table does not exist. A value that is
+// not a positive number is an error (kBadArguments), never taken as generation 1.
+KeeperResult<std::optional<int64_t>> readActiveGeneration(Keeper& keeper,
+                                                          const std::string& table_root);
 
 // Creates replicas/<name> with host, is_lost, log_pointer, queue, parts. A replica that joins a
 // table whose log already has entries starts lost (is_lost = 1) so that it clones the part set of

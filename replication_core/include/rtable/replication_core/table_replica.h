@@ -58,8 +58,12 @@ struct TableReplicaOptions {
   PartStoreOptions parts;
   ReplicationOptions replication;
   bool background = true;  // replication, merges, checkpoints and cleanup in threads
-  // The generation served (<root>/<generation> in ZooKeeper, DESIGN.md 2.2).
-  int64_t generation = 1;
+  // The generation served (<root>/<generation> in ZooKeeper, DESIGN.md 2.2); 0: the one
+  // <root>/active names when the replica opens (1 for a table that does not exist yet).
+  int64_t generation = 0;
+  // The generation this one replaces (the table swap), open beside it: attach entries take their
+  // parts from its disk by hard link. Must outlive this replica; null: fetched instead.
+  const class TableReplica* attach_from = nullptr;
   // Times checkpoints, background rounds, backoff, reserves and cleanup (a test's FakeClock);
   // must outlive the replica. Null: the steady clock.
   const common::Clock* clock = nullptr;
@@ -82,6 +86,14 @@ class TableReplica {
   }
   std::expected<InsertResult, InsertError> commit(PendingInsert& insert) {
     return inserts_->commit(insert);
+  }
+
+  // The active part with this partition and checksum (the table swap attaches it), or null.
+  DataPartPtr activePartWithChecksum(const std::string& partition,
+                                     const std::string& checksum_hex) const;
+  // Attaches `previous`'s active parts into this generation (ReplicationWorker::attachParts).
+  std::expected<AttachSummary, std::string> attachPartsOf(const TableReplica& previous) {
+    return worker_->attachParts(previous.activeParts());
   }
 
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.

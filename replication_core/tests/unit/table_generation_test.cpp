@@ -1,0 +1,249 @@
+// Generations of a table (DESIGN.md 2.2, 2.6): a replica opens the generation <root>/active names,
+// a second generation opens beside the first, and the first's parts are attached into it by hard
+// link through `attach` log entries, once, on every replica: from its own copy where it has one,
+// fetched from a replica of the new generation where it does not.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <sys/stat.h>
+
+#include <map>
+
+#include "rtable/common/testing/files.h"
+#include "rtable/common/testing/subprocess.h"
+#include "rtable/replication_core/http_api.h"
+#include "rtable/replication_core/replication_log.h"
+#include "rtable/replication_core/table_replica.h"
+#include "rtable/replication_core/testing/fake_keeper.h"
+
+namespace rtable::core {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr std::string_view kSecret = "generation-secret";
+constexpr const char* kRoot = "/rtable/tables/events";
+
+// Replicas of one table on the fake ZooKeeper, each generation of each with its own HTTP server
+// (so that a replica of generation 2 can fetch from another's). Parts are files (no held parts).
+class TableGenerations : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/rtable-generations-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    common::testing::writeFile(root_ / "secret", std::string(kSecret) + "\n");
+  }
+  void TearDown() override {
+    servers_.clear();
+    // A later generation first: it may link from the earlier one's parts.
+    while (!replicas_.empty()) replicas_.pop_back();
+    if (!HasFailure()) fs::remove_all(root_);
+  }
+
+  TableSpec spec(const std::string& name, uint16_t port) {
+    auto parsed = TableSpec::parseYaml(fmt::format(R"(
+table: events
+columns: [{{name: d, type: Date}}, {{name: x, type: UInt64}}, {{name: s, type: String}}]
+partitionBy: toYYYYMM(d)
+orderBy: [x]
+zookeeper: {{connect: fake}}
+replica: {{name: {}, host: 127.0.0.1}}
+ports: {{http: {}}}
+dataDir: {}
+replication: {{secretFile: {}}}
+)",
+                                                   name, port, (root_ / name).string(),
+                                                   (root_ / "secret").string()));
+    EXPECT_TRUE(parsed) << parsed.error();
+    return *parsed;
+  }
+
+  std::expected<std::unique_ptr<TableReplica>, std::string> tryOpen(const std::string& name,
+                                                                    TableReplicaOptions options,
+                                                                    uint16_t port = 1) {
+    options.parts.journal_part_bytes = 0;
+    auto server = server_;
+    return TableReplica::open(
+        spec(name, port),
+        [server]() -> KeeperResult<std::unique_ptr<Keeper>> { return server->connect(); },
+        *registries_.emplace_back(std::make_unique<prometheus::Registry>()), options);
+  }
+
+  // A replica with its HTTP server.
+  TableReplica& open(const std::string& name, TableReplicaOptions options = {}) {
+    TableReplica* opened = nullptr;
+    for (int attempt = 0; attempt < 5 && !opened; ++attempt) {
+      auto port = common::testing::findFreeLoopbackPort();
+      EXPECT_TRUE(port) << port.error();
+      if (!port) break;
+      auto table = tryOpen(name, options, static_cast<uint16_t>(*port));
+      EXPECT_TRUE(table) << table.error();
+      if (!table) break;
+      auto http = ReplicaHttpServer::start(**table, "127.0.0.1", static_cast<uint16_t>(*port), 2);
+      if (!http) continue;  // the port was taken meanwhile
+      replicas_.push_back(std::move(*table));
+      servers_.push_back(std::move(*http));
+      opened = replicas_.back().get();
+    }
+    EXPECT_NE(opened, nullptr);
+    return *opened;
+  }
+
+  static TableReplicaOptions generation(int64_t g, const TableReplica* attach_from = nullptr) {
+    TableReplicaOptions options;
+    options.generation = g;
+    options.attach_from = attach_from;
+    return options;
+  }
+
+  static void insert(TableReplica& table, uint64_t x, const std::string& date = "2026-12-01") {
+    Block block = table.spec().schema.emptyBlock();
+    std::get<std::vector<uint16_t>>(block.columns[0].values).push_back(*parseDate(date));
+    std::get<std::vector<uint64_t>>(block.columns[1].values).push_back(x);
+    std::get<std::vector<std::string>>(block.columns[2].values).push_back(fmt::format("v{}", x));
+    auto pending = table.beginInsert({});
+    ASSERT_TRUE(pending->add(std::move(block)));
+    auto committed = table.commit(*pending);
+    ASSERT_TRUE(committed) << committed.error().message;
+  }
+
+  // Checksum -> (partition, rows) of every active part: what a generation holds, whatever the
+  // parts are named.
+  static std::multimap<std::string, std::pair<std::string, uint64_t>> contents(
+      TableReplica& table) {
+    std::multimap<std::string, std::pair<std::string, uint64_t>> parts;
+    for (const auto& part : table.activeParts()) {
+      parts.emplace(part->checksums.total.hex(), std::pair(part->name.partition_id, part->rows));
+    }
+    return parts;
+  }
+
+  static ino_t inode(const fs::path& file) {
+    struct stat st {};
+    EXPECT_EQ(::stat(file.c_str(), &st), 0) << file;
+    return st.st_ino;
+  }
+
+  std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
+  std::unique_ptr<Keeper> observer_ = server_->connect();
+  std::vector<std::unique_ptr<prometheus::Registry>> registries_;
+  std::vector<std::unique_ptr<TableReplica>> replicas_;
+  std::vector<std::unique_ptr<ReplicaHttpServer>> servers_;
+  fs::path root_;
+};
+
+TEST_F(TableGenerations, AReplicaOpensTheGenerationActiveNames) {
+  {
+    TableReplica& first = open("r1");
+    EXPECT_EQ(first.paths().generation, 1);
+    insert(first, 1);
+  }
+  auto active = observer_->get(std::string(kRoot) + "/active");
+  ASSERT_TRUE(active);
+  EXPECT_EQ(active->data, "1");
+  servers_.clear();
+  replicas_.clear();
+
+  // The swap moved the table on: a replica (re)started now serves generation 2, with its files
+  // in generation-2/ beside generation 1's.
+  ASSERT_TRUE(observer_->set(std::string(kRoot) + "/active", "2", -1));
+  TableReplica& second = open("r1");
+  EXPECT_EQ(second.paths().generation, 2);
+  EXPECT_EQ(second.state().generation, 2);
+  EXPECT_EQ(second.rowCount(), 0u);
+  insert(second, 2);
+  EXPECT_TRUE(fs::exists(root_ / "r1" / "generation-2"));
+  auto listed = observer_->children(std::string(kRoot) + "/2/replicas/r1/parts");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->names.size(), 1u);
+  // Generation 1's parts stay where they were, untouched by generation 2's store.
+  auto old_parts = observer_->children(std::string(kRoot) + "/1/replicas/r1/parts");
+  ASSERT_TRUE(old_parts);
+  ASSERT_EQ(old_parts->names.size(), 1u);
+  EXPECT_TRUE(fs::exists(root_ / "r1" / old_parts->names[0]));
+}
+
+TEST_F(TableGenerations, AnActiveValueThatIsNoGenerationIsRefusedClearly) {
+  open("r1");
+  servers_.clear();
+  replicas_.clear();
+  ASSERT_TRUE(observer_->set(std::string(kRoot) + "/active", "two", -1));
+  auto opened = tryOpen("r1", {});
+  ASSERT_FALSE(opened);
+  EXPECT_NE(opened.error().find("'two' is not a generation number"), std::string::npos)
+      << opened.error();
+  EXPECT_NE(opened.error().find("/active"), std::string::npos) << opened.error();
+}
+
+TEST_F(TableGenerations, PartsAreAttachedIntoTheNextGenerationByHardLinkOnceOnEveryReplica) {
+  TableReplica& r1 = open("r1", generation(1));
+  TableReplica& r2 = open("r2", generation(1));
+  for (uint64_t x = 1; x <= 4; ++x) insert(r1, x, x % 2 ? "2026-11-01" : "2026-12-01");
+  ASSERT_TRUE(r2.syncQueue(30s));
+  ASSERT_EQ(contents(r2), contents(r1));
+
+  TableReplica& r1_next = open("r1", generation(2, &r1));
+  TableReplica& r2_next = open("r2", generation(2, &r2));
+  auto attached = r1_next.attachPartsOf(r1);
+  ASSERT_TRUE(attached) << attached.error();
+  EXPECT_EQ(attached->attached, 4u);
+  EXPECT_EQ(attached->already, 0u);
+  ASSERT_TRUE(r2_next.syncQueue(30s));
+
+  // Every replica of generation 2 holds what generation 1 held, under generation 2's own block
+  // numbers, in files that are generation 1's (hard links: no data was rewritten).
+  EXPECT_EQ(contents(r1_next), contents(r1));
+  EXPECT_EQ(contents(r2_next), contents(r1));
+  EXPECT_EQ(r2_next.rowCount(), 4u);
+  for (auto* pair : {&r1, &r2}) {
+    TableReplica& next = pair == &r1 ? r1_next : r2_next;
+    for (const auto& part : next.activeParts()) {
+      auto old = pair->activePartWithChecksum(part->name.partition_id, part->checksums.total.hex());
+      ASSERT_NE(old, nullptr) << part->name.format();
+      EXPECT_EQ(inode(part->dir / "x.bin"), inode(old->dir / "x.bin")) << part->dir;
+      EXPECT_EQ(part->dir.parent_path(), root_ / next.spec().replica / "generation-2");
+    }
+  }
+  auto log = observer_->children(std::string(kRoot) + "/2/log");
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->names.size(), 4u);
+
+  // Again (an operator that crashed after the attach): nothing is attached twice.
+  auto again = r1_next.attachPartsOf(r1);
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(again->attached, 0u);
+  EXPECT_EQ(again->already, 4u);
+  EXPECT_EQ(again->parts, attached->parts);
+  ASSERT_TRUE(r2_next.syncQueue(30s));
+  EXPECT_EQ(r1_next.rowCount(), 4u);
+  EXPECT_EQ(r2_next.rowCount(), 4u);
+  log = observer_->children(std::string(kRoot) + "/2/log");
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->names.size(), 4u);
+
+  // Generation 2 takes inserts of its own, numbered after the attached parts.
+  insert(r2_next, 5);
+  ASSERT_TRUE(r1_next.syncQueue(30s));
+  EXPECT_EQ(r1_next.rowCount(), 5u);
+  EXPECT_EQ(r1.rowCount(), 4u);
+}
+
+TEST_F(TableGenerations, AReplicaWithoutTheOldPartFetchesTheAttachedOne) {
+  TableReplica& r1 = open("r1", generation(1));
+  insert(r1, 1);
+  insert(r1, 2);
+  TableReplica& r1_next = open("r1", generation(2, &r1));
+  // r3 never had generation 1: its attach entries have no local source.
+  TableReplica& r3_next = open("r3", generation(2));
+  auto attached = r1_next.attachPartsOf(r1);
+  ASSERT_TRUE(attached) << attached.error();
+  EXPECT_EQ(attached->attached, 2u);
+  ASSERT_TRUE(r3_next.syncQueue(30s));
+  EXPECT_EQ(contents(r3_next), contents(r1));
+  EXPECT_EQ(r3_next.state().queue.size(), 0u);
+}
+
+}  // namespace
+}  // namespace rtable::core
