@@ -7,6 +7,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/row_filter.h"
 #include "rtable/replication_core/row_format.h"
+#include "rtable/replication_core/table_host.h"
 
 namespace rtable::core {
 namespace {
@@ -58,10 +60,29 @@ constexpr std::chrono::seconds kSocketTimeout{60};
 
 }  // namespace
 
+// What the API serves: one replica's generation(s) of its table.
+struct ServedTables {
+  const TableSpec& spec;
+  // The generation that answers reads and takes inserts now.
+  std::function<std::shared_ptr<TableReplica>()> serving;
+  // An open generation (part transfers), or null.
+  std::function<std::shared_ptr<TableReplica>(int64_t)> generation;
+  // An insert's admission: the generation it goes to and a lease held while it runs, or why
+  // inserts are paused (a table swap).
+  struct Admitted {
+    std::shared_ptr<void> lease;
+    std::shared_ptr<TableReplica> table;
+  };
+  std::function<std::expected<Admitted, std::string>()> admit_insert;
+  std::function<std::string()> swap_state;
+};
+
 class ReplicaHttpServer::Impl {
  public:
-  Impl(TableReplica& table, std::size_t workers)
-      : table_(table), workers_(std::max<std::size_t>(1, workers)) {}
+  Impl(ServedTables tables, std::size_t workers)
+      : tables_(std::move(tables)),
+        spec_(tables_.spec),
+        workers_(std::max<std::size_t>(1, workers)) {}
 
   std::expected<void, std::string> open(const std::string& address, uint16_t port) {
     HttpServerOptions options;
@@ -143,10 +164,9 @@ class ReplicaHttpServer::Impl {
       return it == query.end() ? std::string() : it->second;
     };
     const std::string table = param("table");
-    if (!table.empty() && table != table_.spec().table) {
-      replyError(
-          request, 404, "UNKNOWN_TABLE",
-          fmt::format("this replica serves table '{}', not '{}'", table_.spec().table, table));
+    if (!table.empty() && table != spec_.table) {
+      replyError(request, 404, "UNKNOWN_TABLE",
+                 fmt::format("this replica serves table '{}', not '{}'", spec_.table, table));
       return;
     }
     if (path == "/insert") {
@@ -173,10 +193,10 @@ class ReplicaHttpServer::Impl {
     if (path == "/count") return select(request, "", param("where"), param("partition"), "", true);
     if (path == "/parts") return parts(request);
     if (path == "/replica") return replica(request);
-    if (path == kPartTransferPath) return sendPart(request, param("name"));
+    if (path == kPartTransferPath) return sendPart(request, param("name"), param("generation"));
     if (path == "/healthz") return replyJson(request, 200, {{"status", "ok"}});
     if (path == "/readyz") {
-      const bool ready = !draining_ && table_.writable();
+      const bool ready = !draining_ && tables_.serving()->writable();
       return replyJson(request, ready ? 200 : 503, {{"status", ready ? "ready" : "not ready"}});
     }
     replyError(request, 404, "NOT_FOUND", fmt::format("no endpoint {}", path));
@@ -196,9 +216,9 @@ class ReplicaHttpServer::Impl {
     InsertOptions options;
     options.deduplication_token = token;
     // The table's defaults (spec `inserts:`); a request's own insert_quorum, even 0, wins.
-    options.quorum = table_.spec().insert_quorum;
-    options.quorum_auto = table_.spec().insert_quorum_auto;
-    options.quorum_timeout = table_.spec().insert_quorum_timeout;
+    options.quorum = spec_.insert_quorum;
+    options.quorum_auto = spec_.insert_quorum_auto;
+    options.quorum_timeout = spec_.insert_quorum_timeout;
     auto number = [](const std::string& text, uint64_t max) -> std::optional<uint64_t> {
       uint64_t value = 0;
       auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -228,11 +248,17 @@ class ReplicaHttpServer::Impl {
       }
       options.quorum_timeout = std::chrono::milliseconds(*value);
     }
-    auto pending = table_.beginInsert(std::move(options));
+    auto admitted = tables_.admit_insert();
+    if (!admitted) {
+      return replyError(request, 503, "TABLE_SWAP_IN_PROGRESS", admitted.error() + "; retry",
+                        json::object(), {{"Retry-After", "1"}});
+    }
+    TableReplica& table = *admitted->table;
+    auto pending = table.beginInsert(std::move(options));
     // Large bodies are parsed on every core (a body under a segment stays in this thread). The
     // count is read once: each call reads /sys/devices/system/cpu/online (three system calls).
     static const unsigned kCores = std::max(1u, std::thread::hardware_concurrency());
-    ParallelRowParser parser(table_.spec().schema, *format, kCores);
+    ParallelRowParser parser(spec_.schema, *format, kCores);
     std::string add_error;
     auto sink = [&](Block&& block) {
       if (!add_error.empty()) return;
@@ -268,7 +294,7 @@ class ReplicaHttpServer::Impl {
       }
       return replyError(request, 500, "INTERNAL", "staging the insert: " + add_error);
     }
-    auto result = table_.commit(*pending);
+    auto result = table.commit(*pending);
     if (!result) {
       const InsertError& error = result.error();
       switch (error.kind) {
@@ -312,9 +338,10 @@ class ReplicaHttpServer::Impl {
 
   void select(HttpExchange& request, const std::string& format_name, const std::string& where,
               const std::string& partition, const std::string& limit_text, bool count_only) {
+    const std::shared_ptr<TableReplica> table = tables_.serving();
     auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
     if (!format) return replyError(request, 400, "BAD_FORMAT", "format: " + format.error());
-    auto filter = RowFilter::parse(where, table_.spec().schema);
+    auto filter = RowFilter::parse(where, spec_.schema);
     if (!filter) return replyError(request, 400, "BAD_WHERE", filter.error());
     std::size_t limit = SIZE_MAX;
     if (!limit_text.empty()) {
@@ -327,14 +354,14 @@ class ReplicaHttpServer::Impl {
     }
     std::string out;
     std::size_t rows = 0;
-    for (const auto& part : table_.activeParts()) {
+    for (const auto& part : table->activeParts()) {
       if (rows >= limit) break;
       if (!partition.empty() && part->name.partition_id != partition) continue;
       if (count_only && filter->empty()) {
         rows += part->rows;
         continue;
       }
-      auto block = readDataPart(*part, table_.spec().schema);
+      auto block = readDataPart(*part, spec_.schema);
       if (!block) return replyError(request, 500, "BROKEN_PART", block.error());
       auto matching = filter->matchingRows(*block);
       if (matching.size() > limit - rows) matching.resize(limit - rows);
@@ -346,8 +373,9 @@ class ReplicaHttpServer::Impl {
   }
 
   void parts(HttpExchange& request) {
+    const std::shared_ptr<TableReplica> table = tables_.serving();
     json list = json::array();
-    for (const auto& part : table_.activeParts()) {
+    for (const auto& part : table->activeParts()) {
       list.push_back({{"name", part->name.format()},
                       {"partition", part->name.partition_id},
                       {"min_block", part->name.min_block},
@@ -365,8 +393,9 @@ class ReplicaHttpServer::Impl {
   // GET /replication/part?name=: the part's files in the transfer format (docs/formats.md), for
   // another replica's fetchPart. This worker reads the files and feeds the response's buffer; the
   // part is held (its directory stays) until the last byte is in the buffer.
-  void sendPart(HttpExchange& request, const std::string& name) {
-    const std::string& secret = table_.spec().interserver_secret;
+  void sendPart(HttpExchange& request, const std::string& name,
+                const std::string& generation_text) {
+    const std::string& secret = spec_.interserver_secret;
     if (secret.empty()) {
       return replyError(request, 401, "UNAUTHORIZED",
                         "this replica has no interserver secret (spec replication.secretFile), "
@@ -391,14 +420,29 @@ class ReplicaHttpServer::Impl {
                                                 name, part_name->format())
                                   : part_name.error());
     }
+    std::shared_ptr<TableReplica> table = tables_.serving();
+    if (!generation_text.empty()) {
+      int64_t generation = 0;
+      auto [end, ec] = std::from_chars(generation_text.data(),
+                                       generation_text.data() + generation_text.size(), generation);
+      if (ec != std::errc() || end != generation_text.data() + generation_text.size()) {
+        return replyError(request, 400, "BAD_GENERATION",
+                          fmt::format("generation '{}': not a number", generation_text));
+      }
+      table = tables_.generation(generation);
+      if (!table) {
+        return replyError(request, 404, "NOT_FOUND",
+                          fmt::format("generation {} of the table is not open on replica {}",
+                                      generation, spec_.replica));
+      }
+    }
     DataPartPtr part;
-    for (auto& active : table_.activeParts()) {
+    for (auto& active : table->activeParts()) {
       if (active->name == *part_name) part = std::move(active);
     }
     if (!part) {
-      return replyError(
-          request, 404, "NOT_FOUND",
-          fmt::format("part {} is not active on replica {}", name, table_.spec().replica));
+      return replyError(request, 404, "NOT_FOUND",
+                        fmt::format("part {} is not active on replica {}", name, spec_.replica));
     }
     auto reader = part->image ? PartTransferReader::open(part->image, part->checksums)
                               : PartTransferReader::open(part->dir, part->checksums);
@@ -427,10 +471,11 @@ class ReplicaHttpServer::Impl {
 
   // DROP PARTITION, replicated; answers once this replica has executed it.
   void dropPartition(HttpExchange& request, const std::string& partition) {
+    const std::shared_ptr<TableReplica> table = tables_.serving();
     if (partition.empty()) {
       return replyError(request, 400, "BAD_PARTITION", "partition: required");
     }
-    auto dropped = table_.dropPartition(partition);
+    auto dropped = table->dropPartition(partition);
     if (!dropped) {
       const InsertError& error = dropped.error();
       if (error.kind == InsertError::Kind::kBadRequest) {
@@ -439,18 +484,19 @@ class ReplicaHttpServer::Impl {
       return replyError(request, 503, "UNAVAILABLE", error.message, json::object(),
                         {{"Retry-After", "1"}});
     }
-    const bool here = table_.syncQueue(std::chrono::seconds(30));
+    const bool here = table->syncQueue(std::chrono::seconds(30));
     replyJson(request, 200, {{"dropped_range", *dropped}, {"executed_here", here}});
   }
 
   // SYSTEM DROP REPLICA: removes a stopped replica's nodes from ZooKeeper.
   void dropReplica(HttpExchange& request, const std::string& name) {
+    const std::shared_ptr<TableReplica> table = tables_.serving();
     if (name.empty() || name.find('/') != std::string::npos) {
       return replyError(
           request, 400, "BAD_REPLICA",
           name.empty() ? "name: required" : fmt::format("name '{}': not a replica name", name));
     }
-    auto dropped = table_.dropReplica(name);
+    auto dropped = table->dropReplica(name);
     if (!dropped) {
       const InsertError& error = dropped.error();
       if (error.kind == InsertError::Kind::kBadRequest) {
@@ -467,6 +513,7 @@ class ReplicaHttpServer::Impl {
 
   // Waits until this replica has executed every log entry that existed when asked.
   void sync(HttpExchange& request, const std::string& timeout_text) {
+    const std::shared_ptr<TableReplica> table = tables_.serving();
     int64_t seconds = 60;
     if (!timeout_text.empty()) {
       auto [end, ec] =
@@ -479,7 +526,7 @@ class ReplicaHttpServer::Impl {
         return;
       }
     }
-    if (!table_.syncQueue(std::chrono::seconds(seconds))) {
+    if (!table->syncQueue(std::chrono::seconds(seconds))) {
       replyError(request, 504, "SYNC_TIMEOUT",
                  fmt::format("the replication queue did not drain within {} s (see GET /replica)",
                              seconds));
@@ -489,10 +536,12 @@ class ReplicaHttpServer::Impl {
   }
 
   void replica(HttpExchange& request) {
-    ReplicaState state = table_.state();
+    const std::shared_ptr<TableReplica> table = tables_.serving();
+    ReplicaState state = table->state();
     json body = {{"table", state.table},
                  {"replica", state.replica},
                  {"generation", state.generation},
+                 {"swap", tables_.swap_state()},
                  {"readonly", state.readonly},
                  {"active_parts", state.active_parts},
                  {"rows", state.rows},
@@ -542,7 +591,8 @@ class ReplicaHttpServer::Impl {
     replyJson(request, 200, body);
   }
 
-  TableReplica& table_;
+  const ServedTables tables_;
+  const TableSpec& spec_;
   const std::size_t workers_;
   std::unique_ptr<HttpServer> server_;
   std::atomic<bool> draining_{false};
@@ -559,12 +609,48 @@ ReplicaHttpServer::~ReplicaHttpServer() {
   if (impl_) impl_->drain(std::chrono::milliseconds(0), {});
 }
 
-std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
-    TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers) {
-  auto impl = std::make_unique<Impl>(table, workers);
+namespace {
+
+std::expected<std::unique_ptr<ReplicaHttpServer::Impl>, std::string> openImpl(
+    ServedTables tables, const std::string& listen_address, uint16_t port, std::size_t workers) {
+  auto impl = std::make_unique<ReplicaHttpServer::Impl>(std::move(tables), workers);
   if (auto opened = impl->open(listen_address, port); !opened)
     return std::unexpected(opened.error());
-  return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(impl)));
+  return impl;
+}
+
+}  // namespace
+
+std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
+    TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers) {
+  // Not owned: the caller keeps the replica alive longer than the server.
+  std::shared_ptr<TableReplica> one(&table, [](TableReplica*) {});
+  ServedTables tables{
+      table.spec(), [one] { return one; },
+      [one](int64_t generation) { return generation == one->paths().generation ? one : nullptr; },
+      [one]() -> std::expected<ServedTables::Admitted, std::string> {
+        return ServedTables::Admitted{nullptr, one};
+      },
+      [] { return std::string(); }};
+  auto impl = openImpl(std::move(tables), listen_address, port, workers);
+  if (!impl) return std::unexpected(impl.error());
+  return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(*impl)));
+}
+
+std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
+    TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers) {
+  ServedTables tables{host.spec(), [&host] { return host.serving(); },
+                      [&host](int64_t generation) { return host.generation(generation); },
+                      [&host]() -> std::expected<ServedTables::Admitted, std::string> {
+                        auto lease = host.admitInsert();
+                        if (!lease) return std::unexpected(lease.error());
+                        auto held = std::make_shared<TableHost::InsertLease>(std::move(*lease));
+                        return ServedTables::Admitted{held, held->shared()};
+                      },
+                      [&host] { return host.swapState(); }};
+  auto impl = openImpl(std::move(tables), listen_address, port, workers);
+  if (!impl) return std::unexpected(impl.error());
+  return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(*impl)));
 }
 
 void ReplicaHttpServer::drain(std::chrono::milliseconds grace,

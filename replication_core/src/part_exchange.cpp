@@ -754,11 +754,13 @@ FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::str
   auto connection = Connection::open(context, timeouts);
   if (!connection) return std::unexpected(connection.error());
   const std::string& host = context.from.host;
-  const std::string request =
-      fmt::format("GET {}?name={} HTTP/1.1\r\nHost: {}:{}\r\n{}: {}\r\nConnection: close\r\n\r\n",
-                  kPartTransferPath, common::percentEncode(context.part_name),
-                  host.find(':') == std::string::npos ? host : fmt::format("[{}]", host),
-                  context.from.port, kInterserverSecretHeader, secret);
+  const std::string request = fmt::format(
+      "GET {}?name={}{} HTTP/1.1\r\nHost: {}:{}\r\n{}: {}\r\nConnection: close\r\n\r\n",
+      kPartTransferPath, common::percentEncode(context.part_name),
+      context.from.generation > 0 ? fmt::format("&generation={}", context.from.generation)
+                                  : std::string(),
+      host.find(':') == std::string::npos ? host : fmt::format("[{}]", host), context.from.port,
+      kInterserverSecretHeader, secret);
   if (auto sent = connection->sendAll(context, request); !sent)
     return std::unexpected(sent.error());
 

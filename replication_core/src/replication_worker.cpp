@@ -272,6 +272,7 @@ bool ReplicationWorker::updateQueue(Keeper& keeper) {
 }
 
 std::size_t ReplicationWorker::assignMerges(Keeper& keeper, std::size_t min_parts) {
+  if (merges_frozen_) return 0;
   // ClickHouse's MergePredicate. A merge takes only parts that were virtual parts here before the
   // block locks are read (prev_virtual_parts). Every block inside a range of such parts was
   // allocated before them, so the lock read sees it either in flight (the range is refused) or
@@ -563,6 +564,7 @@ KeeperResult<std::vector<ReplicationWorker::FetchCandidate>> ReplicationWorker::
     if (!host) continue;
     auto source = parseReplicaAddress(replica, host->data);
     if (!source) continue;
+    source->generation = paths_.generation;
     auto has = keeper.exists(other.part(wanted.format()));
     if (has && *has) {
       exact.push_back(FetchCandidate{*source, wanted});

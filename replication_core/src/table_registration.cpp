@@ -48,9 +48,10 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
 }
 
 KeeperResult<std::optional<int64_t>> readActiveGeneration(Keeper& keeper,
-                                                          const std::string& table_root) {
+                                                          const std::string& table_root,
+                                                          WatchCallback watch) {
   const std::string path = table_root + "/active";
-  auto active = keeper.get(path);
+  auto active = keeper.get(path, std::move(watch));
   if (!active) {
     if (active.error().code == KeeperCode::kNoNode) return std::nullopt;
     return std::unexpected(active.error());

@@ -12,6 +12,7 @@
 #include "rtable/replication_core/table_registration.h"
 
 namespace rtable::core {
+namespace fs = std::filesystem;
 namespace {
 
 int64_t unixNow() {
@@ -291,6 +292,25 @@ std::vector<std::string> TableReplica::handOff(std::chrono::milliseconds timeout
   spdlog::warn("stopping with {} part(s) no other live replica has yet: {}", only_here.size(),
                fmt::join(only_here, ", "));
   return only_here;
+}
+
+std::expected<void, std::string> TableReplica::closeAndRemoveFiles() {
+  shutdown();
+  const fs::path dir = generationDataDir(spec_.data_dir, paths_.generation);
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->path().filename().string().starts_with(kGenerationDirPrefix)) {
+      doomed.push_back(it->path());
+    }
+  }
+  if (ec) return std::unexpected(fmt::format("listing {}: {}", dir.string(), ec.message()));
+  for (const auto& path : doomed) {
+    fs::remove_all(path, ec);
+    if (ec) return std::unexpected(fmt::format("removing {}: {}", path.string(), ec.message()));
+  }
+  if (paths_.generation != 1) fs::remove(dir, ec);
+  return {};
 }
 
 void TableReplica::shutdown() {

@@ -1,6 +1,7 @@
 // rtable-core: serves one replica of a table (DESIGN.md 2). Reads the table spec (with this
 // replica's identity, address and data dir optionally given by flags), creates or joins the table
-// in ZooKeeper, loads its parts, serves the HTTP API and /metrics. SIGTERM or SIGINT: stop taking
+// in ZooKeeper, opens the generation <root>/active names and follows table swaps (TableHost),
+// loads its parts, serves the HTTP API and /metrics. SIGTERM or SIGINT: stop taking
 // requests, finish those in flight, hand off the parts only this replica has (other replicas
 // fetch them meanwhile), exit 0.
 #include <fmt/format.h>
@@ -16,7 +17,7 @@
 
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/keeper_retry.h"
-#include "rtable/replication_core/table_replica.h"
+#include "rtable/replication_core/table_host.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 namespace {
@@ -160,10 +161,10 @@ int main(int argc, char** argv) {
   };
 
   // ZooKeeper may come up after us (a pod starting beside its ensemble): keep trying.
-  std::unique_ptr<rtable::core::TableReplica> table;
+  std::unique_ptr<rtable::core::TableHost> table;
   auto backoff = std::chrono::milliseconds(500);
   for (;;) {
-    auto opened = rtable::core::TableReplica::open(*spec, factory, *registry);
+    auto opened = rtable::core::TableHost::open(*spec, factory, *registry);
     if (opened) {
       table = std::move(*opened);
       break;
@@ -176,11 +177,12 @@ int main(int argc, char** argv) {
     }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
   }
-  auto state = table->state();
+  auto state = table->serving()->state();
   spdlog::info(
-      "table {} replica {}: {} active parts, {} rows; {} broken, {} unexpected, {} lost parts",
-      spec->table, spec->replica, state.active_parts, state.rows, state.broken_parts.size(),
-      state.unexpected_parts.size(), state.lost_parts.size());
+      "table {} replica {} generation {}: {} active parts, {} rows; {} broken, {} unexpected, {} "
+      "lost parts",
+      spec->table, spec->replica, state.generation, state.active_parts, state.rows,
+      state.broken_parts.size(), state.unexpected_parts.size(), state.lost_parts.size());
 
   auto server =
       rtable::core::ReplicaHttpServer::start(*table, spec->listen_address, spec->http_port);

@@ -121,7 +121,7 @@ replication: {{secretFile: {}}}
   }
 
   static ino_t inode(const fs::path& file) {
-    struct stat st {};
+    struct stat st{};
     EXPECT_EQ(::stat(file.c_str(), &st), 0) << file;
     return st.st_ino;
   }

@@ -4,7 +4,11 @@
 //   GET  /select?format=&where=&partition=&limit=    GET /count?where=&partition=
 //   GET  /parts    GET /replica    GET /healthz    GET /readyz
 //   POST /sync?timeout_seconds=    wait for the replication queue to drain
-//   GET  /replication/part?name=   a part for another replica (interserver secret header)
+//   GET  /replication/part?name=&generation=   a part for another replica (interserver secret
+//        header); the generation defaults to the one served
+//
+// A replica that serves one generation gives its TableReplica; rtable-core gives its TableHost,
+// whose serving generation may change under a table swap (each request asks for it anew).
 //
 // Errors are JSON {"error": CODE, "message": ...} with the fitting status. At most `workers`
 // requests are served at once (others wait their turn; past 1024 waiting: 503 OVERLOADED); other
@@ -24,11 +28,15 @@
 
 namespace rtable::core {
 
+class TableHost;
+
 class ReplicaHttpServer {
  public:
   static std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> start(
       TableReplica& table, const std::string& listen_address, uint16_t port,
       std::size_t workers = 8);
+  static std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> start(
+      TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers = 8);
   ~ReplicaHttpServer();
 
   // Graceful stop: /readyz turns 503 and new requests get 503, except other replicas' part

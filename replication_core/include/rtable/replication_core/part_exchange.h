@@ -72,6 +72,9 @@ struct FetchSource {
   std::string replica;
   std::string host;
   uint16_t port = 0;
+  // The table generation the part belongs to (during a swap a replica serves two); 0: the one
+  // the source serves.
+  int64_t generation = 0;
 };
 
 struct FetchError {

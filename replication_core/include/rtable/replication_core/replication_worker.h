@@ -129,6 +129,10 @@ class ReplicationWorker {
   // because this generation's block numbers start afresh. Idempotent: a part's dedup id is its
   // checksum's, so a retry after a crash or a lost answer attaches nothing twice (`already`).
   std::expected<AttachSummary, std::string> attachParts(const std::vector<DataPartPtr>& parts);
+  // While frozen, this replica (as leader) assigns no merges: the table swap keeps the old
+  // generation's part set from changing but by the inserts it still takes. Entries already in the
+  // log still run.
+  void freezeMerges(bool frozen) { merges_frozen_ = frozen; }
   // Waits until every log entry that exists now has been executed here (POST /sync). False when
   // `timeout` passed first.
   bool syncQueue(std::chrono::milliseconds timeout);
@@ -244,6 +248,7 @@ class ReplicationWorker {
   metrics::CounterRateEstimator counter_rate_;
   DedupWindowCleaner dedup_cleaner_;
   std::atomic<bool> lost_{false};
+  std::atomic<bool> merges_frozen_{false};
   std::mutex resolve_mu_;  // one resolution of uncertain parts at a time
 
   // The queue and its puller; queue_changed_ tells waiters (syncQueue) that entries finished.

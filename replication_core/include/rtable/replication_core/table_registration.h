@@ -23,7 +23,8 @@ KeeperResult<Registration> createTableIfNotExists(Keeper& keeper, const TablePat
 // The generation <root>/active names, or nothing while the table does not exist. A value that is
 // not a positive number is an error (kBadArguments), never taken as generation 1.
 KeeperResult<std::optional<int64_t>> readActiveGeneration(Keeper& keeper,
-                                                          const std::string& table_root);
+                                                          const std::string& table_root,
+                                                          WatchCallback watch = {});
 
 // Creates replicas/<name> with host, is_lost, log_pointer, queue, parts. A replica that joins a
 // table whose log already has entries starts lost (is_lost = 1) so that it clones the part set of

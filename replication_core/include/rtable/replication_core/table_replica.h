@@ -115,6 +115,11 @@ class TableReplica {
   // replica that is still active, or for an unknown one.
   std::expected<void, InsertError> dropReplica(const std::string& replica);
   bool syncQueue(std::chrono::milliseconds timeout) { return worker_->syncQueue(timeout); }
+  void freezeMerges(bool frozen) { worker_->freezeMerges(frozen); }
+  // Stops background work, writes held parts out and closes the session, then removes this
+  // generation's files (the swap's cleanup; its ZooKeeper subtree is the driver's to remove).
+  // Generation 1's directory keeps the later generations' directories inside it.
+  std::expected<void, std::string> closeAndRemoveFiles();
   std::string checkQueueInvariant() const { return worker_->checkQueueInvariant(); }
 
   // Before a stop that may be for good (SIGTERM: a scale-down's pod never comes back): stops the
