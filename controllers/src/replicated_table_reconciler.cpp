@@ -18,6 +18,7 @@
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/table_spec.h"
+#include "rtable/replication_core/table_swap.h"
 
 namespace rtable::controllers {
 namespace {
@@ -205,9 +206,100 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
   // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.
   if (zookeeper_error) return op::ReconcileResult::after(std::chrono::seconds(30));
+  // A swap running: its steps move on as the replicas acknowledge them.
+  if (status.recovery && status.recovery->step && !status.recovery->finished_at) {
+    return op::ReconcileResult::after(std::chrono::seconds(1));
+  }
   if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(15));
   // Readiness changes on the StatefulSet enqueue the table again (it owns the StatefulSet).
   return op::ReconcileResult::done();
+}
+
+std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
+    const json& table, const ReplicatedTableSpec& spec, core::Keeper& keeper,
+    const std::string& root, bool headroom_low, ReplicatedTableStatus& status) {
+  const std::string now = common::formatRfc3339(options_.wall_clock());
+  RecoveryStatus recovery;
+  if (auto old = ReplicatedTableStatus::parse(table.value("status", json::object()));
+      old && old->recovery) {
+    recovery = *old->recovery;
+  }
+  // kubectl annotate replicatedtable <name> rtable.io/swap=<any new value>: one swap per value.
+  const std::string requested =
+      table.value(json::json_pointer("/metadata/annotations/rtable.io~1swap"), "");
+  core::SwapDriver driver(keeper, root);
+  auto progress = driver.advance();
+  if (!progress) return "table swap: " + progress.error().toString();
+  const bool was_running = recovery.step && !recovery.finished_at;
+  if (!progress->plan && was_running) {
+    // Ended since the last look (by this call's last step, or before an operator restart).
+    auto active = core::readActiveGeneration(keeper, root);
+    const bool succeeded = !progress->aborted && active && *active && recovery.to_generation &&
+                           **active == *recovery.to_generation;
+    recovery.finished_at = now;
+    recovery.result = succeeded ? "Succeeded" : "Aborted";
+    // The last step (a merge patch keeps a field it does not write, so it is not cleared).
+    recovery.step = std::string(
+        core::swapStepName(succeeded ? core::SwapStep::kCleanup : core::SwapStep::kAbort));
+    recovery.message = succeeded ? fmt::format("generation {} serves the table",
+                                               recovery.to_generation.value_or(0))
+                                 : "the table stays on its generation; see the Events for why";
+    if (succeeded) status.active_generation = recovery.to_generation;
+    event(table, succeeded ? op::EventType::kNormal : op::EventType::kWarning,
+          succeeded ? "SwapSucceeded" : "SwapAborted",
+          fmt::format("table swap {} -> {}: {}", recovery.from_generation.value_or(0),
+                      recovery.to_generation.value_or(0), *recovery.message));
+  }
+  const bool manual = !requested.empty() && recovery.last_manual_trigger != requested;
+  const bool automatic = spec.headroom.auto_recover && headroom_low;
+  if (!progress->plan && (manual || automatic)) {
+    auto plan = driver.begin();
+    if (!plan) return "starting a table swap: " + plan.error().toString();
+    const std::optional<std::string> last_manual = recovery.last_manual_trigger;
+    recovery = RecoveryStatus{};
+    recovery.from_generation = plan->from;
+    recovery.to_generation = plan->to;
+    recovery.step = std::string(core::swapStepName(plan->step));
+    recovery.started_at = now;
+    recovery.trigger = manual ? "manual: " + requested : "headroom";
+    recovery.last_manual_trigger = manual ? requested : last_manual;
+    event(table, op::EventType::kNormal, "SwapStarted",
+          fmt::format("moving the table from generation {} to {} ({})", plan->from, plan->to,
+                      manual ? "requested by the rtable.io/swap annotation"
+                             : "the log counter's headroom is under the threshold"));
+    progress->plan = *plan;
+  } else if (progress->plan) {
+    const std::string step(core::swapStepName(progress->plan->step));
+    if (recovery.step != step) {
+      event(table,
+            progress->plan->step == core::SwapStep::kAbort ? op::EventType::kWarning
+                                                           : op::EventType::kNormal,
+            "SwapStep",
+            fmt::format("table swap {} -> {}: {}{}", progress->plan->from, progress->plan->to, step,
+                        progress->waiting_for.empty() ? "" : " (" + progress->waiting_for + ")"));
+    }
+    recovery.from_generation = progress->plan->from;
+    recovery.to_generation = progress->plan->to;
+    recovery.step = step;
+    if (!recovery.started_at || recovery.finished_at) recovery.started_at = now;
+    recovery.finished_at.reset();
+    recovery.result.reset();
+    recovery.message = progress->waiting_for;
+  }
+  const bool running = progress->plan.has_value();
+  if (running || recovery.finished_at) status.recovery = recovery;
+  setCondition(
+      status.conditions,
+      condition("Recovering", running,
+                running           ? "SwapRunning"
+                : recovery.result ? "Swap" + *recovery.result
+                                  : "NoSwapNeeded",
+                running
+                    ? fmt::format("moving to generation {}: step {}{}", progress->plan->to,
+                                  *recovery.step,
+                                  progress->waiting_for.empty() ? "" : "; " + progress->waiting_for)
+                    : ""));
+  return std::nullopt;
 }
 
 std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
@@ -242,6 +334,8 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
           fmt::format(
               "{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
               log->createsLeft(), log->headroomRatio() * 100.0, spec.headroom.threshold_percent)));
+
+  if (auto swapped = reconcileSwap(table, spec, **keeper, root, low, status)) return fail(*swapped);
 
   // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
   auto replicas = (*keeper)->children(paths.replicas());
@@ -371,10 +465,11 @@ op::ReconcileOutcome ReplicatedTableReconciler::patchStatus(const json& table,
   }
   op::PatchOptions options;
   options.subresource = "status";
-  auto patched = client_.patch(replicatedTables(),
-                               {table.value(json::json_pointer("/metadata/namespace"), ""),
-                                table.value(json::json_pointer("/metadata/name"), "")},
-                               op::PatchType::kMerge, json{{"status", status}}, options);
+  auto patched =
+      client_.patch(replicatedTables(),
+                    {table.value(json::json_pointer("/metadata/namespace"), ""),
+                     table.value(json::json_pointer("/metadata/name"), "")},
+                    op::PatchType::kMerge, json{{"status", update.toMergePatch()}}, options);
   if (!patched) {
     return std::unexpected(
         op::ReconcileError::retryable("patching the status: " + patched.error().toString()));

@@ -61,6 +61,10 @@ RecoveryStatus parseRecovery(const json& object, const std::string& path) {
   recovery.to_generation = fields.optionalInteger("toGeneration", 0, kInt64Max);
   recovery.step = fields.optionalString("step");
   recovery.started_at = fields.optionalString("startedAt");
+  recovery.finished_at = fields.optionalString("finishedAt");
+  recovery.result = fields.optionalString("result");
+  recovery.trigger = fields.optionalString("trigger");
+  recovery.last_manual_trigger = fields.optionalString("lastManualTrigger");
   recovery.message = fields.optionalString("message");
   return recovery;
 }
@@ -156,6 +160,17 @@ std::expected<Condition, SpecError> Condition::parse(const json& condition,
   return catchFailures<Condition>([&] { return parseCondition(condition, path); });
 }
 
+json ReplicatedTableStatus::toMergePatch() const {
+  json patch = toJson();
+  if (recovery) {
+    for (const char* field : {"fromGeneration", "toGeneration", "step", "startedAt", "finishedAt",
+                              "result", "trigger", "lastManualTrigger", "message"}) {
+      if (!patch["recovery"].contains(field)) patch["recovery"][field] = nullptr;
+    }
+  }
+  return patch;
+}
+
 json ReplicatedTableStatus::toJson() const {
   json status = json::object();
   putIfSet(status, "observedGeneration", observed_generation);
@@ -181,6 +196,10 @@ json ReplicatedTableStatus::toJson() const {
     putIfSet(object, "toGeneration", recovery->to_generation);
     putIfSet(object, "step", recovery->step);
     putIfSet(object, "startedAt", recovery->started_at);
+    putIfSet(object, "finishedAt", recovery->finished_at);
+    putIfSet(object, "result", recovery->result);
+    putIfSet(object, "trigger", recovery->trigger);
+    putIfSet(object, "lastManualTrigger", recovery->last_manual_trigger);
     putIfSet(object, "message", recovery->message);
     status["recovery"] = std::move(object);
   }

@@ -193,8 +193,8 @@ std::expected<void, std::string> TableHost::follow() {
       serving_ = **active;
       paused_.reset();
     }
-    spdlog::info("table {} replica {}: serving generation {} (was {})", spec_.table,
-                 spec_.replica, **active, serving);
+    spdlog::info("table {} replica {}: serving generation {} (was {})", spec_.table, spec_.replica,
+                 **active, serving);
   }
   if (!plan) {
     // No swap (or one that ended): nothing paused, nothing frozen.
@@ -253,8 +253,8 @@ std::expected<void, std::string> TableHost::acknowledge(Keeper& keeper, const Sw
     return std::unexpected("acknowledging: " + created.error().toString());
   }
   std::lock_guard lock(mu_);
-  swap_state_ = fmt::format("{} {} -> {}: {}", swapStepName(plan.step), plan.from, plan.to,
-                            outcome);
+  swap_state_ =
+      fmt::format("{} {} -> {}: {}", swapStepName(plan.step), plan.from, plan.to, outcome);
   if (outcome.starts_with("ok")) acked_ = plan;
   return {};
 }
@@ -266,9 +266,10 @@ std::expected<void, std::string> TableHost::apply(Keeper& keeper, const SwapPlan
     serving = serving_;
   }
   if (plan.from != serving && plan.to != serving) {
-    return std::unexpected(fmt::format("the swap plan moves generation {} to {}; this replica "
-                                       "serves {}",
-                                       plan.from, plan.to, serving));
+    return std::unexpected(
+        fmt::format("the swap plan moves generation {} to {}; this replica "
+                    "serves {}",
+                    plan.from, plan.to, serving));
   }
   if (serving == plan.to && plan.step != SwapStep::kAbort) {
     // Switched (follow() saw <root>/active move, and took inserts again): the steps before the
@@ -355,11 +356,11 @@ std::expected<void, std::string> TableHost::apply(Keeper& keeper, const SwapPlan
       const auto want = contents(*from);
       const auto have = contents(*to);
       if (want != have) {
-        return acknowledge(keeper, plan,
-                           fmt::format("error: generation {} has {} parts, {} rows differ from "
-                                       "generation {}'s {} parts",
-                                       plan.to, have.size(), to->rowCount(), plan.from,
-                                       want.size()));
+        return acknowledge(
+            keeper, plan,
+            fmt::format("error: generation {} has {} parts, {} rows differ from "
+                        "generation {}'s {} parts",
+                        plan.to, have.size(), to->rowCount(), plan.from, want.size()));
       }
       return acknowledge(keeper, plan,
                          fmt::format("ok: {} parts, {} rows", have.size(), to->rowCount()));

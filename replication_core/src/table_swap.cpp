@@ -82,12 +82,13 @@ std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
     }
   }
   if (!has_from || !has_to || !has_step) {
-    return std::unexpected(
-        fmt::format("swap plan: missing {}", !has_from ? "from" : !has_to ? "to" : "step"));
+    return std::unexpected(fmt::format("swap plan: missing {}", !has_from ? "from"
+                                                                : !has_to ? "to"
+                                                                          : "step"));
   }
   if (plan.to <= plan.from) {
-    return std::unexpected(fmt::format("swap plan: to ({}) must come after from ({})", plan.to,
-                                       plan.from));
+    return std::unexpected(
+        fmt::format("swap plan: to ({}) must come after from ({})", plan.to, plan.from));
   }
   return plan;
 }
@@ -96,7 +97,9 @@ KeeperResult<SwapPlan> SwapDriver::begin() {
   auto running = keeper_.get(swapPath(root_));
   if (running) {
     auto plan = SwapPlan::parse(running->data);
-    if (!plan) return std::unexpected(KeeperError{KeeperCode::kBadArguments, swapPath(root_), plan.error(), {}});
+    if (!plan)
+      return std::unexpected(
+          KeeperError{KeeperCode::kBadArguments, swapPath(root_), plan.error(), {}});
     return *plan;
   }
   if (running.error().code != KeeperCode::kNoNode) return std::unexpected(running.error());
@@ -177,7 +180,8 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
     if (plan.step == SwapStep::kVerify) {
       SwapPlan aborting = plan;
       aborting.step = SwapStep::kAbort;
-      if (auto set = setStep(aborting, node->stat.version); !set) return std::unexpected(set.error());
+      if (auto set = setStep(aborting, node->stat.version); !set)
+        return std::unexpected(set.error());
       progress.plan = aborting;
     }
     return progress;
@@ -201,7 +205,8 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
         }
       }
       if (next.attacher.empty()) {
-        progress.waiting_for = fmt::format("no replica is live in generation {} to attach", plan.to);
+        progress.waiting_for =
+            fmt::format("no replica is live in generation {} to attach", plan.to);
         return progress;
       }
       break;
@@ -214,10 +219,11 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
       if (!active) return std::unexpected(active.error());
       if (active->data != std::to_string(plan.to)) {
         if (active->data != std::to_string(plan.from)) {
-          return std::unexpected(KeeperError{
-              KeeperCode::kBadArguments, root_ + "/active",
-              fmt::format("active generation is {}, not {} or {}", active->data, plan.from, plan.to),
-              {}});
+          return std::unexpected(KeeperError{KeeperCode::kBadArguments,
+                                             root_ + "/active",
+                                             fmt::format("active generation is {}, not {} or {}",
+                                                         active->data, plan.from, plan.to),
+                                             {}});
         }
         auto set = keeper_.set(root_ + "/active", std::to_string(plan.to), active->stat.version);
         if (!set) return std::unexpected(set.error());
@@ -232,7 +238,8 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
     case SwapStep::kAbort: {
       const bool aborted = plan.step == SwapStep::kAbort;
       // The generation given up goes before the plan: without a plan no replica opens it again.
-      if (auto removed = removeRecursive(keeper_, (aborted ? to : from).generationRoot()); !removed) {
+      if (auto removed = removeRecursive(keeper_, (aborted ? to : from).generationRoot());
+          !removed) {
         return std::unexpected(removed.error());
       }
       if (auto removed = removeRecursive(keeper_, swapPath(root_)); !removed) {
@@ -246,6 +253,10 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
   }
   if (auto set = setStep(next, node->stat.version); !set) return std::unexpected(set.error());
   progress.plan = next;
+  progress.waiting_for =
+      next.step == SwapStep::kAttach
+          ? fmt::format("waiting for replica {} to attach", next.attacher)
+          : fmt::format("waiting for every replica to acknowledge {}", swapStepName(next.step));
   return progress;
 }
 
@@ -257,7 +268,8 @@ KeeperResult<bool> SwapDriver::abort() {
   }
   auto plan = SwapPlan::parse(node->data);
   if (!plan) {
-    return std::unexpected(KeeperError{KeeperCode::kBadArguments, swapPath(root_), plan.error(), {}});
+    return std::unexpected(
+        KeeperError{KeeperCode::kBadArguments, swapPath(root_), plan.error(), {}});
   }
   if (plan->step == SwapStep::kAbort) return true;
   if (plan->step >= SwapStep::kSwitch) return false;

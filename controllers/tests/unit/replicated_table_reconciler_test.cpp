@@ -11,6 +11,7 @@
 #include "rtable/replication_core/log_entry.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/table_swap.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 
 namespace rtable::controllers {
@@ -425,6 +426,89 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomAndAnUnreachableZooKeeperAreCondition
   EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
 }
 
+TEST_F(ReconcilerWithZooKeeper, LowHeadroomStartsATableSwapAndEachStepIsShown) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2061584302));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->requeue_after, std::chrono::seconds(1));  // a swap runs
+  const std::string swap = core::swapPath("/rtable/tables/analytics.events");
+  auto plan = operator_session_->get(swap);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->data, "from: 1\nto: 2\nstep: open\nattacher: \n");
+  json recovery = get(replicatedTables(), "events")["status"]["recovery"];
+  EXPECT_EQ(recovery["fromGeneration"], 1);
+  EXPECT_EQ(recovery["toGeneration"], 2);
+  EXPECT_EQ(recovery["step"], "open");
+  EXPECT_EQ(recovery["trigger"], "headroom");
+  EXPECT_EQ(recovery["startedAt"], "2026-12-02T00:00:00Z");
+  EXPECT_EQ(condition("Recovering")["status"], "True");
+  EXPECT_EQ(events_.withReason("SwapStarted").size(), 1u);
+
+  // The replica acknowledges the step (what its TableHost does): the next look moves it on.
+  ASSERT_TRUE(session->create(
+      core::swapAckPath("/rtable/tables/analytics.events", core::SwapStep::kOpen, "events-0"), "ok",
+      core::CreateMode::kPersistent));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  recovery = get(replicatedTables(), "events")["status"]["recovery"];
+  EXPECT_EQ(recovery["step"], "pause");
+  EXPECT_EQ(recovery["message"], "waiting for every replica to acknowledge pause");
+  EXPECT_EQ(events_.withReason("SwapStep").size(), 1u);
+  EXPECT_EQ(events_.withReason("SwapStarted").size(), 1u);  // not started again
+
+  // The swap ends (the rest of its steps, as the driver runs them): generation 2 active, the plan
+  // and generation 1 gone.
+  ASSERT_TRUE(operator_session_->set("/rtable/tables/analytics.events/active", "2", -1));
+  ASSERT_TRUE(core::removeRecursive(*operator_session_, swap));
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(
+      core::TablePaths{"/rtable/tables/analytics.events", 2, ""}.log(), 3));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  recovery = get(replicatedTables(), "events")["status"]["recovery"];
+  EXPECT_EQ(recovery["result"], "Succeeded");
+  EXPECT_EQ(recovery["finishedAt"], "2026-12-02T00:00:00Z");
+  EXPECT_EQ(recovery["step"], "cleanup");
+  EXPECT_EQ(condition("Recovering")["reason"], "SwapSucceeded");
+  EXPECT_EQ(events_.withReason("SwapSucceeded").size(), 1u);
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["activeGeneration"], 2);
+}
+
+TEST_F(ReconcilerWithZooKeeper, ASwapStartsOncePerAnnotationValueAndNotWithAutoRecoverOff) {
+  json spec = table(1);
+  spec["spec"]["headroom"] = {{"autoRecover", false}};
+  ASSERT_TRUE(client_.create(replicatedTables(), spec));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2061584302));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const std::string swap = core::swapPath("/rtable/tables/analytics.events");
+  EXPECT_FALSE(*operator_session_->exists(swap)) << "autoRecover is off";
+  EXPECT_EQ(condition("HeadroomLow")["status"], "True");
+
+  auto annotated = get(replicatedTables(), "events");
+  annotated["metadata"]["annotations"] = {{"rtable.io/swap", "2026-12-02"}};
+  ASSERT_TRUE(client_.update(replicatedTables(), annotated));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(*operator_session_->exists(swap));
+  json recovery = get(replicatedTables(), "events")["status"]["recovery"];
+  EXPECT_EQ(recovery["trigger"], "manual: 2026-12-02");
+  EXPECT_EQ(recovery["lastManualTrigger"], "2026-12-02");
+
+  // Aborted (by hand, or a replica's verify): the same annotation does not start it again.
+  core::SwapDriver driver(*operator_session_, "/rtable/tables/analytics.events");
+  ASSERT_TRUE(driver.abort());
+  ASSERT_TRUE(session->create(
+      core::swapAckPath("/rtable/tables/analytics.events", core::SwapStep::kAbort, "events-0"),
+      "ok", core::CreateMode::kPersistent));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(swap));
+  recovery = get(replicatedTables(), "events")["status"]["recovery"];
+  EXPECT_EQ(recovery["result"], "Aborted");
+  EXPECT_EQ(events_.withReason("SwapAborted").size(), 1u);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(swap));
+  EXPECT_EQ(events_.withReason("SwapStarted").size(), 1u);
+}
+
 TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   auto session = startReplica("events-0");
@@ -446,6 +530,8 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "HeadroomLow", "status": "False", "reason": "AboveThreshold",
        "message": "2147483643 sequential log creates left (100.0000% of the int32 counter; threshold 5%)",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
+      {"type": "Recovering", "status": "False", "reason": "NoSwapNeeded", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "Replicating", "status": "True", "reason": "AsExpected", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"}]})json");

@@ -40,8 +40,15 @@ ReplicatedTableStatus fullStatus() {
   status.headroom_ratio = 0.9994;
   status.headroom = "99.94%";
   status.exhaustion_seconds = 86400.5;
-  status.recovery =
-      RecoveryStatus{1, 2, "AttachingParts", "2025-01-02T03:00:00Z", "412 of 1000 parts"};
+  status.recovery = RecoveryStatus{1,
+                                   2,
+                                   "attach",
+                                   "2025-01-02T03:00:00Z",
+                                   "2025-01-02T03:00:04Z",
+                                   "Succeeded",
+                                   "manual: now",
+                                   "now",
+                                   "replica events-1 has not acknowledged attach"};
   return status;
 }
 
@@ -66,8 +73,23 @@ TEST(ReplicatedTableStatus, WritesTheCrdFieldNames) {
     "zookeeperPath": "/rtable/tables/analytics.events", "activeGeneration": 2,
     "logMaxIndex": 1204330, "logCounter": 1204331, "headroomRatio": 0.9994, "headroom": "99.94%",
     "exhaustionSeconds": 86400.5,
-    "recovery": {"fromGeneration": 1, "toGeneration": 2, "step": "AttachingParts",
-                 "startedAt": "2025-01-02T03:00:00Z", "message": "412 of 1000 parts"}})"));
+    "recovery": {"fromGeneration": 1, "toGeneration": 2, "step": "attach",
+                 "startedAt": "2025-01-02T03:00:00Z", "finishedAt": "2025-01-02T03:00:04Z",
+                 "result": "Succeeded", "trigger": "manual: now", "lastManualTrigger": "now",
+                 "message": "replica events-1 has not acknowledged attach"}})"));
+}
+
+// A new swap's recovery replaces the last one's whole: its unset fields go as null.
+TEST(ReplicatedTableStatus, AMergePatchReplacesTheRecoveryWhole) {
+  ReplicatedTableStatus status;
+  status.recovery = RecoveryStatus{};
+  status.recovery->step = "open";
+  const json patch = status.toMergePatch();
+  EXPECT_EQ(patch["recovery"]["step"], "open");
+  EXPECT_TRUE(patch["recovery"]["finishedAt"].is_null());
+  EXPECT_TRUE(patch["recovery"]["result"].is_null());
+  EXPECT_EQ(patch["recovery"].size(), 9u);
+  EXPECT_FALSE(ReplicatedTableStatus{}.toMergePatch().contains("recovery"));
 }
 
 // A merge patch: what is not set is not written, so the server keeps it.

@@ -17,13 +17,13 @@ class HookedKeeper final : public Keeper {
   }
   std::vector<KeeperResult<GetResult>> getMany(const std::vector<std::string>& paths) override {
     const KeeperCall call{"get_many", paths.empty() ? "" : paths.front()};
-    if (hooks_->before) {
-      if (auto error = hooks_->before(call)) {
+    if (auto before = hooks_->before.get()) {
+      if (auto error = before(call)) {
         return std::vector<KeeperResult<GetResult>>(paths.size(), std::unexpected(*error));
       }
     }
     auto results = inner_->getMany(paths);
-    if (hooks_->after) hooks_->after(call);
+    if (auto after = hooks_->after.get()) after(call);
     return results;
   }
   KeeperResult<std::optional<Stat>> exists(const std::string& path, WatchCallback watch) override {
@@ -60,11 +60,11 @@ class HookedKeeper final : public Keeper {
  private:
   template <class Request>
   auto call(const KeeperCall& call, Request&& request) -> decltype(request()) {
-    if (hooks_->before) {
-      if (auto error = hooks_->before(call)) return std::unexpected(*error);
+    if (auto before = hooks_->before.get()) {
+      if (auto error = before(call)) return std::unexpected(*error);
     }
     auto result = request();
-    if (hooks_->after) hooks_->after(call);
+    if (auto after = hooks_->after.get()) after(call);
     return result;
   }
 

@@ -187,8 +187,8 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
       60s))
       << "stuck at " << (steps.empty() ? "" : steps.back()) << ": " << progress.waiting_for;
   EXPECT_FALSE(progress.aborted) << progress.waiting_for;
-  EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify",
-                                             "switch", "cleanup"}));
+  EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify", "switch",
+                                             "cleanup"}));
   std::this_thread::sleep_for(200ms);  // a few inserts into generation 2
   stop = true;
   writer.join();
@@ -202,8 +202,8 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   for (uint64_t x = 0; x < 20; ++x) expected.insert(x);
   EXPECT_EQ(ids(*r1.serving()), expected);
   EXPECT_EQ(ids(*r2.serving()), expected);
-  EXPECT_TRUE(refusals.contains(std::string("the table is moving to a new generation (1 -> 2)")
-                                    .substr(0, 40)))
+  EXPECT_TRUE(refusals.contains(
+      std::string("the table is moving to a new generation (1 -> 2)").substr(0, 40)))
       << "the writer never met the pause";
   // A client retrying an insert acknowledged in generation 1: deduplicated in generation 2.
   EXPECT_EQ(insertOnce(r1, 3), "");

@@ -100,6 +100,14 @@ class ReplicatedTableReconciler {
   // Fills the ZooKeeper part of `status` (fields and conditions) and removes scaled-down replicas,
   // given the table's active generation (ensureZooKeeperTree); an error message when ZooKeeper
   // could not be asked.
+  // The table swap (DESIGN.md 2.6): moves a running one on (core::SwapDriver), starts one when
+  // headroom is low (and spec.headroom.autoRecover) or the rtable.io/swap annotation has a value
+  // no swap was started for yet; status.recovery, the Recovering condition and Events say where
+  // it stands. An error message when ZooKeeper could not be asked.
+  std::optional<std::string> reconcileSwap(const nlohmann::json& table,
+                                           const ReplicatedTableSpec& spec, core::Keeper& keeper,
+                                           const std::string& root, bool headroom_low,
+                                           ReplicatedTableStatus& status);
   std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table,
                                                 const op::ObjectKey& key,
                                                 const ReplicatedTableSpec& spec,

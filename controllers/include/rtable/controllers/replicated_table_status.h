@@ -53,8 +53,15 @@ struct RecoveryStatus {
   std::optional<int64_t> from_generation;
   std::optional<int64_t> to_generation;
   std::optional<std::string> step;
-  std::optional<std::string> started_at;  // RFC 3339
-  std::optional<std::string> message;
+  std::optional<std::string> started_at;   // RFC 3339
+  std::optional<std::string> finished_at;  // RFC 3339, once it ended
+  std::optional<std::string> result;       // Succeeded or Aborted, once it ended
+  // Why it started: "headroom" (under the threshold, or the log stuck) or "manual: <value>" (the
+  // rtable.io/swap annotation's value, which starts one swap per distinct value).
+  std::optional<std::string> trigger;
+  // The last rtable.io/swap annotation value a swap was started for.
+  std::optional<std::string> last_manual_trigger;
+  std::optional<std::string> message;  // what the running step waits for
   friend bool operator==(const RecoveryStatus&, const RecoveryStatus&) = default;
 };
 
@@ -86,6 +93,9 @@ struct ReplicatedTableStatus {
   std::optional<std::vector<ReplicaQueueStatus>> replica_queues;
 
   nlohmann::json toJson() const;
+  // toJson() as a JSON merge patch (RFC 7386): `recovery`, when set, replaces the stored one
+  // whole (its unset fields as null), so that a new swap's status keeps nothing of the last one.
+  nlohmann::json toMergePatch() const;
   // `status` is the object's .status; a null or absent one is an empty status.
   static std::expected<ReplicatedTableStatus, SpecError> parse(const nlohmann::json& status);
   friend bool operator==(const ReplicatedTableStatus&, const ReplicatedTableStatus&) = default;

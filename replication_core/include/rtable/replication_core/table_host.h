@@ -95,7 +95,7 @@ class TableHost {
   std::string swap_state_;             // guarded by mu_
   std::optional<SwapPlan> acked_;      // guarded by mu_: the plan step acknowledged "ok" last
 
-  std::mutex follow_mu_;  // one follow() at a time
+  std::mutex follow_mu_;            // one follow() at a time
   std::shared_ptr<Keeper> keeper_;  // guarded by follow_mu_: the host's own session
   std::mutex wake_mu_;
   std::condition_variable wake_;

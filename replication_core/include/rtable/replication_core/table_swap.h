@@ -48,7 +48,9 @@ struct SwapPlan {
   friend bool operator==(const SwapPlan&, const SwapPlan&) = default;
 };
 
-inline std::string swapPath(const std::string& table_root) { return table_root + "/swap"; }
+inline std::string swapPath(const std::string& table_root) {
+  return table_root + "/swap";
+}
 inline std::string swapAckPath(const std::string& table_root, SwapStep step,
                                const std::string& replica) {
   return swapPath(table_root) + "/" + std::string(swapStepName(step)) + "-" + replica;

@@ -3,11 +3,13 @@
 // between two of the replica's requests, deterministically). Around a shared session, so that the
 // session can outlive the replica that used it (as a killed process's session does).
 //
-// Thread safety: as the wrapped Keeper; the hooks run on the calling thread.
+// Thread safety: as the wrapped Keeper; the hooks run on the calling thread. A test may set or
+// clear a hook while the replica's threads call through it (each call takes a copy).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,11 +24,30 @@ struct KeeperCall {
   const std::vector<Op>* ops = nullptr;  // a multi's ops (CheckNotExists already expanded)
 };
 
+// A std::function a test assigns while other threads read it.
+template <class Signature>
+class SharedHook {
+ public:
+  SharedHook& operator=(std::function<Signature> hook) {
+    std::lock_guard lock(mu_);
+    hook_ = std::move(hook);
+    return *this;
+  }
+  std::function<Signature> get() const {
+    std::lock_guard lock(mu_);
+    return hook_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::function<Signature> hook_;
+};
+
 struct KeeperHooks {
   // An error: the request is not sent and fails with it.
-  std::function<std::optional<KeeperError>(const KeeperCall&)> before;
+  SharedHook<std::optional<KeeperError>(const KeeperCall&)> before;
   // After the request returned (whatever it returned).
-  std::function<void(const KeeperCall&)> after;
+  SharedHook<void(const KeeperCall&)> after;
 };
 
 std::unique_ptr<Keeper> hookKeeper(std::shared_ptr<Keeper> session,
