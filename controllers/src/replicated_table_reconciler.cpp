@@ -197,6 +197,14 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
       condition("Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
                 degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired)
                          : ""));
+  if (spec->restore_from) {
+    // Until backups land (issue 21): a user who asked for a restore must not think it happened.
+    setCondition(status.conditions,
+                 condition("Restored", false, "RestoreNotImplemented",
+                           fmt::format("spec.restoreFrom names backup '{}', but this operator "
+                                       "does not restore backups yet: the table started empty",
+                                       spec->restore_from->backup)));
+  }
   status.replicas = stateful_set.value(json::json_pointer("/status/replicas"), int32_t{0});
   status.ready_replicas = ready;
   status.ready = fmt::format("{}/{}", ready, desired);

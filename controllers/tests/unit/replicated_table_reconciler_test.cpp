@@ -206,6 +206,17 @@ TEST_F(Reconciler, AnInvalidSpecWritesOnlyTheGenerationAndReady) {
                                    "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"})"));
 }
 
+TEST_F(Reconciler, ARestoreThatIsNotImplementedYetIsSaidSo) {
+  json restored = table(1);
+  restored["spec"]["restoreFrom"] = {{"backup", "nightly-2026-12-01"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), restored));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json restore = condition("Restored");
+  EXPECT_EQ(restore["status"], "False");
+  EXPECT_EQ(restore["reason"], "RestoreNotImplemented");
+  EXPECT_NE(restore["message"].get<std::string>().find("'nightly-2026-12-01'"), std::string::npos);
+}
+
 TEST_F(Reconciler, AGoneTableIsDone) {
   auto outcome = reconciler_->reconcile({"analytics", "nothing"});
   ASSERT_TRUE(outcome);
