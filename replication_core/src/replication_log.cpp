@@ -36,7 +36,17 @@ QueueEntry queueEntry(std::string node_name, LogEntry entry) {
 
 std::optional<int64_t> logEntryIndex(const std::string& node_name) {
   if (!node_name.starts_with(kLogPrefix)) return std::nullopt;
-  return parseDecimal(std::string_view(node_name).substr(kLogPrefix.size()));
+  auto value = parseDecimal(std::string_view(node_name).substr(kLogPrefix.size()));
+  if (!value || *value < INT32_MIN || *value > INT32_MAX) return std::nullopt;
+  // ZooKeeper names a sequential node with its int32 counter as %010d: at the limit, after
+  // log-2147483647, one more create succeeds as log--2147483648 (seed 002). That entry comes
+  // after log-2147483647: read as the unsigned counter, it is 2147483648.
+  return *value < 0 ? *value + (int64_t{1} << 32) : *value;
+}
+
+std::string logEntryName(int64_t index) {
+  const int64_t counter = index > INT32_MAX ? index - (int64_t{1} << 32) : index;
+  return fmt::format("{}{:010d}", kLogPrefix, counter);
 }
 
 KeeperResult<std::vector<QueueEntry>> loadQueue(Keeper& keeper, const TablePaths& paths) {
@@ -107,7 +117,7 @@ KeeperResult<std::vector<QueueEntry>> LogPuller::pull(Keeper& keeper, const Skip
     std::vector<LogEntry> entries;
     std::vector<std::string> entry_paths;
     for (std::size_t i = begin; i < end; ++i) {
-      entry_paths.push_back(fmt::format("{}{:010d}", paths_.logEntryPrefix(), indexes[i]));
+      entry_paths.push_back(paths_.log() + "/" + logEntryName(indexes[i]));
     }
     // Entries this replica wrote are known; the others are read in one pipelined request for
     // the batch: a replica catching up on N entries pays about one round trip per batch.
@@ -466,7 +476,7 @@ KeeperResult<LogCleanupResult> clearOldLogs(Keeper& keeper, const TablePaths& pa
     const std::size_t end = std::min(old.size(), begin + kRemoveBatch);
     std::vector<Op> ops;
     for (std::size_t i = begin; i < end; ++i) {
-      ops.push_back(op::Remove{fmt::format("{}{:010d}", paths.logEntryPrefix(), old[i]), -1});
+      ops.push_back(op::Remove{paths.log() + "/" + logEntryName(old[i]), -1});
     }
     ops.push_back(op::Check{paths.replicas(), (**replicas_stat).version});
     auto removed = keeper.multi(ops);

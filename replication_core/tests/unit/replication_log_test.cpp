@@ -394,3 +394,26 @@ TEST(RemoveRecursive, RemovesADeepWideSubtreeAndToleratesAMissingRoot) {
 
 }  // namespace
 }  // namespace rtable::core
+
+namespace rtable::core {
+namespace {
+
+// At the int32 limit ZooKeeper creates one more entry, log--2147483648, after log-2147483647: it
+// must come last, not first (a real ZooKeeper 3.8 did this in table_swap_process_tests, and
+// replicas that read it as -2147483648 never pulled it, while log cleanup removed it).
+TEST(LogEntryNames, TheWrappedCounterComesAfterTheLimit) {
+  EXPECT_EQ(logEntryIndex("log-0000000042"), 42);
+  EXPECT_EQ(logEntryIndex("log-2147483647"), 2147483647);
+  EXPECT_EQ(logEntryIndex("log--2147483648"), int64_t{2147483648});
+  EXPECT_GT(*logEntryIndex("log--2147483648"), *logEntryIndex("log-2147483647"));
+  EXPECT_EQ(logEntryIndex("log-4294967296"), std::nullopt);
+  EXPECT_EQ(logEntryIndex("queue-0000000001"), std::nullopt);
+  for (int64_t index : {int64_t{0}, int64_t{42}, int64_t{2147483647}, int64_t{2147483648}}) {
+    EXPECT_EQ(logEntryIndex(logEntryName(index)), index) << logEntryName(index);
+  }
+  EXPECT_EQ(logEntryName(2147483648), "log--2147483648");
+  EXPECT_EQ(logEntryName(7), "log-0000000007");
+}
+
+}  // namespace
+}  // namespace rtable::core

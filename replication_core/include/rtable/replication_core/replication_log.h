@@ -23,8 +23,11 @@
 
 namespace rtable::core {
 
-// log-0000000042 -> 42; nullopt for anything else.
+// log-0000000042 -> 42, log--2147483648 (ZooKeeper's int32 counter wrapped) -> 2147483648;
+// nullopt for anything else.
 std::optional<int64_t> logEntryIndex(const std::string& node_name);
+// The node name of log entry `index` (logEntryIndex's inverse): 2147483648 is log--2147483648.
+std::string logEntryName(int64_t index);
 
 // Reads replicas/<me>/queue at start, in queue order. Nodes whose text does not parse are removed
 // (and logged): no replica could execute them.
