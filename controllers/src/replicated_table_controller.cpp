@@ -33,6 +33,7 @@ std::expected<void, std::string> addReplicatedTableController(
     };
   }
   if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();
+  if (!options.reconciler.registry) options.reconciler.registry = &process.registry();
 
   auto reconciler =
       std::make_shared<ReplicatedTableReconciler>(process.client(), options.reconciler);

@@ -99,12 +99,22 @@ ReplicatedTableReconciler::ReplicatedTableReconciler(op::KubeClient& client,
     : client_(client), options_(std::move(options)) {
   if (!options_.generate_secret) options_.generate_secret = randomSecret;
   if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
+  growth_ = std::make_unique<CounterGrowth>(options_.growth_window, options_.growth_min_span);
+  if (options_.registry) metrics_ = std::make_unique<TableMetrics>(*options_.registry);
+}
+
+void ReplicatedTableReconciler::forgetTable(const op::ObjectKey& key) {
+  growth_->forget(key.ns + "/" + key.name + "/");
+  if (metrics_) metrics_->forget(key.ns, key.name);
 }
 
 op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& key) {
   auto table = client_.get(replicatedTables(), key);
   if (!table) {
-    if (table.error().kind == op::KubeErrorKind::kNotFound) return op::ReconcileResult::done();
+    if (table.error().kind == op::KubeErrorKind::kNotFound) {
+      forgetTable(key);
+      return op::ReconcileResult::done();
+    }
     return std::unexpected(
         op::ReconcileError::retryable("reading the table: " + table.error().toString()));
   }
@@ -224,9 +234,13 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
 }
 
 std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
-    const json& table, const ReplicatedTableSpec& spec, core::Keeper& keeper,
-    const std::string& root, bool headroom_low, ReplicatedTableStatus& status) {
-  const std::string now = common::formatRfc3339(options_.wall_clock());
+    const json& table, const op::ObjectKey& key, const ReplicatedTableSpec& spec,
+    core::Keeper& keeper, const std::string& root, const HeadroomVerdict& headroom,
+    ReplicatedTableStatus& status) {
+  const auto wall = options_.wall_clock();
+  const std::string now = common::formatRfc3339(wall);
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
   RecoveryStatus recovery;
   if (auto old = ReplicatedTableStatus::parse(table.value("status", json::object()));
       old && old->recovery) {
@@ -235,7 +249,11 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
   // kubectl annotate replicatedtable <name> rtable.io/swap=<any new value>: one swap per value.
   const std::string requested =
       table.value(json::json_pointer("/metadata/annotations/rtable.io~1swap"), "");
-  core::SwapDriver driver(keeper, root);
+  core::SwapDriver driver(keeper, root, [this] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               options_.wall_clock().time_since_epoch())
+        .count();
+  });
   auto progress = driver.advance();
   if (!progress) return "table swap: " + progress.error().toString();
   const bool was_running = recovery.step && !recovery.finished_at;
@@ -253,13 +271,31 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
                                                recovery.to_generation.value_or(0))
                                  : "the table stays on its generation; see the Events for why";
     if (succeeded) status.active_generation = recovery.to_generation;
+    // The figures, from the plan this call removed (an operator that restarted after another
+    // call removed it has none).
+    if (const auto& plan = progress->ended_plan) {
+      if (plan->started_ms) recovery.duration_seconds = (now_ms - plan->started_ms) / 1000.0;
+      if (plan->paused_ms) {
+        recovery.write_pause_seconds =
+            ((plan->switched_ms ? plan->switched_ms : now_ms) - plan->paused_ms) / 1000.0;
+      }
+    }
+    if (metrics_) {
+      metrics_->swapEnded(key.ns, key.name, *recovery.result, recovery.duration_seconds,
+                          recovery.write_pause_seconds);
+    }
     event(table, succeeded ? op::EventType::kNormal : op::EventType::kWarning,
           succeeded ? "SwapSucceeded" : "SwapAborted",
-          fmt::format("table swap {} -> {}: {}", recovery.from_generation.value_or(0),
-                      recovery.to_generation.value_or(0), *recovery.message));
+          fmt::format("table swap {} -> {}: {}{}", recovery.from_generation.value_or(0),
+                      recovery.to_generation.value_or(0), *recovery.message,
+                      recovery.duration_seconds
+                          ? fmt::format(" (took {:.1f} s, inserts paused {:.1f} s)",
+                                        *recovery.duration_seconds,
+                                        recovery.write_pause_seconds.value_or(0))
+                          : ""));
   }
   const bool manual = !requested.empty() && recovery.last_manual_trigger != requested;
-  const bool automatic = spec.headroom.auto_recover && headroom_low;
+  const bool automatic = spec.headroom.auto_recover && headroom.low;
   if (!progress->plan && (manual || automatic)) {
     auto plan = driver.begin();
     if (!plan) return "starting a table swap: " + plan.error().toString();
@@ -273,8 +309,7 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
     recovery.last_manual_trigger = manual ? requested : last_manual;
     event(table, op::EventType::kNormal, "SwapStarted",
           fmt::format("moving the table from generation {} to {} ({})", plan->from, plan->to,
-                      manual ? "requested by the rtable.io/swap annotation"
-                             : "the log counter's headroom is under the threshold"));
+                      manual ? "requested by the rtable.io/swap annotation" : headroom.message));
     progress->plan = *plan;
   } else if (progress->plan) {
     const std::string step(core::swapStepName(progress->plan->step));
@@ -293,8 +328,18 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
     recovery.finished_at.reset();
     recovery.result.reset();
     recovery.message = progress->waiting_for;
+    if (progress->plan->paused_ms && progress->plan->switched_ms) {
+      recovery.write_pause_seconds =
+          (progress->plan->switched_ms - progress->plan->paused_ms) / 1000.0;
+    }
   }
   const bool running = progress->plan.has_value();
+  if (metrics_) {
+    metrics_->setSwapRunning(key.ns, key.name,
+                             running && progress->plan->started_ms
+                                 ? std::optional<double>(progress->plan->started_ms / 1000.0)
+                                 : std::nullopt);
+  }
   if (running || recovery.finished_at) status.recovery = recovery;
   setCondition(
       status.conditions,
@@ -327,23 +372,36 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
   status.zookeeper_path = root;
   const int64_t active_generation = *tree;
   core::TablePaths paths{root, active_generation, ""};
-  auto log = core::SequentialCounter::read(**keeper, paths.log(), "log-");
-  if (!log) return fail(log.error().toString());
+  auto watched = readWatchedCounters(**keeper, paths);
+  if (!watched) return fail(watched.error().toString());
+  const core::SequentialCounter& log = watched->front().counter;  // the log comes first
+  std::vector<CounterHeadroom> counters;
+  const std::string growth_key = fmt::format("{}/{}/{}/", key.ns, key.name, active_generation);
+  growth_->forget(fmt::format("{}/{}/{}/", key.ns, key.name, active_generation - 1));
+  for (const auto& [name, counter] : *watched) {
+    counters.push_back({name, counter.createsLeft(), counter.headroomRatio(), counter.exhausted(),
+                        growth_->observe(growth_key + name, counter.counter(),
+                                         counter.createsLeft(), options_.wall_clock())});
+  }
+  const CounterHeadroom& lowest = *std::min_element(
+      counters.begin(), counters.end(),
+      [](const CounterHeadroom& a, const CounterHeadroom& b) { return a.ratio < b.ratio; });
   status.active_generation = active_generation;
-  status.log_max_index = log->maxIndex();
-  status.log_counter = log->counter();
-  status.headroom = fmt::format("{:.2f}%", log->headroomRatio() * 100.0);
-  const bool low =
-      log->exhausted() || log->headroomRatio() * 100.0 < spec.headroom.threshold_percent;
-  setCondition(
-      status.conditions,
-      condition(
-          "HeadroomLow", low, low ? "BelowThreshold" : "AboveThreshold",
-          fmt::format(
-              "{} sequential log creates left ({:.4f}% of the int32 counter; threshold {}%)",
-              log->createsLeft(), log->headroomRatio() * 100.0, spec.headroom.threshold_percent)));
+  status.log_max_index = log.maxIndex();
+  status.log_counter = log.counter();
+  status.headroom_ratio = lowest.ratio;
+  status.headroom = fmt::format("{:.2f}%", lowest.ratio * 100.0);
+  status.headroom_counter = lowest.name;
+  const HeadroomVerdict verdict = judgeHeadroom(counters, spec.headroom);
+  status.exhaustion_seconds = verdict.exhaustion_seconds;
+  if (metrics_) metrics_->setCounters(key.ns, key.name, active_generation, counters);
+  setCondition(status.conditions,
+               condition("HeadroomLow", verdict.low,
+                         std::string(headroomReasonName(verdict.reason)), verdict.message));
 
-  if (auto swapped = reconcileSwap(table, spec, **keeper, root, low, status)) return fail(*swapped);
+  if (auto swapped = reconcileSwap(table, key, spec, **keeper, root, verdict, status)) {
+    return fail(*swapped);
+  }
 
   // Replicas a scale-down left behind: <name>-<ordinal> with ordinal >= replicas, pod gone.
   auto replicas = (*keeper)->children(paths.replicas());
@@ -608,6 +666,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
     return std::unexpected(
         op::ReconcileError::retryable("removing the finalizer: " + patched.error().toString()));
   }
+  forgetTable(key);
   return op::ReconcileResult::done();
 }
 

@@ -66,6 +66,8 @@ RecoveryStatus parseRecovery(const json& object, const std::string& path) {
   recovery.trigger = fields.optionalString("trigger");
   recovery.last_manual_trigger = fields.optionalString("lastManualTrigger");
   recovery.message = fields.optionalString("message");
+  recovery.duration_seconds = optionalNumber(fields, "durationSeconds");
+  recovery.write_pause_seconds = optionalNumber(fields, "writePauseSeconds");
   return recovery;
 }
 
@@ -100,6 +102,7 @@ ReplicatedTableStatus parseStatus(const json& object) {
   status.log_counter = fields.optionalInteger("logCounter", 0, kInt64Max);
   status.headroom_ratio = optionalNumber(fields, "headroomRatio");
   status.headroom = fields.optionalString("headroom");
+  status.headroom_counter = fields.optionalString("headroomCounter");
   status.exhaustion_seconds = optionalNumber(fields, "exhaustionSeconds");
   if (const json* recovery = fields.find("recovery")) {
     status.recovery = parseRecovery(*recovery, fields.at("recovery"));
@@ -163,8 +166,9 @@ std::expected<Condition, SpecError> Condition::parse(const json& condition,
 json ReplicatedTableStatus::toMergePatch() const {
   json patch = toJson();
   if (recovery) {
-    for (const char* field : {"fromGeneration", "toGeneration", "step", "startedAt", "finishedAt",
-                              "result", "trigger", "lastManualTrigger", "message"}) {
+    for (const char* field :
+         {"fromGeneration", "toGeneration", "step", "startedAt", "finishedAt", "result", "trigger",
+          "lastManualTrigger", "message", "durationSeconds", "writePauseSeconds"}) {
       if (!patch["recovery"].contains(field)) patch["recovery"][field] = nullptr;
     }
   }
@@ -189,6 +193,7 @@ json ReplicatedTableStatus::toJson() const {
   putIfSet(status, "logCounter", log_counter);
   putIfSet(status, "headroomRatio", headroom_ratio);
   putIfSet(status, "headroom", headroom);
+  putIfSet(status, "headroomCounter", headroom_counter);
   putIfSet(status, "exhaustionSeconds", exhaustion_seconds);
   if (recovery) {
     json object = json::object();
@@ -201,6 +206,8 @@ json ReplicatedTableStatus::toJson() const {
     putIfSet(object, "trigger", recovery->trigger);
     putIfSet(object, "lastManualTrigger", recovery->last_manual_trigger);
     putIfSet(object, "message", recovery->message);
+    putIfSet(object, "durationSeconds", recovery->duration_seconds);
+    putIfSet(object, "writePauseSeconds", recovery->write_pause_seconds);
     status["recovery"] = std::move(object);
   }
   if (replica_queues) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <chrono>
 #include <utility>
 
 #include "rtable/replication_core/table_paths.h"
@@ -41,8 +42,9 @@ std::optional<SwapStep> parseSwapStep(std::string_view name) {
 }
 
 std::string SwapPlan::format() const {
-  return fmt::format("from: {}\nto: {}\nstep: {}\nattacher: {}\n", from, to, swapStepName(step),
-                     attacher);
+  return fmt::format(
+      "from: {}\nto: {}\nstep: {}\nattacher: {}\nstarted_ms: {}\npaused_ms: {}\nswitched_ms: {}\n",
+      from, to, swapStepName(step), attacher, started_ms, paused_ms, switched_ms);
 }
 
 std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
@@ -62,14 +64,18 @@ std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
     auto fail = [&](std::string why) {
       return std::unexpected(fmt::format("swap plan line {} '{}': {}", line_number, line, why));
     };
+    int64_t number = 0;
+    auto [ptr, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+    const bool is_number = error == std::errc() && ptr == value.data() + value.size();
     if (key == "from" || key == "to") {
-      int64_t number = 0;
-      auto [ptr, error] = std::from_chars(value.data(), value.data() + value.size(), number);
-      if (error != std::errc() || ptr != value.data() + value.size() || number < 1) {
-        return fail("not a generation number");
-      }
+      if (!is_number || number < 1) return fail("not a generation number");
       (key == "from" ? plan.from : plan.to) = number;
       (key == "from" ? has_from : has_to) = true;
+    } else if (key == "started_ms" || key == "paused_ms" || key == "switched_ms") {
+      if (!is_number || number < 0) return fail("not a time in ms");
+      (key == "started_ms"  ? plan.started_ms
+       : key == "paused_ms" ? plan.paused_ms
+                            : plan.switched_ms) = number;
     } else if (key == "step") {
       auto step = parseSwapStep(value);
       if (!step) return fail("unknown step");
@@ -91,6 +97,17 @@ std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
         fmt::format("swap plan: to ({}) must come after from ({})", plan.to, plan.from));
   }
   return plan;
+}
+
+SwapDriver::SwapDriver(Keeper& keeper, std::string table_root, std::function<int64_t()> now_ms)
+    : keeper_(keeper), root_(std::move(table_root)), now_ms_(std::move(now_ms)) {
+  if (!now_ms_) {
+    now_ms_ = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
 }
 
 KeeperResult<SwapPlan> SwapDriver::begin() {
@@ -122,6 +139,7 @@ KeeperResult<SwapPlan> SwapDriver::begin() {
     return std::unexpected(created.error());
   }
   SwapPlan plan{from.generation, to.generation, SwapStep::kOpen, ""};
+  plan.started_ms = now_ms_();
   auto made = keeper_.create(swapPath(root_), plan.format(), CreateMode::kPersistent);
   if (!made && made.error().code == KeeperCode::kNodeExists) return begin();  // another driver
   if (!made) return std::unexpected(made.error());
@@ -191,6 +209,7 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
   switch (plan.step) {
     case SwapStep::kOpen:
       next.step = SwapStep::kPause;
+      next.paused_ms = now_ms_();
       break;
     case SwapStep::kPause:
       next.step = SwapStep::kDrain;
@@ -229,6 +248,7 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
         if (!set) return std::unexpected(set.error());
       }
       next.step = SwapStep::kSwitch;
+      next.switched_ms = now_ms_();
       break;
     }
     case SwapStep::kSwitch:
@@ -246,6 +266,7 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
         return std::unexpected(removed.error());
       }
       progress.plan.reset();
+      progress.ended_plan = plan;
       progress.ended = true;
       progress.aborted = aborted;
       return progress;

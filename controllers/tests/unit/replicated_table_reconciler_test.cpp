@@ -4,6 +4,7 @@
 #include "rtable/controllers/replicated_table_reconciler.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/operator/testing/fake_event_recorder.h"
@@ -66,6 +67,7 @@ class Reconciler : public ::testing::Test {
   }
 
   op::testing::FakeKubeClient client_;
+  prometheus::Registry registry_;  // before the reconciler, whose metrics live in it
   std::unique_ptr<ReplicatedTableReconciler> reconciler_;
   int secrets_made_ = 0;
   std::chrono::system_clock::time_point now_ =
@@ -231,6 +233,7 @@ class ReconcilerWithZooKeeper : public Reconciler {
     options.generate_secret = [] { return std::string("s"); };
     options.wall_clock = [this] { return now_; };
     options.events = &events_;
+    options.registry = &registry_;
     options.keeper_for =
         [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
       EXPECT_EQ(connect, "zk-0.zk:2181");
@@ -269,6 +272,40 @@ class ReconcilerWithZooKeeper : public Reconciler {
          {"metadata",
           {{"name", name}, {"namespace", "analytics"}, {"labels", tableSelector("events")}}},
          {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "i"}}})}}}}));
+  }
+
+  // The operator's metric `name` of table analytics/events with `labels` too; for a histogram,
+  // its sum.
+  std::optional<double> find(const std::string& name, std::map<std::string, std::string> labels) {
+    labels["namespace"] = "analytics";
+    labels["table"] = "events";
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != name) continue;
+      for (const auto& metric : family.metric) {
+        std::size_t matched = 0;
+        for (const auto& label : metric.label) {
+          auto it = labels.find(label.name);
+          if (it != labels.end() && it->second == label.value) ++matched;
+        }
+        if (matched != labels.size()) continue;
+        switch (family.type) {
+          case prometheus::MetricType::Gauge:
+            return metric.gauge.value;
+          case prometheus::MetricType::Counter:
+            return metric.counter.value;
+          case prometheus::MetricType::Histogram:
+            return metric.histogram.sample_sum;
+          default:
+            return std::nullopt;
+        }
+      }
+    }
+    return std::nullopt;
+  }
+  double value(const std::string& name, std::map<std::string, std::string> labels) {
+    auto found = find(name, labels);
+    EXPECT_TRUE(found) << name;
+    return found.value_or(-1);
   }
 
   std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ =
@@ -447,7 +484,9 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomStartsATableSwapAndEachStepIsShown) {
   const std::string swap = core::swapPath("/rtable/tables/analytics.events");
   auto plan = operator_session_->get(swap);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->data, "from: 1\nto: 2\nstep: open\nattacher: \n");
+  EXPECT_EQ(plan->data,
+            "from: 1\nto: 2\nstep: open\nattacher: \nstarted_ms: 1796169600000\npaused_ms: "
+            "0\nswitched_ms: 0\n");
   json recovery = get(replicatedTables(), "events")["status"]["recovery"];
   EXPECT_EQ(recovery["fromGeneration"], 1);
   EXPECT_EQ(recovery["toGeneration"], 2);
@@ -520,6 +559,143 @@ TEST_F(ReconcilerWithZooKeeper, ASwapStartsOncePerAnnotationValueAndNotWithAutoR
   EXPECT_EQ(events_.withReason("SwapStarted").size(), 1u);
 }
 
+// Every counter that stops the table is watched, not only the log: a partition's block numbers
+// under the threshold start a swap, and the condition names that counter.
+TEST_F(ReconcilerWithZooKeeper, APartitionsBlockNumbersUnderTheThresholdStartASwap) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(
+      session->create(replica("").blockNumbers("202612"), "", core::CreateMode::kPersistent));
+  ASSERT_TRUE(
+      zookeeper_->setSequentialCounterForTest(replica("").blockNumbers("202612"), 2100000000));
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("events-0").queue(), 1900000000));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["status"], "True");
+  EXPECT_EQ(condition("HeadroomLow")["reason"], "BelowThreshold");
+  EXPECT_EQ(condition("HeadroomLow")["message"],
+            "block_numbers/202612: 47483648 sequential creates left (2.2111% of the int32 "
+            "counter); threshold 5%");
+  const json status = get(replicatedTables(), "events")["status"];
+  EXPECT_EQ(status["headroomCounter"], "block_numbers/202612");
+  EXPECT_EQ(status["headroom"], "2.21%");
+  EXPECT_EQ(status["logCounter"], 0);  // the log itself is fine
+  EXPECT_TRUE(*operator_session_->exists(core::swapPath("/rtable/tables/analytics.events")));
+  EXPECT_EQ(status["recovery"]["trigger"], "headroom");
+  auto started = events_.withReason("SwapStarted");
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_NE(started[0].message.find("block_numbers/202612"), std::string::npos)
+      << started[0].message;
+}
+
+// The operator samples the counters' growth: a log that would run out within exhaustionDays at
+// its rate starts a swap, once it has been sampled for growth_min_span (10 minutes).
+TEST_F(ReconcilerWithZooKeeper, ALogThatRunsOutWithinExhaustionDaysStartsASwap) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  const std::string swap = core::swapPath("/rtable/tables/analytics.events");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 1000000000));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  // 1'000'000 creates in 5 minutes: fast, but not sampled long enough to be a trend.
+  now_ += std::chrono::minutes(5);
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 1001000000));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["status"], "False");
+  EXPECT_FALSE(get(replicatedTables(), "events")["status"].contains("exhaustionSeconds"));
+  EXPECT_FALSE(*operator_session_->exists(swap));
+  // Ten minutes at 3333 creates/s: the 1'145'483'648 left last about 4 days, under the default 7.
+  now_ += std::chrono::minutes(5);
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 1002000000));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["status"], "True");
+  EXPECT_EQ(condition("HeadroomLow")["reason"], "ExhaustionSoon");
+  EXPECT_EQ(condition("HeadroomLow")["message"],
+            "log: 1145483648 sequential creates left (53.3407% of the int32 counter); at its "
+            "growth rate it runs out in 4.0 days (exhaustionDays 7)");
+  EXPECT_DOUBLE_EQ(get(replicatedTables(), "events")["status"]["exhaustionSeconds"].get<double>(),
+                   1145483648.0 / (2000000.0 / 600.0));
+  EXPECT_TRUE(*operator_session_->exists(swap));
+}
+
+TEST_F(ReconcilerWithZooKeeper, ExhaustionDaysZeroOnlyReportsTheProjection) {
+  json spec = table(1);
+  spec["spec"]["headroom"] = {{"exhaustionDays", 0}};
+  ASSERT_TRUE(client_.create(replicatedTables(), spec));
+  auto session = startReplica("events-0");
+  for (int64_t counter : {1000000000, 1001000000, 1002000000}) {
+    ASSERT_TRUE(
+        zookeeper_->setSequentialCounterForTest(replica("").log(), static_cast<int32_t>(counter)));
+    ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+    now_ += std::chrono::minutes(5);
+  }
+  EXPECT_EQ(condition("HeadroomLow")["status"], "False");
+  EXPECT_TRUE(get(replicatedTables(), "events")["status"].contains("exhaustionSeconds"));
+  EXPECT_FALSE(*operator_session_->exists(core::swapPath("/rtable/tables/analytics.events")));
+}
+
+// A stuck log (log-2147483647 taken) swaps at once, and the whole swap, acknowledged step by step
+// as the replica's TableHost does, ends in the status and the metrics with its duration and
+// write pause (from the plan's times), the new generation's counters replacing the old ones'.
+TEST_F(ReconcilerWithZooKeeper, AStuckLogSwapsAndTheSwapsFiguresAreExported) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2147483647));
+  ASSERT_TRUE(
+      session->create(replica("").logEntryPrefix(), "e", core::CreateMode::kPersistentSequential));
+  const std::string root = "/rtable/tables/analytics.events";
+  std::unique_ptr<core::Keeper> next;  // the replica's session in generation 2
+  std::vector<std::string> steps;
+  for (int call = 0; call < 20; ++call) {
+    ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+    if (call == 0) {
+      EXPECT_EQ(condition("HeadroomLow")["reason"], "Exhausted");
+      EXPECT_EQ(value("rtable_table_swap_running", {}), 1.0);
+    }
+    auto plan = operator_session_->get(core::swapPath(root));
+    if (!plan) break;  // ended
+    auto parsed = core::SwapPlan::parse(plan->data);
+    ASSERT_TRUE(parsed) << parsed.error();
+    steps.emplace_back(core::swapStepName(parsed->step));
+    if (parsed->step == core::SwapStep::kOpen && !next) {
+      next = zookeeper_->connect();
+      core::TablePaths in_next{root, 2, "events-0"};
+      ASSERT_TRUE(core::createReplicaIfNotExists(*next, in_next));
+      ASSERT_TRUE(core::activateReplica(*next, in_next, "host: events-0\n"));
+    }
+    auto acked = session->create(core::swapAckPath(root, parsed->step, "events-0"), "ok",
+                                 core::CreateMode::kPersistent);
+    ASSERT_TRUE(acked || acked.error().code == core::KeeperCode::kNodeExists);
+    now_ += std::chrono::seconds(1);
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify", "switch",
+                                             "cleanup"}));
+  const json recovery = get(replicatedTables(), "events")["status"]["recovery"];
+  EXPECT_EQ(recovery["result"], "Succeeded");
+  // Begun at the first call, paused at the second, switched at the sixth, ended at the eighth.
+  EXPECT_EQ(recovery["durationSeconds"], 7.0);
+  EXPECT_EQ(recovery["writePauseSeconds"], 4.0);
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["activeGeneration"], 2);
+
+  EXPECT_EQ(value("rtable_table_generation", {}), 2.0);
+  EXPECT_EQ(value("rtable_table_swap_running", {}), 0.0);
+  EXPECT_EQ(value("rtable_table_swaps_total", {{"result", "Succeeded"}}), 1.0);
+  EXPECT_EQ(value("rtable_table_swaps_total", {{"result", "Aborted"}}), 0.0);
+  EXPECT_EQ(value("rtable_table_swap_duration_seconds", {}), 7.0);  // the histogram's sum
+  EXPECT_EQ(value("rtable_table_swap_write_pause_seconds", {}), 4.0);
+  // The next reconcile reads generation 2's counters; generation 1's series are gone.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(value("rtable_table_counter_headroom_ratio", {{"generation", "2"}, {"counter", "log"}}),
+            1.0);
+  EXPECT_FALSE(
+      find("rtable_table_counter_headroom_ratio", {{"generation", "1"}, {"counter", "log"}}));
+  EXPECT_EQ(condition("HeadroomLow")["status"], "False");
+
+  // Deleted: every series of the table goes.
+  ASSERT_TRUE(client_.remove(replicatedTables(), {"analytics", "events"}));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(find("rtable_table_generation", {}));
+}
+
 TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   auto session = startReplica("events-0");
@@ -532,7 +708,7 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
     "observedGeneration": 1, "replicas": 0, "readyReplicas": 0, "ready": "0/1",
     "selector": "app.kubernetes.io/component=replica,app.kubernetes.io/instance=events,app.kubernetes.io/name=rtable",
     "zookeeperPath": "/rtable/tables/analytics.events", "activeGeneration": 1, "logMaxIndex": 4,
-    "logCounter": 5, "headroom": "100.00%",
+    "logCounter": 5, "headroom": "100.00%", "headroomCounter": "log",
     "replicaQueues": [{"replica": "events-0", "active": true, "queueSize": 0}],
     "conditions": [
       {"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": "0/1 replicas ready",
@@ -540,14 +716,16 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
       {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "HeadroomLow", "status": "False", "reason": "AboveThreshold",
-       "message": "2147483643 sequential log creates left (100.0000% of the int32 counter; threshold 5%)",
+       "message": "log: 2147483643 sequential creates left (100.0000% of the int32 counter); threshold 5%",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "Recovering", "status": "False", "reason": "NoSwapNeeded", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "Replicating", "status": "True", "reason": "AsExpected", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"}]})json");
+  json expected_status = expected;
+  expected_status["headroomRatio"] = 2147483643.0 / 2147483648.0;
   const json status = get(replicatedTables(), "events")["status"];
-  EXPECT_EQ(status, expected) << json::diff(expected, status).dump(1);
+  EXPECT_EQ(status, expected_status) << json::diff(expected_status, status).dump(1);
 }
 
 // The tree exists before any pod runs, with exactly the metadata rtable-core's own parser gives

@@ -39,6 +39,7 @@ ReplicatedTableStatus fullStatus() {
   status.log_counter = 1'204'331;
   status.headroom_ratio = 0.9994;
   status.headroom = "99.94%";
+  status.headroom_counter = "block_numbers/202612";
   status.exhaustion_seconds = 86400.5;
   status.recovery = RecoveryStatus{1,
                                    2,
@@ -48,7 +49,9 @@ ReplicatedTableStatus fullStatus() {
                                    "Succeeded",
                                    "manual: now",
                                    "now",
-                                   "replica events-1 has not acknowledged attach"};
+                                   "replica events-1 has not acknowledged attach",
+                                   4.25,
+                                   0.5};
   return status;
 }
 
@@ -72,11 +75,12 @@ TEST(ReplicatedTableStatus, WritesTheCrdFieldNames) {
     "replicas": 3, "readyReplicas": 3, "ready": "3/3", "selector": "app.kubernetes.io/instance=events",
     "zookeeperPath": "/rtable/tables/analytics.events", "activeGeneration": 2,
     "logMaxIndex": 1204330, "logCounter": 1204331, "headroomRatio": 0.9994, "headroom": "99.94%",
-    "exhaustionSeconds": 86400.5,
+    "headroomCounter": "block_numbers/202612", "exhaustionSeconds": 86400.5,
     "recovery": {"fromGeneration": 1, "toGeneration": 2, "step": "attach",
                  "startedAt": "2025-01-02T03:00:00Z", "finishedAt": "2025-01-02T03:00:04Z",
                  "result": "Succeeded", "trigger": "manual: now", "lastManualTrigger": "now",
-                 "message": "replica events-1 has not acknowledged attach"}})"));
+                 "message": "replica events-1 has not acknowledged attach",
+                 "durationSeconds": 4.25, "writePauseSeconds": 0.5}})"));
 }
 
 // A new swap's recovery replaces the last one's whole: its unset fields go as null.
@@ -88,7 +92,7 @@ TEST(ReplicatedTableStatus, AMergePatchReplacesTheRecoveryWhole) {
   EXPECT_EQ(patch["recovery"]["step"], "open");
   EXPECT_TRUE(patch["recovery"]["finishedAt"].is_null());
   EXPECT_TRUE(patch["recovery"]["result"].is_null());
-  EXPECT_EQ(patch["recovery"].size(), 9u);
+  EXPECT_EQ(patch["recovery"].size(), 11u);
   EXPECT_FALSE(ReplicatedTableStatus{}.toMergePatch().contains("recovery"));
 }
 

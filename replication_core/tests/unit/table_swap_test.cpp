@@ -27,11 +27,19 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 TEST(SwapPlan, RoundTripsAndRefusesWhatIsNoPlan) {
-  SwapPlan plan{4, 5, SwapStep::kAttach, "r2"};
-  EXPECT_EQ(plan.format(), "from: 4\nto: 5\nstep: attach\nattacher: r2\n");
+  SwapPlan plan{4, 5, SwapStep::kAttach, "r2", 1764980000000, 1764980000250, 0};
+  EXPECT_EQ(plan.format(),
+            "from: 4\nto: 5\nstep: attach\nattacher: r2\nstarted_ms: 1764980000000\n"
+            "paused_ms: 1764980000250\nswitched_ms: 0\n");
   auto parsed = SwapPlan::parse(plan.format());
   ASSERT_TRUE(parsed) << parsed.error();
   EXPECT_EQ(*parsed, plan);
+  // A plan an earlier version wrote has no times.
+  auto older = SwapPlan::parse("from: 4\nto: 5\nstep: attach\nattacher: r2\n");
+  ASSERT_TRUE(older) << older.error();
+  EXPECT_EQ(*older, (SwapPlan{4, 5, SwapStep::kAttach, "r2"}));
+  EXPECT_EQ(SwapPlan::parse("from: 1\nto: 2\nstep: open\npaused_ms: -3\n").error(),
+            "swap plan line 4 'paused_ms: -3': not a time in ms");
   for (auto step : {SwapStep::kOpen, SwapStep::kPause, SwapStep::kDrain, SwapStep::kAttach,
                     SwapStep::kVerify, SwapStep::kSwitch, SwapStep::kCleanup, SwapStep::kAbort}) {
     EXPECT_EQ(parseSwapStep(swapStepName(step)), step);
@@ -164,11 +172,13 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
     }
   });
 
-  SwapDriver driver(*observer_, kRoot);
+  int64_t clock_ms = 1000;  // each reading 10 ms later
+  SwapDriver driver(*observer_, kRoot, [&] { return clock_ms += 10; });
   auto plan = driver.begin();
   ASSERT_TRUE(plan) << plan.error().toString();
   EXPECT_EQ(plan->from, 1);
   EXPECT_EQ(plan->to, 2);
+  EXPECT_EQ(plan->started_ms, 1010);
   std::vector<std::string> steps;
   SwapProgress progress;
   ASSERT_TRUE(common::testing::waitFor(
@@ -189,6 +199,11 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   EXPECT_FALSE(progress.aborted) << progress.waiting_for;
   EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify", "switch",
                                              "cleanup"}));
+  // The plan kept when the swap began, paused inserts and switched: its duration and write pause.
+  ASSERT_TRUE(progress.ended_plan);
+  EXPECT_EQ(progress.ended_plan->started_ms, 1010);
+  EXPECT_EQ(progress.ended_plan->paused_ms, 1020);
+  EXPECT_EQ(progress.ended_plan->switched_ms, 1030);
   std::this_thread::sleep_for(200ms);  // a few inserts into generation 2
   stop = true;
   writer.join();

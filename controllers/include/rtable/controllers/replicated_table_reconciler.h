@@ -19,6 +19,9 @@
 //   replicas a scale-down left behind (ordinal >= spec.replicas, their pod gone) are removed from
 //   ZooKeeper with dropReplica, retried every reconcile until done (a stale replica would hold the
 //   log back until marked lost). ZooKeeper unreachable: Replicating=False, retried in 30 s.
+//   Every counter that can stop the table is watched (table_headroom.h: log/, each
+//   block_numbers/<partition>/, each replica's queue/), its growth sampled at each reconcile;
+//   HeadroomLow names the one that decides, and TableMetrics exports them with the swaps.
 //   Every replica's queue (status.replicaQueues: its size, and its oldest entry and how long that
 //   has waited); a replica whose oldest entry waited longer than `queue_stuck_after` makes
 //   Replicating=False with reason ReplicaQueueNotProgressing, naming it and the entry.
@@ -44,6 +47,8 @@
 
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/controllers/replicated_table_status.h"
+#include "rtable/controllers/table_headroom.h"
+#include "rtable/controllers/table_metrics.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
@@ -70,6 +75,12 @@ struct ReplicatedTableReconcilerOptions {
   // A replica whose oldest queue entry has sat in its queue this long is not progressing
   // (Replicating=False, reason ReplicaQueueNotProgressing).
   std::chrono::seconds queue_stuck_after{600};
+  // Where the table-level metrics go (TableMetrics); null: none. Must outlive the reconciler.
+  prometheus::Registry* registry = nullptr;
+  // The counters' growth rate (spec.headroom.exhaustionDays) is taken over this window, once the
+  // operator has sampled a counter for `growth_min_span`.
+  std::chrono::seconds growth_window{3600};
+  std::chrono::seconds growth_min_span{600};
 };
 
 // On every ReplicatedTable the reconciler manages ZooKeeper for.
@@ -104,10 +115,12 @@ class ReplicatedTableReconciler {
   // headroom is low (and spec.headroom.autoRecover) or the rtable.io/swap annotation has a value
   // no swap was started for yet; status.recovery, the Recovering condition and Events say where
   // it stands. An error message when ZooKeeper could not be asked.
-  std::optional<std::string> reconcileSwap(const nlohmann::json& table,
+  std::optional<std::string> reconcileSwap(const nlohmann::json& table, const op::ObjectKey& key,
                                            const ReplicatedTableSpec& spec, core::Keeper& keeper,
-                                           const std::string& root, bool headroom_low,
+                                           const std::string& root, const HeadroomVerdict& headroom,
                                            ReplicatedTableStatus& status);
+  // The table is gone: its metrics and growth samples.
+  void forgetTable(const op::ObjectKey& key);
   std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table,
                                                 const op::ObjectKey& key,
                                                 const ReplicatedTableSpec& spec,
@@ -116,6 +129,8 @@ class ReplicatedTableReconciler {
 
   op::KubeClient& client_;
   ReplicatedTableReconcilerOptions options_;
+  std::unique_ptr<CounterGrowth> growth_;
+  std::unique_ptr<TableMetrics> metrics_;  // null without options_.registry
 };
 
 }  // namespace rtable::controllers

@@ -62,6 +62,9 @@ struct RecoveryStatus {
   // The last rtable.io/swap annotation value a swap was started for.
   std::optional<std::string> last_manual_trigger;
   std::optional<std::string> message;  // what the running step waits for
+  // From the swap's plan: begin to end, and inserts paused to switched (or aborted).
+  std::optional<double> duration_seconds;
+  std::optional<double> write_pause_seconds;
   friend bool operator==(const RecoveryStatus&, const RecoveryStatus&) = default;
 };
 
@@ -86,8 +89,14 @@ struct ReplicatedTableStatus {
   std::optional<int64_t> active_generation;
   std::optional<int64_t> log_max_index;
   std::optional<int64_t> log_counter;
-  std::optional<double> headroom_ratio;  // creates left in the log counter / 2^31
-  std::optional<std::string> headroom;   // the ratio as a percentage, for kubectl get ("99.94%")
+  // Of the watched counter with the least headroom (log, a partition's block numbers, a
+  // replica's queue; headroom_counter names it): creates left / 2^31, and as a percentage for
+  // kubectl get ("99.94%").
+  std::optional<double> headroom_ratio;
+  std::optional<std::string> headroom;
+  std::optional<std::string> headroom_counter;  // "log", "block_numbers/202612", "queue/events-1"
+  // The soonest any watched counter runs out at its sampled growth rate (unset: none grows, or
+  // not sampled long enough yet).
   std::optional<double> exhaustion_seconds;
   std::optional<RecoveryStatus> recovery;
   std::optional<std::vector<ReplicaQueueStatus>> replica_queues;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,8 +41,15 @@ struct SwapPlan {
   int64_t to = 0;
   SwapStep step = SwapStep::kOpen;
   std::string attacher;  // the replica that attaches (set from the attach step on)
+  // When the driver began the swap, asked the replicas to pause inserts, and switched `active`
+  // (ms since the epoch, the driver's clock; 0: not yet). In the plan, so that a driver that
+  // restarts still reports the swap's duration and write pause.
+  int64_t started_ms = 0;
+  int64_t paused_ms = 0;
+  int64_t switched_ms = 0;
 
-  // "from: 1\nto: 2\nstep: open\nattacher: r1\n"
+  // "from: 1\nto: 2\nstep: open\nattacher: r1\nstarted_ms: ...\npaused_ms: ...\nswitched_ms: ...\n"
+  // (the three times are optional in parse(), for plans an earlier version wrote).
   std::string format() const;
   // Refuses a missing or unknown field, to <= from, an unknown step; the error names the line.
   static std::expected<SwapPlan, std::string> parse(std::string_view text);
@@ -61,6 +69,8 @@ struct SwapProgress {
   std::optional<SwapPlan> plan;  // the step running now; none once the swap ended
   bool ended = false;            // switched and cleaned up, or aborted and cleaned up
   bool aborted = false;
+  // The plan of the swap that ended in this call (its last step), for its figures.
+  std::optional<SwapPlan> ended_plan;
   // Why the step cannot move on yet ("replica r2 has not acknowledged drain (not live)"), or
   // the error a replica acknowledged with. Empty when it just moved.
   std::string waiting_for;
@@ -72,8 +82,9 @@ struct SwapProgress {
 // again resumes where the plan stands.
 class SwapDriver {
  public:
-  SwapDriver(Keeper& keeper, std::string table_root)
-      : keeper_(keeper), root_(std::move(table_root)) {}
+  // `now_ms`: the wall clock the plan's times are taken from (ms since the epoch); default: the
+  // system clock.
+  SwapDriver(Keeper& keeper, std::string table_root, std::function<int64_t()> now_ms = {});
 
   // Starts moving the active generation g to g+1 (g+1's tree created with g's metadata), unless
   // a swap runs already: then that one's plan.
@@ -89,6 +100,7 @@ class SwapDriver {
 
   Keeper& keeper_;
   const std::string root_;
+  std::function<int64_t()> now_ms_;
 };
 
 }  // namespace rtable::core
