@@ -256,6 +256,32 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
   });
   auto progress = driver.advance();
   if (!progress) return "table swap: " + progress.error().toString();
+  // kubectl annotate replicatedtable <name> rtable.io/swap-abort=<any new value>: aborts the swap
+  // running then, if it has not switched yet (one abort per value; a value seen while no swap ran
+  // aborts nothing later).
+  const std::string abort_requested =
+      table.value(json::json_pointer("/metadata/annotations/rtable.io~1swap-abort"), "");
+  bool abort_seen = false;
+  if (!abort_requested.empty() && recovery.last_abort_request != abort_requested) {
+    recovery.last_abort_request = abort_requested;
+    abort_seen = true;
+    std::string message = "no table swap runs: nothing to abort";
+    if (progress->plan && progress->plan->step != core::SwapStep::kAbort) {
+      auto aborted = driver.abort();
+      if (!aborted) return "aborting the table swap: " + aborted.error().toString();
+      message = *aborted ? fmt::format(
+                               "aborting the table swap {} -> {} (rtable.io/swap-abort={}): "
+                               "generation {} serves on",
+                               progress->plan->from, progress->plan->to, abort_requested,
+                               progress->plan->from)
+                         : fmt::format(
+                               "too late to abort the table swap {} -> {}: it has switched "
+                               "to generation {} and finishes",
+                               progress->plan->from, progress->plan->to, progress->plan->to);
+      if (*aborted) progress->plan->step = core::SwapStep::kAbort;
+    }
+    event(table, op::EventType::kNormal, "SwapAbortRequested", message);
+  }
   const bool was_running = recovery.step && !recovery.finished_at;
   if (!progress->plan && was_running) {
     // Ended since the last look (by this call's last step, or before an operator restart).
@@ -295,12 +321,23 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
                           : ""));
   }
   const bool manual = !requested.empty() && recovery.last_manual_trigger != requested;
-  const bool automatic = spec.headroom.auto_recover && headroom.low;
+  // After an aborted swap the automatic one waits `swap_retry_after`: a swap that fails its verify
+  // again would pause inserts again and again. A stuck table retries at once (it takes no insert
+  // anyway); a manual trigger always starts.
+  bool retry_waits = false;
+  if (recovery.result == "Aborted" && recovery.finished_at &&
+      headroom.reason != HeadroomReason::kExhausted) {
+    auto ended = common::parseRfc3339(*recovery.finished_at);
+    retry_waits = ended && wall - *ended < options_.swap_retry_after;
+  }
+  const bool automatic = spec.headroom.auto_recover && headroom.low && !retry_waits;
   if (!progress->plan && (manual || automatic)) {
     auto plan = driver.begin();
     if (!plan) return "starting a table swap: " + plan.error().toString();
     const std::optional<std::string> last_manual = recovery.last_manual_trigger;
+    const std::optional<std::string> last_abort = recovery.last_abort_request;
     recovery = RecoveryStatus{};
+    recovery.last_abort_request = last_abort;
     recovery.from_generation = plan->from;
     recovery.to_generation = plan->to;
     recovery.step = std::string(core::swapStepName(plan->step));
@@ -340,7 +377,7 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
                                  ? std::optional<double>(progress->plan->started_ms / 1000.0)
                                  : std::nullopt);
   }
-  if (running || recovery.finished_at) status.recovery = recovery;
+  if (running || recovery.finished_at || abort_seen) status.recovery = recovery;
   setCondition(
       status.conditions,
       condition("Recovering", running,

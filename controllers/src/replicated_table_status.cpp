@@ -65,6 +65,7 @@ RecoveryStatus parseRecovery(const json& object, const std::string& path) {
   recovery.result = fields.optionalString("result");
   recovery.trigger = fields.optionalString("trigger");
   recovery.last_manual_trigger = fields.optionalString("lastManualTrigger");
+  recovery.last_abort_request = fields.optionalString("lastAbortRequest");
   recovery.message = fields.optionalString("message");
   recovery.duration_seconds = optionalNumber(fields, "durationSeconds");
   recovery.write_pause_seconds = optionalNumber(fields, "writePauseSeconds");
@@ -166,9 +167,9 @@ std::expected<Condition, SpecError> Condition::parse(const json& condition,
 json ReplicatedTableStatus::toMergePatch() const {
   json patch = toJson();
   if (recovery) {
-    for (const char* field :
-         {"fromGeneration", "toGeneration", "step", "startedAt", "finishedAt", "result", "trigger",
-          "lastManualTrigger", "message", "durationSeconds", "writePauseSeconds"}) {
+    for (const char* field : {"fromGeneration", "toGeneration", "step", "startedAt", "finishedAt",
+                              "result", "trigger", "lastManualTrigger", "lastAbortRequest",
+                              "message", "durationSeconds", "writePauseSeconds"}) {
       if (!patch["recovery"].contains(field)) patch["recovery"][field] = nullptr;
     }
   }
@@ -205,6 +206,7 @@ json ReplicatedTableStatus::toJson() const {
     putIfSet(object, "result", recovery->result);
     putIfSet(object, "trigger", recovery->trigger);
     putIfSet(object, "lastManualTrigger", recovery->last_manual_trigger);
+    putIfSet(object, "lastAbortRequest", recovery->last_abort_request);
     putIfSet(object, "message", recovery->message);
     putIfSet(object, "durationSeconds", recovery->duration_seconds);
     putIfSet(object, "writePauseSeconds", recovery->write_pause_seconds);

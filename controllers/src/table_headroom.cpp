@@ -98,22 +98,20 @@ HeadroomVerdict judgeHeadroom(const std::vector<CounterHeadroom>& counters,
     verdict.low = true;
     verdict.reason = HeadroomReason::kBelowThreshold;
     verdict.counter = *lowest;
-    verdict.message =
-        fmt::format("{}; threshold {}%", describe(*lowest), policy.threshold_percent);
+    verdict.message = fmt::format("{}; threshold {}%", describe(*lowest), policy.threshold_percent);
   } else if (soonest && policy.exhaustion_days > 0 && *soonest->exhaustion_seconds < horizon) {
     verdict.low = true;
     verdict.reason = HeadroomReason::kExhaustionSoon;
     verdict.counter = *soonest;
-    verdict.message = fmt::format("{}; at its growth rate it runs out in {} (exhaustionDays {})",
-                                  describe(*soonest), days(*soonest->exhaustion_seconds),
-                                  policy.exhaustion_days);
+    verdict.message =
+        fmt::format("{}; at its growth rate it runs out in {} (exhaustionDays {})",
+                    describe(*soonest), days(*soonest->exhaustion_seconds), policy.exhaustion_days);
   } else {
     verdict.counter = *lowest;
     verdict.message = fmt::format("{}; threshold {}%", describe(*lowest), policy.threshold_percent);
     if (soonest) {
-      verdict.message +=
-          fmt::format("; the first to run out at its growth rate is {} in {}", soonest->name,
-                      days(*soonest->exhaustion_seconds));
+      verdict.message += fmt::format("; the first to run out at its growth rate is {} in {}",
+                                     soonest->name, days(*soonest->exhaustion_seconds));
     }
   }
   return verdict;
@@ -125,8 +123,7 @@ CounterGrowth::CounterGrowth(std::chrono::seconds window, std::chrono::seconds m
 std::optional<double> CounterGrowth::observe(const std::string& key, int64_t counter,
                                              int64_t creates_left,
                                              std::chrono::system_clock::time_point now) {
-  const double seconds =
-      std::chrono::duration<double>(now.time_since_epoch()).count();
+  const double seconds = std::chrono::duration<double>(now.time_since_epoch()).count();
   std::lock_guard lock(mu_);
   auto [it, inserted] =
       samples_.try_emplace(key, Samples{metrics::CounterRateEstimator(window_.count()), seconds});
@@ -140,7 +137,8 @@ std::optional<double> CounterGrowth::observe(const std::string& key, int64_t cou
 
 void CounterGrowth::forget(const std::string& prefix) {
   std::lock_guard lock(mu_);
-  for (auto it = samples_.lower_bound(prefix); it != samples_.end() && it->first.starts_with(prefix);) {
+  for (auto it = samples_.lower_bound(prefix);
+       it != samples_.end() && it->first.starts_with(prefix);) {
     it = samples_.erase(it);
   }
 }

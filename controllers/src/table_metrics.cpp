@@ -10,7 +10,7 @@ using prometheus::Labels;
 
 // A swap takes seconds on a small table and minutes on a large one (every part is linked and
 // checked); its write pause should stay under a few seconds.
-const prometheus::Histogram::BucketBoundaries kDurationBuckets = {1,  2,   5,   10,  30,  60,
+const prometheus::Histogram::BucketBoundaries kDurationBuckets = {1,   2,   5,   10,   30,  60,
                                                                   120, 300, 600, 1800, 3600};
 const prometheus::Histogram::BucketBoundaries kPauseBuckets = {0.1, 0.25, 0.5, 1,  2,
                                                                5,   10,   30,  60, 300};

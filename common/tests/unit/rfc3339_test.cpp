@@ -37,6 +37,18 @@ TEST(Rfc3339, MicrosecondsHaveSixDigits) {
             "2023-11-14T22:13:20.000007Z");
 }
 
+TEST(Rfc3339, ParsesWhatItFormatsAndRefusesTheRest) {
+  const auto time = time_point_cast<system_clock::duration>(kTime);
+  EXPECT_EQ(parseRfc3339(formatRfc3339(time)), floor<seconds>(time));
+  EXPECT_EQ(parseRfc3339(formatRfc3339Micros(time)), floor<microseconds>(time));
+  EXPECT_EQ(parseRfc3339("2028-02-29T12:00:00.5Z"), sys_days{2028y / February / 29} + 12h + 500ms);
+  for (const char* bad : {"", "2025-01-02", "2025-01-02T03:04:05", "2025-01-02T03:04:05+01:00",
+                          "2025-02-30T00:00:00Z", "2025-01-02T24:00:00Z", "2025-01-02T03:04:05.Z",
+                          "2025-01-02 03:04:05Z", "2025-01-02T03:04:0xZ"}) {
+    EXPECT_FALSE(parseRfc3339(bad)) << bad;
+  }
+}
+
 TEST(Rfc3339, BeforeTheEpochRoundsDownToo) {
   const auto time = sys_days{1970y / January / 1} - 500ms;
   EXPECT_EQ(formatRfc3339(time), "1969-12-31T23:59:59Z");

@@ -696,6 +696,55 @@ TEST_F(ReconcilerWithZooKeeper, AStuckLogSwapsAndTheSwapsFiguresAreExported) {
   EXPECT_FALSE(find("rtable_table_generation", {}));
 }
 
+// kubectl annotate ... rtable.io/swap-abort=<value> aborts the running swap; the automatic one then
+// waits swap_retry_after (15 minutes) before it starts again, and the same value aborts nothing
+// more.
+TEST_F(ReconcilerWithZooKeeper, TheAbortAnnotationAbortsARunningSwapAndTheNextOneWaits) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2061584302));
+  const std::string root = "/rtable/tables/analytics.events";
+  auto step = [&]() -> std::string {
+    auto plan = operator_session_->get(core::swapPath(root));
+    if (!plan) return "none";
+    auto parsed = core::SwapPlan::parse(plan->data);
+    return parsed ? std::string(core::swapStepName(parsed->step)) : parsed.error();
+  };
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(step(), "open");
+
+  auto annotated = get(replicatedTables(), "events");
+  annotated["metadata"]["annotations"] = {{"rtable.io/swap-abort", "oops"}};
+  ASSERT_TRUE(client_.update(replicatedTables(), annotated));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(step(), "abort");
+  auto requested = events_.withReason("SwapAbortRequested");
+  ASSERT_EQ(requested.size(), 1u);
+  EXPECT_EQ(requested[0].message,
+            "aborting the table swap 1 -> 2 (rtable.io/swap-abort=oops): generation 1 serves on");
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["recovery"]["lastAbortRequest"], "oops");
+  ASSERT_TRUE(session->create(core::swapAckPath(root, core::SwapStep::kAbort, "events-0"), "ok",
+                              core::CreateMode::kPersistent));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(step(), "none");
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["recovery"]["result"], "Aborted");
+
+  // Headroom is still low, but the automatic swap waits after an abort.
+  now_ += std::chrono::minutes(14);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(step(), "none");
+  EXPECT_EQ(condition("HeadroomLow")["status"], "True");
+  now_ += std::chrono::minutes(2);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(step(), "open");
+  EXPECT_EQ(events_.withReason("SwapStarted").size(), 2u);
+  // The annotation's value was spent on the first swap.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(step(), "open");
+  EXPECT_EQ(events_.withReason("SwapAbortRequested").size(), 1u);
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["recovery"]["lastAbortRequest"], "oops");
+}
+
 TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   auto session = startReplica("events-0");

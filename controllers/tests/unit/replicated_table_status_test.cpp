@@ -49,6 +49,7 @@ ReplicatedTableStatus fullStatus() {
                                    "Succeeded",
                                    "manual: now",
                                    "now",
+                                   "abort-1",
                                    "replica events-1 has not acknowledged attach",
                                    4.25,
                                    0.5};
@@ -79,6 +80,7 @@ TEST(ReplicatedTableStatus, WritesTheCrdFieldNames) {
     "recovery": {"fromGeneration": 1, "toGeneration": 2, "step": "attach",
                  "startedAt": "2025-01-02T03:00:00Z", "finishedAt": "2025-01-02T03:00:04Z",
                  "result": "Succeeded", "trigger": "manual: now", "lastManualTrigger": "now",
+                 "lastAbortRequest": "abort-1",
                  "message": "replica events-1 has not acknowledged attach",
                  "durationSeconds": 4.25, "writePauseSeconds": 0.5}})"));
 }
@@ -92,7 +94,7 @@ TEST(ReplicatedTableStatus, AMergePatchReplacesTheRecoveryWhole) {
   EXPECT_EQ(patch["recovery"]["step"], "open");
   EXPECT_TRUE(patch["recovery"]["finishedAt"].is_null());
   EXPECT_TRUE(patch["recovery"]["result"].is_null());
-  EXPECT_EQ(patch["recovery"].size(), 11u);
+  EXPECT_EQ(patch["recovery"].size(), 12u);
   EXPECT_FALSE(ReplicatedTableStatus{}.toMergePatch().contains("recovery"));
 }
 

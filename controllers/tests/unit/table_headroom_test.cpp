@@ -19,9 +19,9 @@ CounterHeadroom counter(std::string name, double ratio,
 }
 
 TEST(JudgeHeadroom, AboveEveryThresholdNamesTheLowestCounter) {
-  auto verdict =
-      judgeHeadroom({counter("log", 0.9), counter("queue/r1", 0.5), counter("block_numbers/a", 0.7)},
-                    HeadroomPolicy{});
+  auto verdict = judgeHeadroom(
+      {counter("log", 0.9), counter("queue/r1", 0.5), counter("block_numbers/a", 0.7)},
+      HeadroomPolicy{});
   EXPECT_FALSE(verdict.low);
   EXPECT_EQ(verdict.reason, HeadroomReason::kAboveThreshold);
   EXPECT_EQ(verdict.counter.name, "queue/r1");
@@ -39,9 +39,9 @@ TEST(JudgeHeadroom, AnyCounterUnderTheThresholdIsLow) {
   EXPECT_EQ(verdict.counter.name, "block_numbers/202612");
   HeadroomPolicy ten_percent;
   ten_percent.threshold_percent = 10;
-  EXPECT_EQ(judgeHeadroom({counter("log", 0.9), counter("queue/r1", 0.06)}, ten_percent)
-                .counter.name,
-            "queue/r1");
+  EXPECT_EQ(
+      judgeHeadroom({counter("log", 0.9), counter("queue/r1", 0.06)}, ten_percent).counter.name,
+      "queue/r1");
 }
 
 TEST(JudgeHeadroom, AStuckCounterComesFirst) {
@@ -103,8 +103,7 @@ TEST(ReadWatchedCounters, ReadsTheLogEachPartitionAndEachReplicasQueue) {
   r2.replica = "r2";
   ASSERT_TRUE(core::createReplicaIfNotExists(*keeper, r2));
   for (const char* partition : {"202611", "202612"}) {
-    ASSERT_TRUE(
-        keeper->create(paths.blockNumbers(partition), "", core::CreateMode::kPersistent));
+    ASSERT_TRUE(keeper->create(paths.blockNumbers(partition), "", core::CreateMode::kPersistent));
   }
   ASSERT_TRUE(server->setSequentialCounterForTest(paths.blockNumbers("202612"), 2147483000));
   ASSERT_TRUE(server->setSequentialCounterForTest(r2.queue(), 7));

@@ -5,11 +5,16 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace rtable::common {
 
 std::string formatRfc3339(std::chrono::system_clock::time_point time);
 std::string formatRfc3339Micros(std::chrono::system_clock::time_point time);
+// Reads either form back (UTC, "Z" only: what Kubernetes and the functions above write); none for
+// anything else. Fractions beyond microseconds are dropped.
+std::optional<std::chrono::system_clock::time_point> parseRfc3339(std::string_view text);
 
 }  // namespace rtable::common

@@ -81,6 +81,8 @@ struct ReplicatedTableReconcilerOptions {
   // operator has sampled a counter for `growth_min_span`.
   std::chrono::seconds growth_window{3600};
   std::chrono::seconds growth_min_span{600};
+  // After an aborted swap, the next automatic one waits this long (unless the table is stuck).
+  std::chrono::seconds swap_retry_after{900};
 };
 
 // On every ReplicatedTable the reconciler manages ZooKeeper for.

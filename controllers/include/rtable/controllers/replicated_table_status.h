@@ -61,6 +61,8 @@ struct RecoveryStatus {
   std::optional<std::string> trigger;
   // The last rtable.io/swap annotation value a swap was started for.
   std::optional<std::string> last_manual_trigger;
+  // The last rtable.io/swap-abort annotation value seen (one abort per distinct value).
+  std::optional<std::string> last_abort_request;
   std::optional<std::string> message;  // what the running step waits for
   // From the swap's plan: begin to end, and inserts paused to switched (or aborted).
   std::optional<double> duration_seconds;
