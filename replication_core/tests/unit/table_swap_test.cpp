@@ -19,6 +19,7 @@
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/table_host.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
+#include "rtable/replication_core/testing/hooked_keeper.h"
 
 namespace rtable::core {
 namespace {
@@ -277,6 +278,100 @@ TEST_F(TableSwap, AnAbortedSwapLeavesTheTableAsItWas) {
   ASSERT_TRUE(r2.serving()->syncQueue(30s));
   EXPECT_EQ(ids(*r2.serving()), (std::multiset<uint64_t>{0, 1, 2, 3, 4, 5, 50}));
 }
+
+// The driver (the operator) killed right after one of its ZooKeeper writes, at each step: after
+// the write that ends the step (for verify that is the set of `active`, before the plan says
+// switch; for cleanup the first removal of generation 1's tree; for begin the next generation's
+// tree, before the plan exists). A new driver on a new session takes over from what ZooKeeper
+// holds, and the table ends on generation 2 with every row once: nothing attached twice, and
+// generation 1 removed only once generation 2 is active.
+class TableSwapDriverCrash : public TableSwap,
+                             public ::testing::WithParamInterface<std::optional<SwapStep>> {};
+
+TEST_P(TableSwapDriverCrash, ANewDriverResumesTheSwapFromZooKeeper) {
+  TableHost& r1 = open("r1");
+  TableHost& r2 = open("r2");
+  std::multiset<uint64_t> expected;
+  for (uint64_t x = 0; x < 12; ++x) {
+    ASSERT_EQ(insertOnce(x % 2 ? r1 : r2, x), "");
+    expected.insert(x);
+  }
+  const std::optional<SwapStep> crash_at = GetParam();
+  auto hooks = std::make_shared<testing::KeeperHooks>();
+  std::atomic<bool> armed{!crash_at.has_value()};  // begin: its first write is the last
+  std::atomic<bool> dead{false};
+  hooks->before = [&](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+    if (dead) return KeeperError{KeeperCode::kConnectionLoss, call.path, "the driver died", {}};
+    return std::nullopt;
+  };
+  hooks->after = [&](const testing::KeeperCall& call) {
+    const bool write = call.operation == "create" || call.operation == "set" ||
+                       call.operation == "remove" || call.operation == "multi";
+    if (write && armed) dead = true;
+  };
+  auto dying_keeper = testing::hookKeeper(server_->connect(), hooks);
+  SwapDriver dying(*dying_keeper, kRoot);
+  auto begun = dying.begin();
+  ASSERT_EQ(begun.has_value(), crash_at.has_value());
+  // Until its first write at `crash_at` kills it.
+  for (int call = 0; !dead && call < 3000; ++call) {
+    auto advanced = dying.advance();
+    ASSERT_TRUE(advanced || dead) << advanced.error().toString();
+    if (advanced && advanced->plan && advanced->plan->step == *crash_at) armed = true;
+    if (advanced && advanced->ended) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(dead) << "the driver never reached the step";
+
+  // Its successor: begin() returns the running swap (or starts it when none was made).
+  SwapDriver next(*observer_, kRoot);
+  auto plan = next.begin();
+  ASSERT_TRUE(plan) << plan.error().toString();
+  EXPECT_EQ(plan->to, 2);
+  SwapProgress progress;
+  ASSERT_TRUE(common::testing::waitFor(
+      [&] {
+        auto advanced = next.advance();
+        EXPECT_TRUE(advanced) << advanced.error().toString();
+        if (!advanced) return true;
+        progress = *advanced;
+        // Generation 1's tree goes only once generation 2 is active.
+        auto active = observer_->get(std::string(kRoot) + "/active");
+        auto old_tree = observer_->exists(std::string(kRoot) + "/1");
+        if (active && old_tree && !*old_tree) {
+          EXPECT_EQ(active->data, "2");
+        }
+        if (!progress.ended) std::this_thread::sleep_for(10ms);
+        return progress.ended;
+      },
+      60s))
+      << progress.waiting_for;
+  EXPECT_FALSE(progress.aborted) << progress.waiting_for;
+  for (TableHost* host : {&r1, &r2}) {
+    ASSERT_TRUE(
+        common::testing::waitFor([&] { return host->serving()->paths().generation == 2; }, 10s));
+    ASSERT_TRUE(host->serving()->syncQueue(30s));
+    EXPECT_EQ(ids(*host->serving()), expected);
+  }
+  auto old_tree = observer_->exists(std::string(kRoot) + "/1");
+  ASSERT_TRUE(old_tree);
+  EXPECT_FALSE(*old_tree);
+  // Inserts go on in generation 2, and a retry of a generation-1 insert is deduplicated there.
+  EXPECT_EQ(insertOnce(r1, 100), "");
+  EXPECT_EQ(insertOnce(r2, 3), "");
+  ASSERT_TRUE(r2.serving()->syncQueue(30s));
+  expected.insert(100);
+  EXPECT_EQ(ids(*r2.serving()), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStep, TableSwapDriverCrash,
+                         ::testing::Values(std::nullopt, SwapStep::kOpen, SwapStep::kPause,
+                                           SwapStep::kDrain, SwapStep::kAttach, SwapStep::kVerify,
+                                           SwapStep::kSwitch, SwapStep::kCleanup),
+                         [](const ::testing::TestParamInfo<std::optional<SwapStep>>& info) {
+                           return info.param ? std::string(swapStepName(*info.param))
+                                             : std::string("begin");
+                         });
 
 }  // namespace
 }  // namespace rtable::core
