@@ -96,6 +96,9 @@ std::expected<std::unique_ptr<TableHost>, std::string> TableHost::open(
     TableReplicaOptions options) {
   options.generation = 0;
   options.attach_from = nullptr;
+  // No merge is assigned before follow() knows whether a swap runs (a replica that restarts in
+  // the middle of one must not change the parts being attached); follow() unfreezes them.
+  options.merges_frozen = true;
   std::unique_ptr<TableHost> host(new TableHost(spec, keeper_factory, registry, options));
   auto table = TableReplica::open(spec, std::move(keeper_factory), registry, options);
   if (!table) return std::unexpected(table.error());
@@ -222,12 +225,13 @@ std::expected<void, std::string> TableHost::openNext(int64_t generation) {
   TableReplicaOptions options = options_;
   options.generation = generation;
   options.attach_from = from.get();
+  // Merges wait for the switch: the verify step compares parts one to one (frozen from the
+  // start: a merge assigned before a later freeze would change them).
+  options.merges_frozen = true;
   auto opened = TableReplica::open(spec_, factory_, registry_, options);
   if (!opened) {
     return std::unexpected(fmt::format("opening generation {}: {}", generation, opened.error()));
   }
-  // Merges wait for the switch: the verify step compares parts one to one.
-  (*opened)->freezeMerges(true);
   std::lock_guard lock(mu_);
   generations_[generation] = std::move(*opened);
   spdlog::info("table {} replica {}: opened generation {} beside {}", spec_.table, spec_.replica,
@@ -326,6 +330,8 @@ std::expected<void, std::string> TableHost::apply(Keeper& keeper, const SwapPlan
   }
   switch (plan.step) {
     case SwapStep::kOpen:
+      from->freezeMerges(false);  // opened frozen; merges go on until the pause
+      return acknowledge(keeper, plan, "ok");
     case SwapStep::kPause:
       return acknowledge(keeper, plan, "ok");
     case SwapStep::kDrain:

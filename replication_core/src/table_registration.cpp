@@ -70,23 +70,37 @@ KeeperResult<std::optional<int64_t>> readActiveGeneration(Keeper& keeper,
 }
 
 KeeperResult<Registration> createReplicaIfNotExists(Keeper& keeper, const TablePaths& paths) {
-  auto log = keeper.exists(paths.log());
-  if (!log) return std::unexpected(log.error());
-  if (!*log)
-    return std::unexpected(KeeperError{KeeperCode::kNoNode, paths.log(), "table not created", {}});
-  const bool log_has_entries = SequentialCounter::fromStat(**log).counter() > 0;
-  auto replicas = keeper.exists(paths.replicas());
-  if (!replicas) return std::unexpected(replicas.error());
-  // The replicas node's version guards against a concurrent log cleanup deciding without us.
-  auto created = keeper.multi({
-      op::Create{paths.replicaRoot(), "", CreateMode::kPersistent},
-      op::Create{paths.host(), "", CreateMode::kPersistent},
-      op::Create{paths.isLost(), log_has_entries ? "1" : "0", CreateMode::kPersistent},
-      op::Create{paths.logPointer(), "", CreateMode::kPersistent},
-      op::Create{paths.queue(), "", CreateMode::kPersistent},
-      op::Create{paths.parts(), "", CreateMode::kPersistent},
-      op::Set{paths.replicas(), "last added replica: " + paths.replica, (*replicas)->version},
-  });
+  KeeperResult<std::vector<OpResult>> created = std::unexpected(KeeperError{});
+  // Replicas that register at once (a table's first start, every replica opening the next
+  // generation of a swap) bump the replicas node's version under each other: read it again and
+  // retry, as ClickHouse's createReplica does on ZBADVERSION.
+  for (int attempt = 0;; ++attempt) {
+    auto log = keeper.exists(paths.log());
+    if (!log) return std::unexpected(log.error());
+    if (!*log) {
+      return std::unexpected(
+          KeeperError{KeeperCode::kNoNode, paths.log(), "table not created", {}});
+    }
+    const bool log_has_entries = SequentialCounter::fromStat(**log).counter() > 0;
+    auto replicas = keeper.exists(paths.replicas());
+    if (!replicas) return std::unexpected(replicas.error());
+    if (!*replicas) {
+      return std::unexpected(
+          KeeperError{KeeperCode::kNoNode, paths.replicas(), "table not created", {}});
+    }
+    // The replicas node's version guards against a concurrent log cleanup deciding without us.
+    created = keeper.multi({
+        op::Create{paths.replicaRoot(), "", CreateMode::kPersistent},
+        op::Create{paths.host(), "", CreateMode::kPersistent},
+        op::Create{paths.isLost(), log_has_entries ? "1" : "0", CreateMode::kPersistent},
+        op::Create{paths.logPointer(), "", CreateMode::kPersistent},
+        op::Create{paths.queue(), "", CreateMode::kPersistent},
+        op::Create{paths.parts(), "", CreateMode::kPersistent},
+        op::Set{paths.replicas(), "last added replica: " + paths.replica, (*replicas)->version},
+    });
+    const bool raced = !created && created.error().code == KeeperCode::kBadVersion;
+    if (!raced || attempt == 9) break;
+  }
   if (created) return Registration::kCreated;
   if (created.error().code != KeeperCode::kNodeExists || created.error().failed_op_index != 0u) {
     return std::unexpected(created.error());

@@ -116,6 +116,7 @@ std::expected<void, std::string> TableReplica::start() {
   store_ = std::move(*store);
   worker_ = std::make_unique<ReplicationWorker>(spec_, paths_, options_.replication, session_,
                                                 *store_, allocator_, metrics_, clock_);
+  worker_->freezeMerges(options_.merges_frozen);
   if (const TableReplica* previous = options_.attach_from) {
     worker_->setAttachSource([previous](const std::string& partition, const std::string& checksum) {
       return previous->activePartWithChecksum(partition, checksum);

@@ -172,8 +172,8 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
   auto replicas = keeper_.children(from.replicas());
   // A driver that died while removing `from` at cleanup (which starts only once every replica
   // acknowledged it) left part of its tree: nothing is left to wait for but the removal.
-  const bool removing_from = !replicas && replicas.error().code == KeeperCode::kNoNode &&
-                             plan.step == SwapStep::kCleanup;
+  const bool removing_from =
+      !replicas && replicas.error().code == KeeperCode::kNoNode && plan.step == SwapStep::kCleanup;
   if (!replicas && !removing_from) return std::unexpected(replicas.error());
   std::vector<std::string> required = replicas ? replicas->names : std::vector<std::string>{};
   std::sort(required.begin(), required.end());

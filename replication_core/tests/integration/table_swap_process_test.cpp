@@ -5,6 +5,7 @@
 // answer 503 LOG_COUNTER_EXHAUSTED, then TABLE_SWAP_IN_PROGRESS, then succeed in generation 2;
 // every acknowledged row is on every replica exactly once.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -151,6 +152,87 @@ TEST_F(TableSwapProcesses, AStuckTableMovesToTheNextGenerationAndTakesInsertsAga
   auto old_tree = (*keeper)->exists(root + "/1");
   ASSERT_TRUE(old_tree);
   EXPECT_FALSE(*old_tree);
+}
+
+// kill -9 of a replica while inserts are paused, and of the attacher in the middle of the attach:
+// each comes back (its swap state read from ZooKeeper), the swap ends on generation 2, and every
+// acknowledged row is on every replica exactly once (a part attached twice would show twice).
+TEST_F(TableSwapProcesses, AReplicaKilledDuringThePauseOrTheAttachRejoinsAndTheSwapEnds) {
+  for (const char* name : {"r1", "r2", "r3"}) addReplica(name);
+  const std::string root = "/rtable/tables/" + table_;
+  // Rows in several months: parts in several partitions, so the attach takes several entries.
+  for (uint64_t id = 0; id < 40; ++id) {
+    insert(*replicas_.begin()->second, row(id));
+    acknowledged_.insert(id);
+  }
+  expectConverged();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> next_id{1000};
+  std::thread writer([&] {
+    while (!stop) insertRetrying(next_id++, stop);
+  });
+
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper) << keeper.error().toString();
+  SwapDriver driver(**keeper, root);
+  ASSERT_TRUE(driver.begin());
+  std::set<std::string> killed;   // "<step>: <replica>"
+  std::vector<std::string> said;  // what the steps waited for, in order
+  SwapProgress progress;
+  const bool ended = waitFor(
+      [&] {
+        auto advanced = driver.advance();
+        if (!advanced) return false;  // ZooKeeper busy: look again
+        progress = *advanced;
+        if (!progress.waiting_for.empty() &&
+            (said.empty() || said.back() != progress.waiting_for)) {
+          said.push_back(progress.waiting_for);
+        }
+        if (progress.plan) {
+          const SwapStep step = progress.plan->step;
+          std::string victim;
+          if (step == SwapStep::kPause) victim = "r3";
+          if (step == SwapStep::kAttach) victim = progress.plan->attacher;
+          const std::string key = fmt::format("{}: {}", swapStepName(step), victim);
+          if (!victim.empty() && !killed.contains(key)) {
+            killed.insert(key);
+            LocalReplica& replica = *replicas_.at(victim);
+            replica.kill9();
+            auto launched = replica.launch();
+            EXPECT_TRUE(launched) << victim << ": " << launched.error();
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return progress.ended;
+      },
+      std::chrono::seconds(180));
+  ASSERT_TRUE(ended) << "the swap stopped at "
+                     << (progress.plan ? swapStepName(progress.plan->step) : "?") << ": "
+                     << progress.waiting_for;
+  EXPECT_FALSE(progress.aborted) << fmt::format("{}", fmt::join(said, "\n"));
+  EXPECT_EQ(killed.size(), 2u) << fmt::format("{}", fmt::join(killed, ", "));
+
+  const std::size_t before = [&] {
+    std::lock_guard lock(mu_);
+    return acknowledged_.size();
+  }();
+  EXPECT_TRUE(waitFor(
+      [&] {
+        std::lock_guard lock(mu_);
+        return acknowledged_.size() >= before + 10;
+      },
+      std::chrono::seconds(60)))
+      << "no insert succeeded after the swap";
+  stop = true;
+  writer.join();
+  expectConverged();
+  const std::multiset<uint64_t> expected(acknowledged_.begin(), acknowledged_.end());
+  for (auto& [name, replica] : replicas_) {
+    auto state = replica->get("/replica");
+    ASSERT_TRUE(state && state->status == 200);
+    EXPECT_EQ(json::parse(state->body)["generation"], 2) << name;
+    EXPECT_EQ(idsOn(*replica), expected) << name;
+  }
 }
 
 }  // namespace

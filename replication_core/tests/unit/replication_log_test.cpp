@@ -5,6 +5,7 @@
 
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
+#include "rtable/replication_core/testing/hooked_keeper.h"
 
 namespace rtable::core {
 namespace {
@@ -374,6 +375,36 @@ TEST_F(LogCleanup, AMissingPartIsLostForeverOnlyWhenNoReplicaHasOrCanMakeIt) {
   EXPECT_EQ(search("all_5_8_1"), MissingPart::kLostForever);
   // Another partition's parts say nothing about it.
   EXPECT_EQ(search("202612_1_1_0"), MissingPart::kLostForever);
+}
+
+// Two replicas registering at once (every replica opens the next generation at a swap's first
+// step): the one whose multi finds the replicas node's version moved reads it again and registers,
+// instead of failing with a bad version.
+TEST(CreateReplica, ARaceOnTheReplicasVersionIsRetried) {
+  auto server = testing::FakeKeeperServer::create();
+  std::shared_ptr<Keeper> session = server->connect();
+  const TablePaths r1{"/t", 1, "r1"};
+  const TablePaths r2{"/t", 1, "r2"};
+  ASSERT_TRUE(createTableIfNotExists(*session, r1, "metadata"));
+  auto hooks = std::make_shared<testing::KeeperHooks>();
+  int raced = 0;
+  hooks->before = [&](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+    // r2 registers between r1's read of the replicas node and r1's multi, twice.
+    if (call.operation == "multi" && call.path == r1.replicaRoot() && raced < 2) {
+      ++raced;
+      const bool bumped = raced == 1 ? createReplicaIfNotExists(*session, r2).has_value()
+                                     : session->set(r1.replicas(), "bumped", -1).has_value();
+      EXPECT_TRUE(bumped);
+    }
+    return std::nullopt;
+  };
+  auto keeper = testing::hookKeeper(session, hooks);
+  auto created = createReplicaIfNotExists(*keeper, r1);
+  ASSERT_TRUE(created) << created.error().toString();
+  EXPECT_EQ(*created, Registration::kCreated);
+  EXPECT_EQ(raced, 2);
+  EXPECT_TRUE(*session->exists(r1.queue()));
+  EXPECT_TRUE(*session->exists(r2.queue()));
 }
 
 TEST(RemoveRecursive, RemovesADeepWideSubtreeAndToleratesAMissingRoot) {

@@ -240,6 +240,21 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
             (std::vector<uint64_t>{8, 9, 10}));
 }
 
+// Opened frozen (TableHost does so until it knows whether a table swap runs): no merge is
+// assigned from the first background round on, until merges are unfrozen.
+TEST_F(TableReplicaTest, OpenedWithMergesFrozenItAssignsNoneUntilUnfrozen) {
+  TableReplicaOptions options;
+  options.replication.merge_min_parts = 3;
+  for (uint64_t x = 1; x <= 4; ++x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  options.merges_frozen = true;
+  open(options);
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
+  EXPECT_EQ(table_->activeParts().size(), 4u);
+  table_->freezeMerges(false);
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 1u);
+  EXPECT_LT(table_->activeParts().size(), 4u);
+}
+
 TEST_F(TableReplicaTest, ARoundAssignsSeveralDisjointMerges) {
   TableReplicaOptions options;
   options.replication.merge_min_parts = 3;

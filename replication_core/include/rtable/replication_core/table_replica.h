@@ -64,6 +64,10 @@ struct TableReplicaOptions {
   // The generation this one replaces (the table swap), open beside it: attach entries take their
   // parts from its disk by hard link. Must outlive this replica; null: fetched instead.
   const class TableReplica* attach_from = nullptr;
+  // Opened with merge assignment frozen (freezeMerges): TableHost opens a generation so until it
+  // knows whether a swap runs, since a merge assigned in that moment would change the parts the
+  // swap attaches and verifies.
+  bool merges_frozen = false;
   // Times checkpoints, background rounds, backoff, reserves and cleanup (a test's FakeClock);
   // must outlive the replica. Null: the steady clock.
   const common::Clock* clock = nullptr;
