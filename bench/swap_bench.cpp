@@ -193,10 +193,10 @@ RtableResult runRtable(int n) {
   // acknowledges it.
   std::atomic<bool> stop{false};
   std::mutex mu;
-  std::vector<Clock::time_point> acks;      // guarded by mu
-  std::vector<double> latencies;            // guarded by mu
-  std::set<std::string> errors;             // guarded by mu
-  std::vector<uint64_t> writer_ids;         // guarded by mu
+  std::vector<Clock::time_point> acks;  // guarded by mu
+  std::vector<double> latencies;        // guarded by mu
+  std::set<std::string> errors;         // guarded by mu
+  std::vector<uint64_t> writer_ids;     // guarded by mu
   std::thread writer([&] {
     for (uint64_t id = 1'000'000'000ULL; !stop; ++id) {
       const auto started = Clock::now();
@@ -292,7 +292,8 @@ RtableResult runRtable(int n) {
   r.plan_total_s = static_cast<double>(ended_ms - progress.ended_plan->started_ms) / 1000;
   for (std::size_t i = 1; i < acks.size(); ++i) {
     // Only gaps that end after the swap began: before it the writer is at its ordinary pace.
-    if (acks[i] > begun) r.longest_gap_s = std::max(r.longest_gap_s, seconds(acks[i] - acks[i - 1]));
+    if (acks[i] > begun)
+      r.longest_gap_s = std::max(r.longest_gap_s, seconds(acks[i] - acks[i - 1]));
   }
   if (!latencies.empty()) {
     std::vector<double> sorted = latencies;
@@ -458,8 +459,8 @@ ClickHouseResult runClickHouse(int n) {
   const auto attach_started = Clock::now();
   r.attach_form = "ALTER TABLE new ATTACH PARTITION ID '<id>' FROM old";
   for (const auto& id : partition_ids) {
-    auto attached = clients[0].query(fmt::format("ALTER TABLE default.{} ATTACH PARTITION ID '{}' FROM default.{}",
-                                                 new_name, id, old_name));
+    auto attached = clients[0].query(fmt::format(
+        "ALTER TABLE default.{} ATTACH PARTITION ID '{}' FROM default.{}", new_name, id, old_name));
     if (!attached) return fail("attach: " + attached.error());
   }
   r.attach_s = secondsSince(attach_started);
@@ -474,8 +475,8 @@ ClickHouseResult runClickHouse(int n) {
     auto count = clients[i].query(fmt::format("SELECT count() FROM default.{}", new_name));
     if (!count) return fail(count.error());
     if (*count != *old_count)
-      return fail(fmt::format("r{}: the new table counts {} rows, the old {}", i + 1, *count,
-                              *old_count));
+      return fail(
+          fmt::format("r{}: the new table counts {} rows, the old {}", i + 1, *count, *old_count));
   }
   r.count_s = secondsSince(mark);
 
@@ -537,7 +538,8 @@ int main(int argc, char** argv) {
     }
   }
   if (usage || sizes.empty()) {
-    fmt::print(stderr, "usage: rtable-swap-bench [--parts 10,100,1000] [--only rtable|clickhouse]\n");
+    fmt::print(stderr,
+               "usage: rtable-swap-bench [--parts 10,100,1000] [--only rtable|clickhouse]\n");
     return 2;
   }
   fmt::print("{}\n", command);
@@ -601,8 +603,9 @@ int main(int argc, char** argv) {
         fmt::print("N={}: failed: {}\n", n, r.error);
         continue;
       }
-      fmt::print("N={}: {} writer inserts acknowledged, all on every replica once; answers met: {}\n",
-                 n, r.acknowledged, fmt::join(r.writer_errors, ", "));
+      fmt::print(
+          "N={}: {} writer inserts acknowledged, all on every replica once; answers met: {}\n", n,
+          r.acknowledged, fmt::join(r.writer_errors, ", "));
       fmt::print("N={}: attach: {}; verify: {}\n", n, r.attach_ack, fmt::join(r.verify_acks, "; "));
     }
   }
