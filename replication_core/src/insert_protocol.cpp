@@ -5,6 +5,7 @@
 #include <charconv>
 #include <iterator>
 #include <random>
+#include <set>
 
 #include "rtable/replication_core/hash128.h"
 #include "rtable/replication_core/quorum.h"
@@ -116,6 +117,68 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper,
     }
     return std::unexpected(error);
   }
+}
+
+KeeperResult<std::vector<BlockNumberLock>> BlockNumberAllocator::allocateMany(
+    Keeper& keeper, const std::vector<std::pair<std::string, std::string>>& partitions_and_ids) {
+  std::vector<std::string> lock_data;
+  std::set<std::string> unknown;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [partition, dedup_id] : partitions_and_ids) {
+      lock_data.push_back(nextLockData(dedup_id));
+      if (!known_partitions_.contains(partition)) unknown.insert(partition);
+    }
+  }
+  if (!unknown.empty()) {
+    std::vector<Op> creates;
+    for (const auto& partition : unknown)
+      creates.push_back(op::Create{paths_.blockNumbers(partition), "", CreateMode::kPersistent});
+    auto created = keeper.multi(creates);
+    if (!created && created.error().code != KeeperCode::kNodeExists)
+      return std::unexpected(created.error());
+    // Some existed (another allocator made them): one by one.
+    for (std::size_t i = 0; !created && i < creates.size(); ++i) {
+      auto one = keeper.create(std::get<op::Create>(creates[i]).path, "", CreateMode::kPersistent);
+      if (!one && one.error().code != KeeperCode::kNodeExists) return std::unexpected(one.error());
+    }
+    std::lock_guard lock(mu_);
+    known_partitions_.insert(unknown.begin(), unknown.end());
+  }
+  std::vector<Op> ops;
+  for (std::size_t i = 0; i < partitions_and_ids.size(); ++i) {
+    const auto& [partition, dedup_id] = partitions_and_ids[i];
+    ops.push_back(op::CheckNotExists{paths_.dedupHash(dedup_id)});
+    ops.push_back(op::Create{paths_.blockLockPrefix(partition), lock_data[i],
+                             CreateMode::kEphemeralSequential});
+  }
+  auto allocated = keeper.multi(ops);
+  if (!allocated) {
+    if (allocated.error().isConnectionLevel()) {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < partitions_and_ids.size(); ++i) {
+        lost_.push_back(LostAllocation{keeper.sessionId(), partitions_and_ids[i].first,
+                                       lock_data[i], clock_.now()});
+      }
+    } else if (allocated.error().code == KeeperCode::kNoNode) {
+      // A partition node removed under us (a dropped partition): allocate() makes it again.
+      std::lock_guard lock(mu_);
+      for (const auto& [partition, dedup_id] : partitions_and_ids)
+        known_partitions_.erase(partition);
+    }
+    return std::unexpected(allocated.error());
+  }
+  std::vector<BlockNumberLock> locks;
+  for (std::size_t i = 0; i < partitions_and_ids.size(); ++i) {
+    const std::string& path = (*allocated)[2 * i + 1].path_created;
+    auto number = sequenceNumber(path);
+    if (!number) {
+      return std::unexpected(
+          KeeperError{KeeperCode::kOther, path, "unparsable block lock name", {}});
+    }
+    locks.push_back(BlockNumberLock{partitions_and_ids[i].first, *number, path});
+  }
+  return locks;
 }
 
 std::string BlockNumberAllocator::nextLockData(const std::string& dedup_id) {

@@ -19,6 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStagingDir = "staging";
+// Parts per ZooKeeper multi in attachParts: 4 ops each (log entry, dedup id, part node, lock),
+// about 50 KB a request at 100, far under ZooKeeper's 1 MB jute.maxbuffer.
+constexpr std::size_t kAttachBatch = 100;
 
 int64_t unixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -795,81 +798,216 @@ std::optional<ReplicationWorker::EntryOutcome> ReplicationWorker::attachFromSour
   return EntryOutcome{};
 }
 
+std::expected<ReplicationWorker::PreparedAttach, std::string> ReplicationWorker::prepareAttach(
+    Keeper& keeper, const DataPartPtr& source, const std::string& dedup_id,
+    const BlockNumberLock& lock) {
+  PreparedAttach prepared{source, dedup_id, lock, source->name, {}, {}};
+  prepared.name.min_block = prepared.name.max_block = lock.block_number;
+  const fs::path staging =
+      store_.dataDir() / kStagingDir /
+      fmt::format("attach-{}-{}", prepared.name.format(), next_staging_id_.fetch_add(1));
+  auto linked = linkPart(*source, staging);
+  auto placed = linked ? placeStaged(staging, prepared.name)
+                       : std::expected<fs::path, std::string>(std::unexpected(linked.error()));
+  if (!placed) {
+    (void)keeper.remove(lock.path);
+    return std::unexpected(fmt::format("attaching {} as {}: {}", source->name.format(),
+                                       prepared.name.format(), placed.error()));
+  }
+  prepared.dir = *placed;
+  prepared.entry.type = LogEntry::Type::kAttachPart;
+  prepared.entry.create_time = unixNow();
+  prepared.entry.source_replica = paths_.replica;
+  prepared.entry.block_id = dedup_id;
+  prepared.entry.new_part_name = prepared.name.format();
+  prepared.entry.part_checksum = source->checksums.total.hex();
+  return prepared;
+}
+
+void ReplicationWorker::finishAttach(const PreparedAttach& prepared,
+                                     const std::optional<std::string>& log_entry_path,
+                                     AttachSummary& summary) {
+  if (log_entry_path) rememberLogEntry(*log_entry_path, prepared.entry.format());
+  publish(prepared.name, prepared.source->checksums, prepared.source->rows, nullptr);
+  metrics_.attached_parts.Increment();
+  ++summary.attached;
+  summary.parts.push_back(prepared.name.format());
+}
+
+std::expected<void, std::string> ReplicationWorker::commitAttach(Keeper& keeper,
+                                                                 const PreparedAttach& prepared,
+                                                                 AttachSummary& summary) {
+  const std::string from = prepared.source->name.format();
+  const std::string name = prepared.name.format();
+  auto committed = commitPart(keeper, paths_, prepared.entry, prepared.lock);
+  bool applied = committed.has_value();
+  if (!committed && committed.error().failure == CommitFailure::kUnknownOutcome) {
+    // Fenced by the lock, as an insert's commit: applied or never will be.
+    auto outcome = commitOutcome(keeper, paths_, name, prepared.lock.path);
+    if (!outcome) {
+      std::error_code ec;
+      fs::remove_all(prepared.dir, ec);
+      return std::unexpected(fmt::format(
+          "attaching {} as {}: {} (the outcome is not known; attaching again finds out)", from,
+          name, outcome.error().toString()));
+    }
+    applied = *outcome;
+  }
+  if (!applied) {
+    std::error_code ec;
+    fs::remove_all(prepared.dir, ec);
+    if (committed.error().failure == CommitFailure::kDuplicate) {
+      ++summary.already;
+      summary.parts.push_back(
+          committed.error().duplicate ? committed.error().duplicate->existing_part : std::string());
+      return {};
+    }
+    (void)keeper.remove(prepared.lock.path);
+    return std::unexpected(
+        fmt::format("attaching {} as {}: {}", from, name, committed.error().cause.toString()));
+  }
+  finishAttach(prepared, committed ? std::optional(committed->log_entry_path) : std::nullopt,
+               summary);
+  return {};
+}
+
+std::expected<void, std::string> ReplicationWorker::attachOneByOne(Keeper& keeper,
+                                                                   const DataPartPtr& source,
+                                                                   const std::string& dedup_id,
+                                                                   AttachSummary& summary) {
+  auto allocation = allocator_.allocate(keeper, source->name.partition_id, dedup_id);
+  if (!allocation) {
+    return std::unexpected(
+        fmt::format("attaching {}: {}", source->name.format(), allocation.error().toString()));
+  }
+  if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) {
+    ++summary.already;
+    summary.parts.push_back(duplicate->existing_part);
+    return {};
+  }
+  auto prepared = prepareAttach(keeper, source, dedup_id, std::get<BlockNumberLock>(*allocation));
+  if (!prepared) return std::unexpected(prepared.error());
+  return commitAttach(keeper, *prepared, summary);
+}
+
 std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
     const std::vector<DataPartPtr>& parts) {
   AttachSummary summary;
   std::shared_ptr<Keeper> keeper = session_.current();
   if (!keeper) return std::unexpected("no ZooKeeper session");
-  for (const auto& source : parts) {
-    const PartName& from = source->name;
-    const std::string checksum = source->checksums.total.hex();
-    // One id per (partition, contents): the same part attached again is a duplicate.
-    const std::string dedup_id = tokenDedupId(from.partition_id, "attach-" + checksum, 0);
-    auto allocation = allocator_.allocate(*keeper, from.partition_id, dedup_id);
-    if (!allocation) {
-      return std::unexpected(
-          fmt::format("attaching {}: {}", from.format(), allocation.error().toString()));
-    }
-    if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) {
-      ++summary.already;
-      summary.parts.push_back(duplicate->existing_part);
-      continue;
-    }
-    const auto& lock = std::get<BlockNumberLock>(*allocation);
-    PartName name = from;
-    name.min_block = name.max_block = lock.block_number;
-    const fs::path staging =
-        store_.dataDir() / kStagingDir /
-        fmt::format("attach-{}-{}", name.format(), next_staging_id_.fetch_add(1));
-    auto linked = linkPart(*source, staging);
-    auto placed = linked ? placeStaged(staging, name)
-                         : std::expected<fs::path, std::string>(std::unexpected(linked.error()));
-    if (!placed) {
-      (void)keeper->remove(lock.path);
-      return std::unexpected(
-          fmt::format("attaching {} as {}: {}", from.format(), name.format(), placed.error()));
-    }
-    LogEntry entry;
-    entry.type = LogEntry::Type::kAttachPart;
-    entry.create_time = unixNow();
-    entry.source_replica = paths_.replica;
-    entry.block_id = dedup_id;
-    entry.new_part_name = name.format();
-    entry.part_checksum = checksum;
-    auto committed = commitPart(*keeper, paths_, entry, lock);
-    bool applied = committed.has_value();
-    if (!committed && committed.error().failure == CommitFailure::kUnknownOutcome) {
-      // Fenced by the lock, as an insert's commit: applied or never will be.
-      auto outcome = commitOutcome(*keeper, paths_, name.format(), lock.path);
-      if (!outcome) {
-        std::error_code ec;
-        fs::remove_all(*placed, ec);
-        return std::unexpected(
-            fmt::format("attaching {} as {}: {} (the outcome is not known; "
-                        "attaching again finds out)",
-                        from.format(), name.format(), outcome.error().toString()));
-      }
-      applied = *outcome;
-    }
-    if (!applied) {
-      std::error_code ec;
-      fs::remove_all(*placed, ec);
-      if (committed.error().failure == CommitFailure::kDuplicate) {
+  // One id per (partition, contents): the same part attached again is a duplicate.
+  auto dedupIdOf = [](const DataPart& part) {
+    return tokenDedupId(part.name.partition_id, "attach-" + part.checksums.total.hex(), 0);
+  };
+  for (std::size_t start = 0; start < parts.size(); start += kAttachBatch) {
+    const std::size_t end = std::min(parts.size(), start + kAttachBatch);
+    // Parts attached before (a retry after a crash or a lost answer): read in one pipelined
+    // round, so that the batch allocation below meets no duplicate in the usual case.
+    std::vector<std::string> dedup_paths;
+    for (std::size_t i = start; i < end; ++i)
+      dedup_paths.push_back(paths_.dedupHash(dedupIdOf(*parts[i])));
+    auto existing = keeper->getMany(dedup_paths);
+    std::vector<std::pair<std::string, std::string>> wanted;
+    std::vector<DataPartPtr> batch;
+    for (std::size_t i = start; i < end; ++i) {
+      const auto& found = existing[i - start];
+      if (found) {
         ++summary.already;
-        summary.parts.push_back(committed.error().duplicate
-                                    ? committed.error().duplicate->existing_part
-                                    : std::string());
+        summary.parts.push_back(found->data);
         continue;
       }
-      (void)keeper->remove(lock.path);
-      return std::unexpected(fmt::format("attaching {} as {}: {}", from.format(), name.format(),
-                                         committed.error().cause.toString()));
+      if (found.error().code != KeeperCode::kNoNode) {
+        return std::unexpected(
+            fmt::format("attaching {}: {}", parts[i]->name.format(), found.error().toString()));
+      }
+      wanted.emplace_back(parts[i]->name.partition_id, dedupIdOf(*parts[i]));
+      batch.push_back(parts[i]);
     }
-    if (committed) rememberLogEntry(committed->log_entry_path, entry.format());
-    publish(name, source->checksums, source->rows, nullptr);
-    metrics_.attached_parts.Increment();
-    ++summary.attached;
-    summary.parts.push_back(name.format());
+    if (batch.empty()) continue;
+    auto locks = allocator_.allocateMany(*keeper, wanted);
+    if (!locks) {
+      if (locks.error().isConnectionLevel()) {
+        return std::unexpected(
+            fmt::format("attaching {} parts: {}", batch.size(), locks.error().toString()));
+      }
+      // A duplicate met after all (attached meanwhile), or a partition dropped: one by one.
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (auto one = attachOneByOne(*keeper, batch[i], wanted[i].second, summary); !one)
+          return std::unexpected(one.error());
+      }
+      continue;
+    }
+    std::vector<PreparedAttach> prepared;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      auto made = prepareAttach(*keeper, batch[i], wanted[i].second, (*locks)[i]);
+      if (!made) {
+        for (std::size_t j = i + 1; j < batch.size(); ++j) (void)keeper->remove((*locks)[j].path);
+        for (const auto& done : prepared) {
+          std::error_code ec;
+          fs::remove_all(done.dir, ec);
+          (void)keeper->remove(done.lock.path);
+        }
+        return std::unexpected(made.error());
+      }
+      prepared.push_back(std::move(*made));
+    }
+    // Every part's log entry, dedup id and part node, and the removal of its lock, in one multi:
+    // all of the batch is attached or none of it, each part under its own dedup id as before.
+    std::vector<Op> ops;
+    for (const auto& one : prepared) {
+      ops.push_back(op::Create{paths_.logEntryPrefix(), one.entry.format(),
+                               CreateMode::kPersistentSequential});
+      ops.push_back(op::Create{paths_.dedupHash(one.dedup_id), one.entry.new_part_name,
+                               CreateMode::kPersistent});
+      ops.push_back(op::Create{paths_.part(one.entry.new_part_name), "", CreateMode::kPersistent});
+      ops.push_back(op::Remove{one.lock.path, -1});
+    }
+    auto committed = keeper->multi(ops);
+    if (committed) {
+      for (std::size_t i = 0; i < prepared.size(); ++i)
+        finishAttach(prepared[i], (*committed)[4 * i].path_created, summary);
+      continue;
+    }
+    if (committed.error().isConnectionLevel()) {
+      // No answer: the whole batch was applied or none of it. Each part's lock tells, fenced as
+      // an insert's unknown outcome is (removed now, it can no longer be committed).
+      std::string error;
+      for (const auto& one : prepared) {
+        auto outcome = error.empty()
+                           ? commitOutcome(*keeper, paths_, one.entry.new_part_name, one.lock.path)
+                           : KeeperResult<bool>(false);
+        if (outcome && *outcome) {
+          finishAttach(one, std::nullopt, summary);
+          continue;
+        }
+        std::error_code ec;
+        fs::remove_all(one.dir, ec);
+        if (!outcome || !error.empty()) (void)keeper->remove(one.lock.path);
+        if (!outcome) {
+          error = outcome.error().toString();
+        } else if (error.empty()) {
+          error = committed.error().toString() + " (not applied)";
+        }
+      }
+      if (!error.empty()) {
+        return std::unexpected(fmt::format("attaching {} parts: {}; attaching again finds out",
+                                           prepared.size(), error));
+      }
+      continue;
+    }
+    // Not applied (a log that ran out, a lock lost, a duplicate): each part alone, whose commit
+    // tells these apart.
+    for (const auto& one : prepared) {
+      if (auto done = commitAttach(*keeper, one, summary); !done) {
+        for (const auto& rest : prepared) {
+          if (&rest <= &one) continue;
+          std::error_code ec;
+          fs::remove_all(rest.dir, ec);
+          (void)keeper->remove(rest.lock.path);
+        }
+        return std::unexpected(done.error());
+      }
+    }
   }
   wake();
   return summary;

@@ -116,9 +116,10 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
     requests_before_failures_ = after;
   }
 
-  void loseNextMultiAnswersForTest(int count) override {
+  void loseNextMultiAnswersForTest(int count, int after) override {
     std::lock_guard lock(mu_);
     multi_answers_to_lose_ = count;
+    multis_before_losses_ = after;
   }
 
   void setTimeForTest(int64_t ms) override {
@@ -184,7 +185,9 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
         results.push_back(std::move(*result));
       }
       notifications = std::move(txn.notifications);
-      if (multi_answers_to_lose_ > 0) {
+      if (multi_answers_to_lose_ > 0 && multis_before_losses_ > 0) {
+        --multis_before_losses_;
+      } else if (multi_answers_to_lose_ > 0) {
         --multi_answers_to_lose_;
         lose_answer = true;  // applied; the reply is what goes missing
       }
@@ -389,6 +392,7 @@ class FakeKeeperServerImpl final : public FakeKeeperServer {
   int failures_to_inject_ = 0;
   int requests_before_failures_ = 0;
   int multi_answers_to_lose_ = 0;
+  int multis_before_losses_ = 0;
   std::optional<int64_t> fixed_time_ms_;
   int64_t requests_ = 0;
 

@@ -245,5 +245,63 @@ TEST_F(TableGenerations, AReplicaWithoutTheOldPartFetchesTheAttachedOne) {
   EXPECT_EQ(r3_next.state().queue.size(), 0u);
 }
 
+// The swap's write pause grows with the parts attached (issue 20's benchmark): their block
+// numbers and log entries go to ZooKeeper in batches, one multi for many parts, not a few round
+// trips each. Background work is off, so that every request counted is the attach's.
+TEST_F(TableGenerations, ManyPartsAreAttachedInBatchesNotRoundTripsEach) {
+  TableReplicaOptions quiet = generation(1);
+  quiet.background = false;
+  TableReplica& r1 = open("r1", quiet);
+  constexpr int kParts = 250;  // one per partition, three batches
+  for (int i = 0; i < kParts; ++i) {
+    insert(r1, static_cast<uint64_t>(i), fmt::format("{}-{:02d}-01", 2000 + i / 12, 1 + i % 12));
+  }
+  ASSERT_EQ(r1.activeParts().size(), static_cast<std::size_t>(kParts));
+  TableReplicaOptions next = generation(2, &r1);
+  next.background = false;
+  TableReplica& r1_next = open("r1", next);
+
+  const int64_t before = server_->requestCountForTest();
+  auto attached = r1_next.attachPartsOf(r1);
+  const int64_t requests = server_->requestCountForTest() - before;
+  ASSERT_TRUE(attached) << attached.error();
+  EXPECT_EQ(attached->attached, static_cast<std::size_t>(kParts));
+  // One pipelined dedup read per part, and a few writes per batch (one part at a time took a
+  // partition node, an allocation and a commit each: three per part).
+  EXPECT_LE(requests, kParts + 20);
+  EXPECT_EQ(contents(r1_next), contents(r1));
+  auto log = observer_->children(std::string(kRoot) + "/2/log");
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->names.size(), static_cast<std::size_t>(kParts));
+}
+
+// A batch's commit applied, its answer lost: every part of it is attached (the locks tell), and
+// attaching again attaches none twice.
+TEST_F(TableGenerations, ABatchWhoseCommitAnswerIsLostIsAttachedOnce) {
+  TableReplicaOptions quiet = generation(1);
+  quiet.background = false;
+  TableReplica& r1 = open("r1", quiet);
+  for (uint64_t x = 1; x <= 6; ++x) insert(r1, x, fmt::format("2026-{:02d}-01", x));
+  TableReplicaOptions next = generation(2, &r1);
+  next.background = false;
+  TableReplica& r1_next = open("r1", next);
+
+  // The partition nodes' multi and the allocation's go through; the commit's answer is lost.
+  server_->loseNextMultiAnswersForTest(1, 2);
+  auto first = r1_next.attachPartsOf(r1);
+  ASSERT_TRUE(first) << first.error();
+  EXPECT_EQ(first->attached, 6u);
+  auto again = r1_next.attachPartsOf(r1);
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(again->attached, 0u);
+  EXPECT_EQ(again->already, 6u);
+  EXPECT_EQ(again->parts, first->parts);
+  EXPECT_EQ(contents(r1_next), contents(r1));
+  for (const auto& part : r1_next.activeParts()) EXPECT_TRUE(fs::exists(part->dir)) << part->dir;
+  auto log = observer_->children(std::string(kRoot) + "/2/log");
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->names.size(), 6u);
+}
+
 }  // namespace
 }  // namespace rtable::core

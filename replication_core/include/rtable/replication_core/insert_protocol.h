@@ -71,6 +71,13 @@ class BlockNumberAllocator {
   // whose answer was lost can find its own lock.
   KeeperResult<Allocation> allocate(Keeper& keeper, const std::string& partition,
                                     const std::string& dedup_id);
+  // Block numbers for several (partition, dedup id) pairs in two round trips: one multi creating
+  // the partition nodes not known yet, one allocating every lock with its dedup check. All or
+  // nothing: any id already in the dedup window (or any other answer but connection loss, which
+  // leaves the locks to releaseLostLocks) fails the whole call, and the caller allocates one by
+  // one with allocate(), which tells duplicates apart.
+  KeeperResult<std::vector<BlockNumberLock>> allocateMany(
+      Keeper& keeper, const std::vector<std::pair<std::string, std::string>>& partitions_and_ids);
 
   // An allocation whose answer was lost with the connection may have created its lock, and the
   // session may have lived on: the lock would then keep merges off its block for the session's

@@ -192,6 +192,28 @@ class ReplicationWorker {
   // them here. While every pool slot is taken, nothing is selected: a slot that frees up wakes the
   // background, which looks again. Returns the merges executed here.
   std::size_t scheduleQueue(bool inline_execution);
+  // The table swap's attach (attachParts), in steps: a part allocated a block number here is
+  // linked in and its log entry made ready; then committed, alone or in a batch's multi.
+  struct PreparedAttach {
+    DataPartPtr source;
+    std::string dedup_id;
+    BlockNumberLock lock;
+    PartName name;  // this generation's
+    std::filesystem::path dir;
+    LogEntry entry;
+  };
+  std::expected<PreparedAttach, std::string> prepareAttach(Keeper& keeper,
+                                                           const DataPartPtr& source,
+                                                           const std::string& dedup_id,
+                                                           const BlockNumberLock& lock);
+  std::expected<void, std::string> commitAttach(Keeper& keeper, const PreparedAttach& prepared,
+                                                AttachSummary& summary);
+  std::expected<void, std::string> attachOneByOne(Keeper& keeper, const DataPartPtr& source,
+                                                  const std::string& dedup_id,
+                                                  AttachSummary& summary);
+  void finishAttach(const PreparedAttach& prepared,
+                    const std::optional<std::string>& log_entry_path, AttachSummary& summary);
+
   // Runs one selected entry and reports its outcome.
   bool executeEntry(Execution& execution);
   // Entries with nothing to do (their part is here already): their queue nodes go in multis of

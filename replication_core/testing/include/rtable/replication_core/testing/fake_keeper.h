@@ -32,9 +32,9 @@ class FakeKeeperServer : public std::enable_shared_from_this<FakeKeeperServer> {
   virtual KeeperStatus setSequentialCounterForTest(const std::string& path, int32_t counter) = 0;
   // After `after` more requests, the next `count` fail with kConnectionLoss and are not applied.
   virtual void failNextRequestsForTest(int count, int after = 0) = 0;
-  // The next `count` multis are applied, then answer kConnectionLoss: the connection dropped
-  // after the server committed them, before the client saw the reply.
-  virtual void loseNextMultiAnswersForTest(int count) = 0;
+  // After `after` more multis, the next `count` are applied, then answer kConnectionLoss: the
+  // connection dropped after the server committed them, before the client saw the reply.
+  virtual void loseNextMultiAnswersForTest(int count, int after = 0) = 0;
   // From now on ctime/mtime of new writes are `ms` (ms since the epoch) instead of the wall clock.
   virtual void setTimeForTest(int64_t ms) = 0;
   // Requests that reached the tree (a multi counts once), to check round trips.
