@@ -1,10 +1,10 @@
 // The whole rtable stack for end-to-end tests (issues 6 and 20): a real kube-apiserver and
 // kube-controller-manager (LocalControlPlane), `helm install` of helm/rtable (CRDs, ServiceAccount,
-// RBAC), a real ZooKeeper, LocalKubelet running each replica pod's rtable-core as a local process on
-// its own 127.0.0.N, and rtable-operator as a process authenticated as the chart's ServiceAccount.
-// The tests' table is `events` in the namespace `analytics`. Each test binary that includes this
-// names the binaries and the chart with RTABLE_OPERATOR_BINARY, RTABLE_CORE_BINARY and
-// RTABLE_CHART_DIR (controllers/tests/CMakeLists.txt).
+// RBAC), a real ZooKeeper, LocalKubelet running each replica pod's rtable-core as a local process
+// on its own 127.0.0.N, and rtable-operator as a process authenticated as the chart's
+// ServiceAccount. The tests' table is `events` in the namespace `analytics`. Each test binary that
+// includes this names the binaries and the chart with RTABLE_OPERATOR_BINARY, RTABLE_CORE_BINARY
+// and RTABLE_CHART_DIR (controllers/tests/CMakeLists.txt).
 #pragma once
 
 #include <fmt/format.h>
