@@ -19,7 +19,9 @@ using nlohmann::json;
 // Prometheus 2.42 on two shared cores opens an empty TSDB and loads its rules in a few seconds.
 constexpr auto kStartTimeout = std::chrono::seconds(60);
 
-std::string promDuration(std::chrono::milliseconds d) { return fmt::format("{}ms", d.count()); }
+std::string promDuration(std::chrono::milliseconds d) {
+  return fmt::format("{}ms", d.count());
+}
 
 PrometheusLabels labelsOf(const json& object) {
   PrometheusLabels labels;
@@ -153,13 +155,15 @@ std::expected<std::vector<PrometheusTarget>, std::string> LocalPrometheus::targe
   auto body = apiGet("/api/v1/targets?state=active");
   if (!body) return std::unexpected(body.error());
   const json answer = json::parse(*body, nullptr, /*allow_exceptions=*/false);
-  if (!answer.is_object() || !answer.value(json::json_pointer("/data/activeTargets"), json()).is_array()) {
+  if (!answer.is_object() ||
+      !answer.value(json::json_pointer("/data/activeTargets"), json()).is_array()) {
     return std::unexpected("/api/v1/targets: " + *body);
   }
   std::vector<PrometheusTarget> targets;
   for (const auto& target : answer["data"]["activeTargets"]) {
-    targets.push_back({target.value(json::json_pointer("/labels/job"), ""), target.value("scrapeUrl", ""),
-                       target.value("health", ""), target.value("lastError", "")});
+    targets.push_back({target.value(json::json_pointer("/labels/job"), ""),
+                       target.value("scrapeUrl", ""), target.value("health", ""),
+                       target.value("lastError", "")});
   }
   return targets;
 }

@@ -11,7 +11,9 @@ namespace rtable::core::testing {
 RetryingWriters::RetryingWriters(RetryingWritersOptions options)
     : options_(std::move(options)), next_id_(options_.first_id) {}
 
-RetryingWriters::~RetryingWriters() { stop(); }
+RetryingWriters::~RetryingWriters() {
+  stop();
+}
 
 void RetryingWriters::start() {
   for (int w = 0; w < options_.writers; ++w) threads_.emplace_back([this, w] { write(w); });
@@ -47,8 +49,7 @@ void RetryingWriters::write(int writer) {
 
 bool RetryingWriters::insertUntilAcknowledged(std::size_t& next_replica, const std::string& token,
                                               const std::string& body) {
-  const std::string target =
-      "/insert?format=JSONEachRow&insert_deduplication_token=" + token;
+  const std::string target = "/insert?format=JSONEachRow&insert_deduplication_token=" + token;
   for (bool first_attempt = true;; first_attempt = false) {
     if (!first_attempt) {
       ++retries_;
@@ -90,7 +91,9 @@ std::set<std::string> RetryingWriters::errorCodes() const {
   return codes_;
 }
 
-std::size_t RetryingWriters::retries() const { return retries_; }
+std::size_t RetryingWriters::retries() const {
+  return retries_;
+}
 
 std::string idRow(uint64_t id) {
   return fmt::format(R"({{"id":{},"d":"2026-{:02d}-0{}","user":"u{}"}})", id, 10 + id % 3,

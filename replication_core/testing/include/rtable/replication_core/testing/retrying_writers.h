@@ -74,9 +74,9 @@ class RetryingWriters {
   std::atomic<std::size_t> retries_{0};
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
-  std::set<uint64_t> acknowledged_;  // guarded by mu_
+  std::set<uint64_t> acknowledged_;      // guarded by mu_
   std::size_t acknowledged_blocks_ = 0;  // guarded by mu_
-  std::set<std::string> codes_;  // guarded by mu_
+  std::set<std::string> codes_;          // guarded by mu_
 };
 
 // Row `id` of the tests' table keyed by id (columns id UInt64, d Date, user String; partitioned by
