@@ -53,7 +53,7 @@ fi
 check "helm lint" "$helm" lint "$chart"
 check "helm lint --strict" "$helm" lint --strict "$chart"
 check "helm lint --strict, monitoring on, 2 replicas" "$helm" lint --strict "$chart" \
-  --set serviceMonitor.enabled=true,prometheusRule.enabled=true,replicaCount=2
+  --set serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRule.enabled=true,replicaCount=2
 
 # --- the CRDs are crds/ byte for byte, all three and only them
 crds_match() {
@@ -152,14 +152,15 @@ else
   sed 's/^/     /' "$work/out"
 fi
 
-if render --set serviceMonitor.enabled=true,prometheusRule.enabled=true,replicaCount=2 \
+if render --set serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRule.enabled=true \
+  --set replicaCount=2 \
   --set watchNamespace=tables,logLevel=debug,zookeeper.connect=zk-0.zk:2181 \
   >"$work/monitoring.yaml" 2>"$work/out"; then
   pass "helm template (monitoring on, 2 replicas, watchNamespace, logLevel debug)"
-  check "monitoring adds a ServiceMonitor and a PrometheusRule" \
+  check "monitoring adds a ServiceMonitor, a PodMonitor and a PrometheusRule" \
     kinds "$work/monitoring.yaml" CustomResourceDefinition CustomResourceDefinition \
     CustomResourceDefinition ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding \
-    Service Deployment ServiceMonitor PrometheusRule
+    Service Deployment ServiceMonitor PodMonitor PrometheusRule
   check "values reach the Deployment (replicas 2, WATCH_NAMESPACE, --log-level=debug)" \
     python3 - "$work/monitoring.yaml" <<'PY'
 import sys, yaml
@@ -173,6 +174,28 @@ assert "--log-level=debug" in c["args"], c["args"]
 sm = next(d for d in docs if d["kind"] == "ServiceMonitor")
 assert sm["spec"]["endpoints"][0]["port"] == "metrics", sm
 PY
+  # The PodMonitor's selector against real replica pods: operator_swap_e2e_tests scrapes the pods
+  # it selects.
+  check "PodMonitor: replica pods' port metrics, in watchNamespace" \
+    python3 - "$work/monitoring.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+pm = next(d for d in docs if d["kind"] == "PodMonitor")["spec"]
+assert pm["selector"]["matchLabels"]["app.kubernetes.io/component"] == "replica", pm["selector"]
+ep = pm["podMetricsEndpoints"][0]
+assert ep["port"] == "metrics" and ep["path"] == "/metrics", ep
+assert pm["namespaceSelector"] == {"matchNames": ["tables"]}, pm["namespaceSelector"]
+PY
+  check "PodMonitor without watchNamespace: every namespace" bash -c \
+    "'$helm' template r '$chart' --set podMonitor.enabled=true --show-only templates/podmonitor.yaml \
+     | python3 -c 'import sys, yaml; pm = yaml.safe_load(sys.stdin); assert pm[\"spec\"][\"namespaceSelector\"] == {\"any\": True}, pm'"
+  check "prometheusRule.headroomFor sets the headroom alert's for" bash -c \
+    "'$helm' template r '$chart' --set prometheusRule.enabled=true,prometheusRule.headroomFor=3s \
+     --show-only templates/prometheusrule.yaml | python3 -c '
+import sys, yaml
+rules = {r.get(\"alert\"): r for g in yaml.safe_load(sys.stdin)[\"spec\"][\"groups\"] for r in g[\"rules\"]}
+assert rules[\"RtableLogCounterHeadroomLow\"][\"for\"] == \"3s\", rules[\"RtableLogCounterHeadroomLow\"]
+'"
   check "NOTES.txt renders with the ZooKeeper connect string" notes_render
   # The alert rules: promtool's syntax check, then its unit tests (helm/rtable/tests).
   mkdir -p "$work/rules"
@@ -227,6 +250,7 @@ rejects "schema refuses a string replicaCount" "replicaCount" --set-string repli
 rejects "schema refuses an unknown value" "additional properties|replicas" --set replicas=3
 rejects "schema refuses a bad lease duration" "leaseDuration" --set leaderElection.leaseDuration=soon
 rejects "schema refuses a bad zookeeper.connect" "connect" --set zookeeper.connect=zk-without-port
+rejects "schema refuses a bad prometheusRule.headroomFor" "headroomFor" --set prometheusRule.headroomFor=soon
 rejects "replicaCount 2 without leader election is refused" "leaderElection" \
   --set replicaCount=2,leaderElection.enabled=false
 

@@ -2,93 +2,114 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace rtable::metrics {
 namespace {
+
+using Removals = std::map<const void*, std::function<void()>>;
 
 prometheus::Labels base(const ReplicaLabels& l) {
   return {{"table", l.table}, {"replica", l.replica}, {"generation", std::to_string(l.generation)}};
 }
 
-prometheus::Gauge& gauge(prometheus::Registry& r, const ReplicaLabels& l, const std::string& name,
-                         const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(base(l));
+// Adds the series and records how to remove it again (the caller holds the lock on `removals`).
+template <typename T, typename... Args>
+T& addSeries(prometheus::Family<T>& family, const prometheus::Labels& labels, Removals& removals,
+             Args&&... args) {
+  T& series = family.Add(labels, std::forward<Args>(args)...);
+  removals.try_emplace(&series, [&family, &series] { family.Remove(&series); });
+  return series;
+}
+
+prometheus::Gauge& gauge(prometheus::Registry& r, const ReplicaLabels& l, Removals& removals,
+                         const std::string& name, const std::string& help) {
+  return addSeries(prometheus::BuildGauge().Name(name).Help(help).Register(r), base(l), removals);
 }
 
 // 1 ms .. ~10 min: a small part's fetch or merge takes milliseconds, a big one minutes.
 prometheus::Histogram& histogram(prometheus::Registry& r, const ReplicaLabels& l,
-                                 const std::string& name, const std::string& help) {
+                                 Removals& removals, const std::string& name,
+                                 const std::string& help) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.001, 0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30, 100, 600};
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add(base(l), kBuckets);
+  return addSeries(prometheus::BuildHistogram().Name(name).Help(help).Register(r), base(l),
+                   removals, kBuckets);
 }
 
-prometheus::Counter& counter(prometheus::Registry& r, const ReplicaLabels& l,
+prometheus::Counter& counter(prometheus::Registry& r, const ReplicaLabels& l, Removals& removals,
                              const std::string& name, const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(base(l));
+  return addSeries(prometheus::BuildCounter().Name(name).Help(help).Register(r), base(l), removals);
 }
 
 }  // namespace
 
+// The constructor runs before any other thread sees this object: removals_ needs no lock yet.
 ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
-    : log_max_index(gauge(r, l, "rtable_log_max_index",
+    : log_max_index(gauge(r, l, removals_, "rtable_log_max_index",
                           "Highest log entry number handed out (ClickHouse's log_max_index)")),
-      log_counter(gauge(r, l, "rtable_log_counter",
+      log_counter(gauge(r, l, removals_, "rtable_log_counter",
                         "The log node's int32 sequential counter: the next entry's number")),
-      log_counter_headroom_ratio(gauge(r, l, "rtable_log_counter_headroom_ratio",
+      log_counter_headroom_ratio(gauge(r, l, removals_, "rtable_log_counter_headroom_ratio",
                                        "Log entries left before 2147483647, as a share of 2^31")),
       log_counter_exhaustion_seconds(
-          gauge(r, l, "rtable_log_counter_exhaustion_seconds",
+          gauge(r, l, removals_, "rtable_log_counter_exhaustion_seconds",
                 "Projected seconds until the log counter is exhausted at the recent rate")),
-      inserts(counter(r, l, "rtable_inserts_total", "Acknowledged insert requests")),
-      inserted_rows(counter(r, l, "rtable_inserted_rows_total", "Rows of acknowledged inserts")),
-      insert_deduplicated_blocks(counter(r, l, "rtable_insert_deduplicated_blocks_total",
+      inserts(counter(r, l, removals_, "rtable_inserts_total", "Acknowledged insert requests")),
+      inserted_rows(
+          counter(r, l, removals_, "rtable_inserted_rows_total", "Rows of acknowledged inserts")),
+      insert_deduplicated_blocks(counter(r, l, removals_, "rtable_insert_deduplicated_blocks_total",
                                          "Blocks skipped as duplicates of committed ones")),
-      insert_errors(counter(r, l, "rtable_insert_errors_total", "Insert requests that failed")),
-      parts(gauge(r, l, "rtable_parts", "Active parts of this replica")),
-      merges(counter(r, l, "rtable_merges_total", "Merges executed by this replica")),
-      merged_rows(counter(r, l, "rtable_merged_rows_total", "Rows written by merges")),
-      broken_parts(counter(r, l, "rtable_broken_parts_total",
+      insert_errors(
+          counter(r, l, removals_, "rtable_insert_errors_total", "Insert requests that failed")),
+      parts(gauge(r, l, removals_, "rtable_parts", "Active parts of this replica")),
+      merges(counter(r, l, removals_, "rtable_merges_total", "Merges executed by this replica")),
+      merged_rows(counter(r, l, removals_, "rtable_merged_rows_total", "Rows written by merges")),
+      broken_parts(counter(r, l, removals_, "rtable_broken_parts_total",
                            "Parts that failed verification and were moved to detached/")),
-      replica_readonly(gauge(r, l, "rtable_replica_readonly",
+      replica_readonly(gauge(r, l, removals_, "rtable_replica_readonly",
                              "1 while the replica cannot write (no ZooKeeper session)")),
-      parts_in_memory(gauge(r, l, "rtable_parts_in_memory",
+      parts_in_memory(gauge(r, l, removals_, "rtable_parts_in_memory",
                             "Small inserted parts and merge results held in memory, durable in "
                             "the part journal, that no checkpoint has written out and synced "
                             "yet")),
-      parts_in_memory_bytes(gauge(r, l, "rtable_parts_in_memory_bytes",
+      parts_in_memory_bytes(gauge(r, l, removals_, "rtable_parts_in_memory_bytes",
                                   "Bytes of the parts held in memory, as encoded "
                                   "(about 64 MiB at most)")),
-      part_journal_bytes(gauge(r, l, "rtable_part_journal_bytes",
+      part_journal_bytes(gauge(r, l, removals_, "rtable_part_journal_bytes",
                                "Bytes appended to the part journal since its last checkpoint that "
                                "succeeded")),
       part_journal_checkpoint_failures(
-          counter(r, l, "rtable_part_journal_checkpoint_failures_total",
+          counter(r, l, removals_, "rtable_part_journal_checkpoint_failures_total",
                   "Part journal checkpoints that failed (the journal and the parts held in "
                   "memory are kept for the next one)")),
-      queue_size(gauge(r, l, "rtable_replication_queue_size", "Entries in the replication queue")),
+      queue_size(gauge(r, l, removals_, "rtable_replication_queue_size",
+                       "Entries in the replication queue")),
       queue_oldest_entry_age_seconds(
-          gauge(r, l, "rtable_replication_queue_oldest_entry_age_seconds",
+          gauge(r, l, removals_, "rtable_replication_queue_oldest_entry_age_seconds",
                 "Age of the oldest queue entry (from its log entry's create_time); 0 when empty")),
-      replica_lost(gauge(r, l, "rtable_replica_lost",
+      replica_lost(gauge(r, l, removals_, "rtable_replica_lost",
                          "1 while the replica is lost and waits to clone a healthy one")),
-      fetches(counter(r, l, "rtable_fetches_total", "Parts fetched from other replicas")),
-      fetched_bytes(counter(r, l, "rtable_fetched_bytes_total", "Bytes of parts fetched")),
-      fetch_errors(counter(r, l, "rtable_fetch_errors_total",
+      fetches(
+          counter(r, l, removals_, "rtable_fetches_total", "Parts fetched from other replicas")),
+      fetched_bytes(
+          counter(r, l, removals_, "rtable_fetched_bytes_total", "Bytes of parts fetched")),
+      fetch_errors(counter(r, l, removals_, "rtable_fetch_errors_total",
                            "Part transfers that failed (each source tried counts once)")),
-      attached_parts(counter(r, l, "rtable_attached_parts_total",
+      attached_parts(counter(r, l, removals_, "rtable_attached_parts_total",
                              "Parts of the replaced generation attached into this one by hard link "
                              "(the table swap)")),
-      parts_lost_forever(counter(r, l, "rtable_parts_lost_forever_total",
+      parts_lost_forever(counter(r, l, removals_, "rtable_parts_lost_forever_total",
                                  "Parts that no replica has or can produce any more; their queue "
                                  "entries were given up")),
-      fetch_duration_seconds(histogram(r, l, "rtable_fetch_duration_seconds",
+      fetch_duration_seconds(histogram(r, l, removals_, "rtable_fetch_duration_seconds",
                                        "Time to fetch, verify and register one part")),
-      merged_bytes(counter(r, l, "rtable_merged_bytes_total", "Bytes of parts written by merges")),
-      merge_duration_seconds(
-          histogram(r, l, "rtable_merge_duration_seconds", "Time to merge and register one part")),
+      merged_bytes(counter(r, l, removals_, "rtable_merged_bytes_total",
+                           "Bytes of parts written by merges")),
+      merge_duration_seconds(histogram(r, l, removals_, "rtable_merge_duration_seconds",
+                                       "Time to merge and register one part")),
       absolute_delay_seconds(
-          gauge(r, l, "rtable_replica_absolute_delay_seconds",
+          gauge(r, l, removals_, "rtable_replica_absolute_delay_seconds",
                 "Seconds since the oldest insert not yet fetched here; 0 when none")),
       labels_(l),
       zookeeper_duration_family_(prometheus::BuildHistogram()
@@ -119,13 +140,19 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
   log_counter_exhaustion_seconds.Set(std::numeric_limits<double>::infinity());
 }
 
+ReplicaMetrics::~ReplicaMetrics() {
+  std::lock_guard lock(removals_mu_);
+  for (auto& [series, remove] : removals_) remove();
+}
+
 prometheus::Histogram& ReplicaMetrics::zookeeperRequestDuration(const std::string& operation) {
   // 0.1 ms .. ~3 s: loopback requests take well under a millisecond, a struggling ensemble seconds.
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
   auto labels = base(labels_);
   labels["operation"] = operation;
-  return zookeeper_duration_family_.Add(labels, kBuckets);
+  std::lock_guard lock(removals_mu_);
+  return addSeries(zookeeper_duration_family_, labels, removals_, kBuckets);
 }
 
 prometheus::Counter& ReplicaMetrics::zookeeperErrors(const std::string& operation,
@@ -133,31 +160,36 @@ prometheus::Counter& ReplicaMetrics::zookeeperErrors(const std::string& operatio
   auto labels = base(labels_);
   labels["operation"] = operation;
   labels["code"] = code;
-  return zookeeper_errors_family_.Add(labels);
+  std::lock_guard lock(removals_mu_);
+  return addSeries(zookeeper_errors_family_, labels, removals_);
 }
 
 prometheus::Gauge& ReplicaMetrics::queueEntries(const std::string& type) {
   auto labels = base(labels_);
   labels["type"] = type;
-  return queue_entries_family_.Add(labels);
+  std::lock_guard lock(removals_mu_);
+  return addSeries(queue_entries_family_, labels, removals_);
 }
 
 prometheus::Counter& ReplicaMetrics::queuePostponed(const std::string& reason) {
   auto labels = base(labels_);
   labels["reason"] = reason;
-  return queue_postponed_family_.Add(labels);
+  std::lock_guard lock(removals_mu_);
+  return addSeries(queue_postponed_family_, labels, removals_);
 }
 
 prometheus::Gauge& ReplicaMetrics::queueExecuting(const std::string& action) {
   auto labels = base(labels_);
   labels["action"] = action;
-  return queue_executing_family_.Add(labels);
+  std::lock_guard lock(removals_mu_);
+  return addSeries(queue_executing_family_, labels, removals_);
 }
 
 prometheus::Gauge& ReplicaMetrics::poolSize(const std::string& pool) {
   auto labels = base(labels_);
   labels["pool"] = pool;
-  return pool_size_family_.Add(labels);
+  std::lock_guard lock(removals_mu_);
+  return addSeries(pool_size_family_, labels, removals_);
 }
 
 void CounterRateEstimator::addSample(double time_seconds, int64_t counter) {

@@ -4,6 +4,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <cmath>
+#include <memory>
 
 namespace rtable::metrics {
 namespace {
@@ -27,6 +28,38 @@ TEST(ReplicaMetrics, SeriesCarryTheTableLabels) {
                       "table=\"events\"} +Inf"),
             std::string::npos)
       << text;
+}
+
+// A generation closed by a table swap must stop reporting: its last (low) headroom would keep
+// RtableLogCounterHeadroomLow firing for a generation that no longer exists.
+TEST(ReplicaMetrics, DestroyingOneRemovesItsSeriesAndLeavesTheOthers) {
+  prometheus::Registry registry;
+  auto closed = std::make_unique<ReplicaMetrics>(registry, ReplicaLabels{"events", "events-0", 1});
+  ReplicaMetrics serving(registry, ReplicaLabels{"events", "events-0", 2});
+  closed->log_counter_headroom_ratio.Set(0.01);
+  closed->zookeeperRequestDuration("multi").Observe(0.002);
+  closed->zookeeperErrors("create", "ZNODEEXISTS").Increment();
+  closed->queueEntries("get").Set(1);
+  closed->queuePostponed("covered_by_future_part").Increment();
+  closed->queueExecuting("fetch").Set(1);
+  closed->poolSize("fetch").Set(8);
+  closed->queueEntries("get").Set(2);  // the same series again: removed once
+  serving.log_counter_headroom_ratio.Set(1);
+  serving.queueEntries("get").Set(3);
+  auto text = [&] { return prometheus::TextSerializer().Serialize(registry.Collect()); };
+  ASSERT_NE(text().find(R"(generation="1")"), std::string::npos) << text();
+
+  closed.reset();
+  const std::string after = text();
+  EXPECT_EQ(after.find(R"(generation="1")"), std::string::npos) << after;
+  EXPECT_NE(after.find(R"(rtable_log_counter_headroom_ratio{generation="2",replica="events-0",)"
+                       R"(table="events"} 1)"),
+            std::string::npos)
+      << after;
+  EXPECT_NE(after.find(R"(rtable_replication_queue_entries{generation="2",replica="events-0",)"
+                       R"(table="events",type="get"} 3)"),
+            std::string::npos)
+      << after;
 }
 
 TEST(CounterRateEstimator, ProjectsExhaustionFromTheWindow) {

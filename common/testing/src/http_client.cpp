@@ -9,7 +9,11 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace rtable::common::testing {
 namespace {
@@ -32,6 +36,24 @@ bool waitFor(int fd, short events, std::chrono::steady_clock::time_point deadlin
   if (left.count() <= 0) return false;
   pollfd p{fd, events, 0};
   return ::poll(&p, 1, static_cast<int>(left.count())) > 0;
+}
+
+// A `Transfer-Encoding: chunked` body (RFC 9112 section 7.1) without its framing; nullopt when
+// the last (empty) chunk never came. Chunk extensions and trailers are passed over.
+std::optional<std::string> decodeChunked(std::string_view framed) {
+  std::string body;
+  for (std::size_t at = 0;;) {
+    const std::size_t line_end = framed.find("\r\n", at);
+    if (line_end == std::string_view::npos) return std::nullopt;
+    std::size_t size = 0;
+    const std::string size_line(framed.substr(at, line_end - at));
+    if (std::sscanf(size_line.c_str(), "%zx", &size) != 1) return std::nullopt;
+    if (size == 0) return body;
+    at = line_end + 2;
+    if (framed.size() < at + size + 2) return std::nullopt;
+    body.append(framed.substr(at, size));
+    at += size + 2;
+  }
 }
 
 }  // namespace
@@ -95,6 +117,15 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
   response.body = raw.substr(header_end + 4);
   if (content_length != std::string::npos && response.body.size() < content_length) {
     return std::unexpected("answer cut short");
+  }
+  // Servers that stream (Prometheus' API) frame the body in chunks; Connection: close above means
+  // the whole answer was read up to the end of the stream.
+  std::string lower = response.headers;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("transfer-encoding: chunked") != std::string::npos) {
+    auto decoded = decodeChunked(response.body);
+    if (!decoded) return std::unexpected("chunked answer cut short");
+    response.body = std::move(*decoded);
   }
   return response;
 }

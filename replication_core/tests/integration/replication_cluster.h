@@ -21,6 +21,7 @@
 #include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/testing/retrying_writers.h"
 
 #ifndef RTABLE_CORE_BINARY
 #error \
@@ -90,11 +91,7 @@ orderBy: [id]
   }
 
   // Row `id` of the table above; ids spread over three monthly partitions.
-  static std::string row(uint64_t id) {
-    return fmt::format(R"({{"id":{},"d":"2026-{:02d}-0{}","user":"u{}"}})", id, 10 + id % 3,
-                       1 + id % 9, id % 7) +
-           "\n";
-  }
+  static std::string row(uint64_t id) { return testing::idRow(id); }
 
   void insert(testing::LocalReplica& replica, const std::string& body) {
     auto response = replica.post("/insert?format=JSONEachRow", body);

@@ -8,8 +8,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <mutex>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -18,84 +17,61 @@
 #include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/table_swap.h"
 #include "rtable/replication_core/testing/local_replica.h"
+#include "rtable/replication_core/testing/retrying_writers.h"
 
 namespace rtable::core {
 namespace {
 
 using common::testing::waitFor;
 using nlohmann::json;
+using testing::firstColumnIds;
 using testing::LocalReplica;
+using testing::ReplicaEndpoint;
+using testing::RetryingWriters;
+using testing::RetryingWritersOptions;
 
 class TableSwapProcesses : public ReplicationCluster {
  protected:
-  // Inserts row `id` with token t<id> on the replicas in turn until one acknowledges it; the
-  // error codes met on the way go to `codes_`.
-  void insertRetrying(uint64_t id, const std::atomic<bool>& stop) {
-    std::vector<LocalReplica*> all;
-    for (auto& [name, replica] : replicas_) all.push_back(replica.get());
-    for (std::size_t attempt = 0; !stop || attempt < 400; ++attempt) {
-      LocalReplica& target = *all[(id + attempt) % all.size()];
-      auto response = target.post(
-          fmt::format("/insert?format=JSONEachRow&insert_deduplication_token=t{}", id), row(id));
-      if (response && response->status == 200) {
-        std::lock_guard lock(mu_);
-        acknowledged_.insert(id);
-        return;
-      }
-      if (response) {
-        auto body = json::parse(response->body, nullptr, false);
-        std::lock_guard lock(mu_);
-        if (!body.is_discarded()) codes_.insert(body.value("error", ""));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (stop && attempt >= 400) break;
+  // Two writers of single rows that retry each with its token on the replicas in turn.
+  std::unique_ptr<RetryingWriters> startWriters() {
+    RetryingWritersOptions options;
+    for (auto& [name, replica] : replicas_) {
+      options.replicas.push_back(ReplicaEndpoint{"127.0.0.1", replica->httpPort()});
     }
+    options.row = row;
+    options.first_id = 1000;
+    options.block_sizes = {1};
+    options.writers = 2;
+    options.retry_pause = std::chrono::milliseconds(20);
+    auto writers = std::make_unique<RetryingWriters>(options);
+    writers->start();
+    return writers;
   }
 
   std::multiset<uint64_t> idsOn(LocalReplica& replica) {
-    std::multiset<uint64_t> ids;
     auto selected = replica.get("/select?format=TSV");
     EXPECT_TRUE(selected && selected->status == 200);
-    if (!selected || selected->status != 200) return ids;
-    for (std::size_t start = 0; start < selected->body.size();) {
-      const std::size_t end = selected->body.find('\n', start);
-      ids.insert(
-          std::stoull(selected->body.substr(start, selected->body.find('\t', start) - start)));
-      start = end == std::string::npos ? selected->body.size() : end + 1;
-    }
-    return ids;
+    if (!selected || selected->status != 200) return {};
+    return firstColumnIds(selected->body);
   }
-
-  std::mutex mu_;
-  std::set<uint64_t> acknowledged_;  // guarded by mu_
-  std::set<std::string> codes_;      // guarded by mu_
 };
 
 TEST_F(TableSwapProcesses, AStuckTableMovesToTheNextGenerationAndTakesInsertsAgain) {
   for (const char* name : {"r1", "r2", "r3"}) addReplica(name);
   const std::string root = "/rtable/tables/" + table_;
+  // Ids from 0 here; the writers' start at 1000 (RetryingWritersOptions::first_id).
+  std::set<uint64_t> acknowledged;
   for (uint64_t id = 0; id < 30; ++id) {
     insert(*replicas_.begin()->second, row(id));
-    acknowledged_.insert(id);
+    acknowledged.insert(id);
   }
   expectConverged();
 
   // Three creates left in generation 1's log: the writers use them up, and it is stuck.
   ASSERT_TRUE(zookeeper().setSequentialCounter(root + "/1/log", 2147483645));
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> next_id{1000};
-  std::vector<std::thread> writers;
-  for (int w = 0; w < 2; ++w) {
-    writers.emplace_back([&] {
-      while (!stop) insertRetrying(next_id++, stop);
-    });
-  }
-  ASSERT_TRUE(waitFor(
-      [&] {
-        std::lock_guard lock(mu_);
-        return codes_.contains("LOG_COUNTER_EXHAUSTED");
-      },
-      std::chrono::seconds(60)))
+  auto writers = startWriters();
+  ASSERT_TRUE(waitFor([&] { return writers->errorCodes().contains("LOG_COUNTER_EXHAUSTED"); },
+                      std::chrono::seconds(60)))
       << "the log never ran out";
 
   auto keeper = zookeeper().connect();
@@ -123,25 +99,16 @@ TEST_F(TableSwapProcesses, AStuckTableMovesToTheNextGenerationAndTakesInsertsAga
   std::printf("table swap of a stuck table with 3 replicas: %.2f s\n", took);
 
   // Inserts succeed again, in generation 2.
-  const std::size_t before = [&] {
-    std::lock_guard lock(mu_);
-    return acknowledged_.size();
-  }();
-  EXPECT_TRUE(waitFor(
-      [&] {
-        std::lock_guard lock(mu_);
-        return acknowledged_.size() >= before + 20;
-      },
-      std::chrono::seconds(60)));
-  stop = true;
-  for (auto& writer : writers) writer.join();
-  {
-    std::lock_guard lock(mu_);
-    EXPECT_TRUE(codes_.contains("TABLE_SWAP_IN_PROGRESS") || codes_.contains("UNAVAILABLE"))
-        << "no insert met the pause";
-  }
+  const std::size_t before = writers->acknowledgedBlocks();
+  EXPECT_TRUE(waitFor([&] { return writers->acknowledgedBlocks() >= before + 20; },
+                      std::chrono::seconds(60)));
+  ASSERT_TRUE(writers->stop()) << "an insert was never acknowledged";
+  const std::set<std::string> codes = writers->errorCodes();
+  EXPECT_TRUE(codes.contains("TABLE_SWAP_IN_PROGRESS") || codes.contains("UNAVAILABLE"))
+      << "no insert met the pause";
+  for (uint64_t id : writers->acknowledged()) acknowledged.insert(id);
   const ReplicaContents common = expectConverged();
-  const std::multiset<uint64_t> expected(acknowledged_.begin(), acknowledged_.end());
+  const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
   for (auto& [name, replica] : replicas_) {
     auto state = replica->get("/replica");
     ASSERT_TRUE(state && state->status == 200);
@@ -161,16 +128,15 @@ TEST_F(TableSwapProcesses, AReplicaKilledDuringThePauseOrTheAttachRejoinsAndTheS
   for (const char* name : {"r1", "r2", "r3"}) addReplica(name);
   const std::string root = "/rtable/tables/" + table_;
   // Rows in several months: parts in several partitions, so the attach takes several entries.
+  // (A relaunched replica has new ports: the writers' requests to its old one fail and go on to
+  // the next replica.)
+  std::set<uint64_t> acknowledged;
   for (uint64_t id = 0; id < 40; ++id) {
     insert(*replicas_.begin()->second, row(id));
-    acknowledged_.insert(id);
+    acknowledged.insert(id);
   }
   expectConverged();
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> next_id{1000};
-  std::thread writer([&] {
-    while (!stop) insertRetrying(next_id++, stop);
-  });
+  auto writers = startWriters();
 
   auto keeper = zookeeper().connect();
   ASSERT_TRUE(keeper) << keeper.error().toString();
@@ -212,21 +178,14 @@ TEST_F(TableSwapProcesses, AReplicaKilledDuringThePauseOrTheAttachRejoinsAndTheS
   EXPECT_FALSE(progress.aborted) << fmt::format("{}", fmt::join(said, "\n"));
   EXPECT_EQ(killed.size(), 2u) << fmt::format("{}", fmt::join(killed, ", "));
 
-  const std::size_t before = [&] {
-    std::lock_guard lock(mu_);
-    return acknowledged_.size();
-  }();
-  EXPECT_TRUE(waitFor(
-      [&] {
-        std::lock_guard lock(mu_);
-        return acknowledged_.size() >= before + 10;
-      },
-      std::chrono::seconds(60)))
+  const std::size_t before = writers->acknowledgedBlocks();
+  EXPECT_TRUE(waitFor([&] { return writers->acknowledgedBlocks() >= before + 10; },
+                      std::chrono::seconds(60)))
       << "no insert succeeded after the swap";
-  stop = true;
-  writer.join();
+  ASSERT_TRUE(writers->stop()) << "an insert was never acknowledged";
+  for (uint64_t id : writers->acknowledged()) acknowledged.insert(id);
   expectConverged();
-  const std::multiset<uint64_t> expected(acknowledged_.begin(), acknowledged_.end());
+  const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
   for (auto& [name, replica] : replicas_) {
     auto state = replica->get("/replica");
     ASSERT_TRUE(state && state->status == 200);

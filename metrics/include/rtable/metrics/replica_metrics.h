@@ -2,6 +2,9 @@
 // namespace; every series carries the labels table, replica and generation.
 //
 // Thread safety: prometheus-cpp metrics may be updated from any thread.
+// Lifetime: the registry outlives the ReplicaMetrics; destroying one removes every series it added
+// (a closed generation stops reporting: its stale headroom would keep the alert firing). At most
+// one ReplicaMetrics of the same labels lives in a registry at a time.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -10,8 +13,10 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace rtable::metrics {
@@ -25,7 +30,17 @@ struct ReplicaLabels {
 class ReplicaMetrics {
  public:
   ReplicaMetrics(prometheus::Registry& registry, const ReplicaLabels& labels);
+  ~ReplicaMetrics();
+  ReplicaMetrics(const ReplicaMetrics&) = delete;
+  ReplicaMetrics& operator=(const ReplicaMetrics&) = delete;
 
+ private:
+  // Declared first: the metric members below record their removal here as they are initialized.
+  // Keyed by the series, so a series added twice is removed once. Guarded by removals_mu_.
+  std::mutex removals_mu_;
+  std::map<const void*, std::function<void()>> removals_;
+
+ public:
   // The table's log counter (DESIGN.md 2.5).
   prometheus::Gauge& log_max_index;
   prometheus::Gauge& log_counter;
