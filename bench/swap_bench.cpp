@@ -264,10 +264,8 @@ RtableResult runRtable(int n) {
     if (progress.ended || (progress.plan && progress.plan->step != step)) {
       // The acknowledgements of the step that just ended, for where the time went.
       for (const auto& ack : progress.acknowledgements) {
-        if ((step == SwapStep::kAttach || step == SwapStep::kPreattach) &&
-            ack.find("attached") != std::string::npos) {
-          r.attach_ack += (r.attach_ack.empty() ? "" : "; ") + ack;
-        }
+        if (step == SwapStep::kAttach && ack.find("attached") != std::string::npos)
+          r.attach_ack = ack;
         if (step == SwapStep::kVerify) r.verify_acks.push_back(ack);
       }
       const auto now = Clock::now();
@@ -590,10 +588,8 @@ int main(int argc, char** argv) {
     line("longest gap between two acknowledged inserts",
          [](const RtableResult& r) { return r.longest_gap_s; });
     line("(the writer's median insert)", [](const RtableResult& r) { return r.writer_median_s; });
-    for (SwapStep step :
-         {SwapStep::kOpen, SwapStep::kFreeze, SwapStep::kPreattach, SwapStep::kPrefetch,
-          SwapStep::kPause, SwapStep::kDrain, SwapStep::kAttach, SwapStep::kVerify,
-          SwapStep::kSwitch, SwapStep::kCleanup}) {
+    for (SwapStep step : {SwapStep::kOpen, SwapStep::kPause, SwapStep::kDrain, SwapStep::kAttach,
+                          SwapStep::kVerify, SwapStep::kSwitch, SwapStep::kCleanup}) {
       line(fmt::format("step {}", rtable::core::swapStepName(step)), [&](const RtableResult& r) {
         double total = 0;
         for (const auto& [s, t] : r.steps) total += s == step ? t : 0;

@@ -328,15 +328,6 @@ std::size_t ReplicationQueue::executing(QueueAction action) const {
                                                 [&](const auto& e) { return e.second == action; }));
 }
 
-std::vector<std::string> ReplicationQueue::slotHolders() const {
-  std::vector<std::string> holders;
-  for (const auto& [node, action] : executing_) {
-    holders.push_back(fmt::format("{}: {}{}", node, queueActionName(action),
-                                  contains(node) ? "" : " (not queued)"));
-  }
-  return holders;
-}
-
 bool ReplicationQueue::coveredByQueuedEntry(const PartName& part) const {
   for (const auto& queued : entries_) {
     auto produced = partOf(queued.entry.new_part_name);

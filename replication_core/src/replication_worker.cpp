@@ -1250,17 +1250,6 @@ std::expected<std::string, InsertError> ReplicationWorker::dropPartition(
 }
 
 bool ReplicationWorker::syncQueue(std::chrono::milliseconds timeout) {
-  return syncEntries(timeout, [](const LogEntry&) { return true; });
-}
-
-bool ReplicationWorker::syncPartRemovals(std::chrono::milliseconds timeout) {
-  return syncEntries(timeout, [](const LogEntry& entry) {
-    return entry.type == LogEntry::Type::kMergeParts || entry.type == LogEntry::Type::kDropRange;
-  });
-}
-
-bool ReplicationWorker::syncEntries(std::chrono::milliseconds timeout,
-                                    const std::function<bool(const LogEntry&)>& which) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::shared_ptr<Keeper> keeper = session_.current();
   if (!keeper) return false;
@@ -1269,9 +1258,7 @@ bool ReplicationWorker::syncEntries(std::chrono::milliseconds timeout,
   std::set<std::string> waiting;
   {
     std::lock_guard lock(queue_mu_);
-    for (const auto& entry : queue_.entries()) {
-      if (which(entry.entry)) waiting.insert(entry.node_name);
-    }
+    for (const auto& entry : queue_.entries()) waiting.insert(entry.node_name);
   }
   wake();
   std::unique_lock lock(queue_mu_);
@@ -1298,7 +1285,6 @@ QueueState ReplicationWorker::queueState() const {
   for (auto action : {QueueAction::kFetch, QueueAction::kMerge, QueueAction::kDropRange}) {
     state.executing[std::string(queueActionName(action))] = queue_.executing(action);
   }
-  state.slot_holders = queue_.slotHolders();
   return state;
 }
 

@@ -330,33 +330,7 @@ std::expected<void, std::string> TableHost::apply(Keeper& keeper, const SwapPlan
   }
   switch (plan.step) {
     case SwapStep::kOpen:
-      from->freezeMerges(false);  // opened frozen; merges go on until the freeze
-      return acknowledge(keeper, plan, "ok");
-    case SwapStep::kFreeze:
-      from->freezeMerges(true);
-      return acknowledge(keeper, plan, "ok");
-    case SwapStep::kPreattach: {
-      if (plan.attacher != spec_.replica) return {};
-      // Every replica has frozen: the merges of `from`'s log so far are the last ones, and once
-      // they are executed here the parts attached now are never merged away in `from`. (Inserts'
-      // fetches go on: their parts are attached at the attach step.)
-      if (!from->syncPartRemovals(kDrainWait)) {
-        return std::unexpected(
-            fmt::format("generation {}'s merges are not all executed yet", plan.from));
-      }
-      auto attached = to->attachPartsOf(*from);
-      if (!attached) {
-        (void)acknowledge(keeper, plan, "error: " + attached.error());
-        return std::unexpected(attached.error());
-      }
-      return acknowledge(
-          keeper, plan,
-          fmt::format("ok: {} parts attached ({} before)", attached->attached, attached->already));
-    }
-    case SwapStep::kPrefetch:
-      if (!to->syncQueue(kDrainWait)) {
-        return std::unexpected(fmt::format("generation {}'s queue is not drained yet", plan.to));
-      }
+      from->freezeMerges(false);  // opened frozen; merges go on until the pause
       return acknowledge(keeper, plan, "ok");
     case SwapStep::kPause:
       return acknowledge(keeper, plan, "ok");
@@ -434,7 +408,7 @@ void TableHost::followLoop() {
       wake_requested_ = false;
     }
     if (auto followed = follow(); !followed) {
-      spdlog::info("table swap: {}", followed.error());
+      spdlog::debug("table swap: {}", followed.error());
       // Waiting (a queue to drain, active to move): look again soon.
       std::unique_lock lock(wake_mu_);
       wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; });

@@ -220,7 +220,6 @@ ReplicaState TableReplica::state() {
   state.queue = std::move(queue.entries);
   state.postponed = std::move(queue.postponed);
   state.executing = std::move(queue.executing);
-  state.slot_holders = std::move(queue.slot_holders);
   state.lost = worker_->lost();
   std::shared_ptr<Keeper> keeper = session_.current();
   state.readonly = keeper == nullptr;

@@ -14,11 +14,8 @@
 namespace rtable::core {
 namespace {
 
-constexpr std::array<std::pair<SwapStep, std::string_view>, 11> kSteps = {{
+constexpr std::array<std::pair<SwapStep, std::string_view>, 8> kSteps = {{
     {SwapStep::kOpen, "open"},
-    {SwapStep::kFreeze, "freeze"},
-    {SwapStep::kPreattach, "preattach"},
-    {SwapStep::kPrefetch, "prefetch"},
     {SwapStep::kPause, "pause"},
     {SwapStep::kDrain, "drain"},
     {SwapStep::kAttach, "attach"},
@@ -180,21 +177,7 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
   if (!replicas && !removing_from) return std::unexpected(replicas.error());
   std::vector<std::string> required = replicas ? replicas->names : std::vector<std::string>{};
   std::sort(required.begin(), required.end());
-  if (plan.step == SwapStep::kAttach || plan.step == SwapStep::kPreattach) {
-    required = {plan.attacher};
-  }
-  // The replica that attaches: the first (by name) live in generation `to`, the one that
-  // pre-attached when it still is. Empty: none is.
-  auto chooseAttacher = [&]() -> KeeperResult<std::string> {
-    std::vector<std::string> candidates = required;
-    if (!plan.attacher.empty()) candidates.insert(candidates.begin(), plan.attacher);
-    for (const auto& replica : candidates) {
-      auto live = keeper_.exists(to.replicaRoot(replica) + "/is_active");
-      if (!live) return std::unexpected(live.error());
-      if (*live) return replica;
-    }
-    return std::string();
-  };
+  if (plan.step == SwapStep::kAttach) required = {plan.attacher};
   std::string error;
   for (const auto& replica : required) {
     auto ack = keeper_.get(swapAckPath(root_, plan.step, replica));
@@ -229,30 +212,26 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
   SwapPlan next = plan;
   switch (plan.step) {
     case SwapStep::kOpen:
-      next.step = SwapStep::kFreeze;
-      break;
-    case SwapStep::kFreeze:
-    case SwapStep::kDrain: {
-      next.step = plan.step == SwapStep::kFreeze ? SwapStep::kPreattach : SwapStep::kAttach;
-      auto attacher = chooseAttacher();
-      if (!attacher) return std::unexpected(attacher.error());
-      if (attacher->empty()) {
-        progress.waiting_for =
-            fmt::format("no replica is live in generation {} to attach", plan.to);
-        return progress;
-      }
-      next.attacher = *attacher;
-      break;
-    }
-    case SwapStep::kPreattach:
-      next.step = SwapStep::kPrefetch;
-      break;
-    case SwapStep::kPrefetch:
       next.step = SwapStep::kPause;
       next.paused_ms = now_ms_();
       break;
     case SwapStep::kPause:
       next.step = SwapStep::kDrain;
+      break;
+    case SwapStep::kDrain:
+      next.step = SwapStep::kAttach;
+      for (const auto& replica : required) {
+        auto live = keeper_.exists(to.replicaRoot(replica) + "/is_active");
+        if (live && *live) {
+          next.attacher = replica;
+          break;
+        }
+      }
+      if (next.attacher.empty()) {
+        progress.waiting_for =
+            fmt::format("no replica is live in generation {} to attach", plan.to);
+        return progress;
+      }
       break;
     case SwapStep::kAttach:
       next.step = SwapStep::kVerify;
@@ -300,7 +279,7 @@ KeeperResult<SwapProgress> SwapDriver::advance() {
   if (auto set = setStep(next, node->stat.version); !set) return std::unexpected(set.error());
   progress.plan = next;
   progress.waiting_for =
-      next.step == SwapStep::kAttach || next.step == SwapStep::kPreattach
+      next.step == SwapStep::kAttach
           ? fmt::format("waiting for replica {} to attach", next.attacher)
           : fmt::format("waiting for every replica to acknowledge {}", swapStepName(next.step));
   return progress;

@@ -502,8 +502,8 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomStartsATableSwapAndEachStepIsShown) {
       core::CreateMode::kPersistent));
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   recovery = get(replicatedTables(), "events")["status"]["recovery"];
-  EXPECT_EQ(recovery["step"], "freeze");
-  EXPECT_EQ(recovery["message"], "waiting for every replica to acknowledge freeze");
+  EXPECT_EQ(recovery["step"], "pause");
+  EXPECT_EQ(recovery["message"], "waiting for every replica to acknowledge pause");
   EXPECT_EQ(events_.withReason("SwapStep").size(), 1u);
   EXPECT_EQ(events_.withReason("SwapStarted").size(), 1u);  // not started again
 
@@ -666,12 +666,12 @@ TEST_F(ReconcilerWithZooKeeper, AStuckLogSwapsAndTheSwapsFiguresAreExported) {
     ASSERT_TRUE(acked || acked.error().code == core::KeeperCode::kNodeExists);
     now_ += std::chrono::seconds(1);
   }
-  EXPECT_EQ(steps, (std::vector<std::string>{"open", "freeze", "preattach", "prefetch", "pause",
-                                             "drain", "attach", "verify", "switch", "cleanup"}));
+  EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify", "switch",
+                                             "cleanup"}));
   const json recovery = get(replicatedTables(), "events")["status"]["recovery"];
   EXPECT_EQ(recovery["result"], "Succeeded");
-  // Begun at the first call, paused at the fifth, switched at the ninth, ended at the eleventh.
-  EXPECT_EQ(recovery["durationSeconds"], 10.0);
+  // Begun at the first call, paused at the second, switched at the sixth, ended at the eighth.
+  EXPECT_EQ(recovery["durationSeconds"], 7.0);
   EXPECT_EQ(recovery["writePauseSeconds"], 4.0);
   EXPECT_EQ(get(replicatedTables(), "events")["status"]["activeGeneration"], 2);
 
@@ -679,7 +679,7 @@ TEST_F(ReconcilerWithZooKeeper, AStuckLogSwapsAndTheSwapsFiguresAreExported) {
   EXPECT_EQ(value("rtable_table_swap_running", {}), 0.0);
   EXPECT_EQ(value("rtable_table_swaps_total", {{"result", "Succeeded"}}), 1.0);
   EXPECT_EQ(value("rtable_table_swaps_total", {{"result", "Aborted"}}), 0.0);
-  EXPECT_EQ(value("rtable_table_swap_duration_seconds", {}), 10.0);  // the histogram's sum
+  EXPECT_EQ(value("rtable_table_swap_duration_seconds", {}), 7.0);  // the histogram's sum
   EXPECT_EQ(value("rtable_table_swap_write_pause_seconds", {}), 4.0);
   // The next reconcile reads generation 2's counters; generation 1's series are gone.
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));

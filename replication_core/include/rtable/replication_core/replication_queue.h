@@ -129,9 +129,6 @@ class ReplicationQueue {
   const std::map<PartName, std::string>& futureParts() const { return future_parts_; }
   uint64_t postponedCount(PostponeReason reason) const;
   std::size_t executing(QueueAction action) const;
-  // The entries holding a pool slot now, "<node>: <action>" (a slot held by no queued entry
-  // would be a leak).
-  std::vector<std::string> slotHolders() const;
   // Whether `part` is produced or covered by an entry in the queue (a merge must not take it).
   bool coveredByQueuedEntry(const PartName& part) const;
 

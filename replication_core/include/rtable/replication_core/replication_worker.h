@@ -82,7 +82,6 @@ struct QueueState {
   std::vector<QueueEntry> entries;               // in execution order
   std::map<std::string, uint64_t> postponed;     // postponements so far, by reason
   std::map<std::string, std::size_t> executing;  // entries executing now, by action
-  std::vector<std::string> slot_holders;         // ReplicationQueue::slotHolders
 };
 
 class ReplicationWorker {
@@ -137,9 +136,6 @@ class ReplicationWorker {
   // Waits until every log entry that exists now has been executed here (POST /sync). False when
   // `timeout` passed first.
   bool syncQueue(std::chrono::milliseconds timeout);
-  // The same for the entries that remove parts (merges, drops) only: the table swap's preattach
-  // waits for the merges assigned before the freeze while inserts' fetches go on.
-  bool syncPartRemovals(std::chrono::milliseconds timeout);
   // "" when virtual_parts = current parts + queue holds, else what differs.
   std::string checkQueueInvariant() const;
   QueueState queueState() const;
@@ -196,9 +192,6 @@ class ReplicationWorker {
   // them here. While every pool slot is taken, nothing is selected: a slot that frees up wakes the
   // background, which looks again. Returns the merges executed here.
   std::size_t scheduleQueue(bool inline_execution);
-  // Waits until the queued entries `which` picks (after a pull) have left the queue.
-  bool syncEntries(std::chrono::milliseconds timeout,
-                   const std::function<bool(const LogEntry&)>& which);
   // The table swap's attach (attachParts), in steps: a part allocated a block number here is
   // linked in and its log entry made ready; then committed, alone or in a batch's multi.
   struct PreparedAttach {

@@ -51,7 +51,6 @@ struct ReplicaState {
   std::vector<QueueEntry> queue;                 // in execution order
   std::map<std::string, uint64_t> postponed;     // postponements so far, by reason
   std::map<std::string, std::size_t> executing;  // entries executing now, by action
-  std::vector<std::string> slot_holders;         // "<node>: <action>" (ReplicationQueue)
 };
 
 struct TableReplicaOptions {
@@ -103,7 +102,6 @@ class TableReplica {
 
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.
   std::vector<DataPartPtr> activeParts() const { return store_->activeParts(); }
-  DataPartPtr activePart(const PartName& name) const { return store_->activePart(name); }
   uint64_t rowCount() const { return store_->rowCount(); }
   // Inserts can commit: a live ZooKeeper session (renewed if it expired), and not lost (a lost
   // replica takes none until cloned). No request to ZooKeeper while the session lives, so a
@@ -120,9 +118,6 @@ class TableReplica {
   // so that the log can be trimmed past its pointer. kBadRequest for this replica itself, for a
   // replica that is still active, or for an unknown one.
   std::expected<void, InsertError> dropReplica(const std::string& replica);
-  bool syncPartRemovals(std::chrono::milliseconds timeout) {
-    return worker_->syncPartRemovals(timeout);
-  }
   bool syncQueue(std::chrono::milliseconds timeout) { return worker_->syncQueue(timeout); }
   void freezeMerges(bool frozen) { worker_->freezeMerges(frozen); }
   // Stops background work, writes held parts out and closes the session, then removes this

@@ -6,19 +6,12 @@
 //
 // Steps, in order (each idempotent; a replica that restarts mid-swap catches up to the current
 // one before it serves anything):
-//   open       every replica opens generation `to` beside `from` (same schema, fresh counters)
-//   freeze     every replica stops assigning merges in `from` (inserts go on): from now on parts
-//              of `from` are only added, never merged away
-//   preattach  the `attacher` executes `from`'s log so far (the merges assigned before the
-//              freeze) and attaches its parts into `to`, while inserts go on
-//   prefetch   every replica has executed `to`'s log: the pre-attached parts are everywhere
-//   pause      every replica refuses inserts into `from` (503, Retry-After) once those in flight
-//              are done
-//   drain      every replica has executed every entry of `from`'s log: all hold the same parts
-//   attach     the `attacher` attaches the parts of `from` it has not yet (those inserted since
-//              the preattach; the rest are found by their dedup ids) and copies `from`'s dedup
-//              window into `to`
-// The write pause is pause to switch, and covers only the parts inserted during the preattach.
+//   open     every replica opens generation `to` beside `from` (same schema, fresh counters)
+//   pause    every replica refuses inserts into `from` (503, Retry-After) once those in flight
+//            are done, and `from` assigns no more merges
+//   drain    every replica has executed every entry of `from`'s log: all hold the same parts
+//   attach   the `attacher` attaches its parts of `from` into `to` (hard links, `attach` log
+//            entries) and copies `from`'s dedup window into `to`
 //   verify   every replica has executed `to`'s log, and its parts of `to` have the checksums and
 //            rows of its parts of `from`
 //   switch   the driver has set <root>/active to `to`; replicas serve `to` and take inserts again
@@ -38,20 +31,7 @@
 
 namespace rtable::core {
 
-// In the order they run (comparisons rely on it); abort last.
-enum class SwapStep {
-  kOpen,
-  kFreeze,
-  kPreattach,
-  kPrefetch,
-  kPause,
-  kDrain,
-  kAttach,
-  kVerify,
-  kSwitch,
-  kCleanup,
-  kAbort
-};
+enum class SwapStep { kOpen, kPause, kDrain, kAttach, kVerify, kSwitch, kCleanup, kAbort };
 
 std::string_view swapStepName(SwapStep step);
 std::optional<SwapStep> parseSwapStep(std::string_view name);
