@@ -436,10 +436,7 @@ class ReplicaHttpServer::Impl {
                                       generation, spec_.replica));
       }
     }
-    DataPartPtr part;
-    for (auto& active : table->activeParts()) {
-      if (active->name == *part_name) part = std::move(active);
-    }
+    DataPartPtr part = table->activePart(*part_name);
     if (!part) {
       return replyError(request, 404, "NOT_FOUND",
                         fmt::format("part {} is not active on replica {}", name, spec_.replica));

@@ -172,6 +172,12 @@ std::vector<DataPartPtr> PartStore::activeParts() const {
   return parts;
 }
 
+DataPartPtr PartStore::activePart(const PartName& name) const {
+  std::lock_guard lock(mu_);
+  auto it = active_.find(name);
+  return it == active_.end() ? nullptr : it->second;
+}
+
 std::vector<PartName> PartStore::activeNames() const {
   std::lock_guard lock(mu_);
   std::vector<PartName> names;

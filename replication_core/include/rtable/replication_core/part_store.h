@@ -113,6 +113,8 @@ class PartStore {
       const std::set<std::string>& committed, const std::vector<JournaledPart>& other_copies);
 
   std::vector<DataPartPtr> activeParts() const;
+  // One active part by name (null: not active here): a part fetch looks up one of thousands.
+  DataPartPtr activePart(const PartName& name) const;
   std::vector<PartName> activeNames() const;
   uint64_t rowCount() const;
   std::vector<PartName> partsCoveredBy(const PartName& part) const;

@@ -102,6 +102,7 @@ class TableReplica {
 
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.
   std::vector<DataPartPtr> activeParts() const { return store_->activeParts(); }
+  DataPartPtr activePart(const PartName& name) const { return store_->activePart(name); }
   uint64_t rowCount() const { return store_->rowCount(); }
   // Inserts can commit: a live ZooKeeper session (renewed if it expired), and not lost (a lost
   // replica takes none until cloned). No request to ZooKeeper while the session lives, so a
