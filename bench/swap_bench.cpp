@@ -512,6 +512,24 @@ std::string figure(bool ran, bool ok, double value) {
   return fmt::format("{:.2f}", value);
 }
 
+// A Markdown table's title and head: one column per table size.
+void printTableHead(const std::string& title, const std::vector<int>& sizes) {
+  fmt::print("\n{}\n\n| measure |", title);
+  for (int n : sizes) fmt::print(" {} parts |", n);
+  fmt::print("\n| --- |");
+  for (std::size_t i = 0; i < sizes.size(); ++i) fmt::print(" ---: |");
+  fmt::print("\n");
+}
+
+// One row: `value` of each size's result.
+template <typename Results, typename Value>
+void printLine(const std::string& label, const std::vector<int>& sizes, Results& results,
+               const Value& value) {
+  fmt::print("| {} |", label);
+  for (int n : sizes) fmt::print(" {} |", figure(true, results[n].ok, value(results[n])));
+  fmt::print("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -572,16 +590,8 @@ int main(int argc, char** argv) {
   bool ok = true;
   fmt::print("\n{}\n", command);
   if (!rt.empty()) {
-    fmt::print("\nrtable-core, 3 replicas (seconds)\n\n| measure |");
-    for (int n : sizes) fmt::print(" {} parts |", n);
-    fmt::print("\n| --- |");
-    for (std::size_t i = 0; i < sizes.size(); ++i) fmt::print(" ---: |");
-    fmt::print("\n");
-    auto line = [&](const std::string& label, auto value) {
-      fmt::print("| {} |", label);
-      for (int n : sizes) fmt::print(" {} |", figure(true, rt[n].ok, value(rt[n])));
-      fmt::print("\n");
-    };
+    printTableHead("rtable-core, 3 replicas (seconds)", sizes);
+    auto line = [&](const std::string& label, auto value) { printLine(label, sizes, rt, value); };
     line("whole swap (begin to ended)", [](const RtableResult& r) { return r.swap_s; });
     line("write pause (plan: switched - paused)",
          [](const RtableResult& r) { return r.plan_pause_s; });
@@ -610,16 +620,8 @@ int main(int argc, char** argv) {
     }
   }
   if (!ch.empty()) {
-    fmt::print("\nClickHouse 18.16, 3 replicas, seed 002's procedure (seconds)\n\n| measure |");
-    for (int n : sizes) fmt::print(" {} parts |", n);
-    fmt::print("\n| --- |");
-    for (std::size_t i = 0; i < sizes.size(); ++i) fmt::print(" ---: |");
-    fmt::print("\n");
-    auto line = [&](const std::string& label, auto value) {
-      fmt::print("| {} |", label);
-      for (int n : sizes) fmt::print(" {} |", figure(true, ch[n].ok, value(ch[n])));
-      fmt::print("\n");
-    };
+    printTableHead("ClickHouse 18.16, 3 replicas, seed 002's procedure (seconds)", sizes);
+    auto line = [&](const std::string& label, auto value) { printLine(label, sizes, ch, value); };
     line("whole procedure (CREATE to DROP)", [](const ClickHouseResult& r) { return r.total_s; });
     line("write pause (attach to the last RENAME)",
          [](const ClickHouseResult& r) { return r.pause_s; });

@@ -54,18 +54,48 @@ class TableSwapProcesses : public ReplicationCluster {
     if (!selected || selected->status != 200) return {};
     return firstColumnIds(selected->body);
   }
+
+  // Three replicas r1..r3 holding rows 0..rows-1 (ids below the writers' first_id); those ids.
+  std::set<uint64_t> startWithRows(uint64_t rows) {
+    for (const char* name : {"r1", "r2", "r3"}) addReplica(name);
+    std::set<uint64_t> acknowledged;
+    for (uint64_t id = 0; id < rows; ++id) {
+      insert(*replicas_.begin()->second, row(id));
+      acknowledged.insert(id);
+    }
+    expectConverged();
+    return acknowledged;
+  }
+
+  // After the swap: inserts are acknowledged again, then every replica serves generation 2 and
+  // holds every acknowledged row (`acknowledged` and the writers') exactly once. The converged
+  // contents.
+  ReplicaContents expectGeneration2WithEveryRowOnce(RetryingWriters& writers,
+                                                    std::set<uint64_t> acknowledged,
+                                                    std::size_t inserts_after) {
+    const std::size_t before = writers.acknowledgedBlocks();
+    EXPECT_TRUE(waitFor([&] { return writers.acknowledgedBlocks() >= before + inserts_after; },
+                        std::chrono::seconds(60)))
+        << "no insert succeeded after the swap";
+    EXPECT_TRUE(writers.stop()) << "an insert was never acknowledged";
+    for (uint64_t id : writers.acknowledged()) acknowledged.insert(id);
+    const ReplicaContents common = expectConverged();
+    const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
+    for (auto& [name, replica] : replicas_) {
+      auto state = replica->get("/replica");
+      EXPECT_TRUE(state && state->status == 200) << name;
+      if (!state || state->status != 200) continue;
+      EXPECT_EQ(json::parse(state->body)["generation"], 2) << name;
+      EXPECT_EQ(idsOn(*replica), expected) << name;
+    }
+    EXPECT_EQ(common.rows, expected.size());
+    return common;
+  }
 };
 
 TEST_F(TableSwapProcesses, AStuckTableMovesToTheNextGenerationAndTakesInsertsAgain) {
-  for (const char* name : {"r1", "r2", "r3"}) addReplica(name);
+  const std::set<uint64_t> acknowledged = startWithRows(30);
   const std::string root = "/rtable/tables/" + table_;
-  // Ids from 0 here; the writers' start at 1000 (RetryingWritersOptions::first_id).
-  std::set<uint64_t> acknowledged;
-  for (uint64_t id = 0; id < 30; ++id) {
-    insert(*replicas_.begin()->second, row(id));
-    acknowledged.insert(id);
-  }
-  expectConverged();
 
   // Three creates left in generation 1's log: the writers use them up, and it is stuck.
   ASSERT_TRUE(zookeeper().setSequentialCounter(root + "/1/log", 2147483645));
@@ -99,23 +129,10 @@ TEST_F(TableSwapProcesses, AStuckTableMovesToTheNextGenerationAndTakesInsertsAga
   std::printf("table swap of a stuck table with 3 replicas: %.2f s\n", took);
 
   // Inserts succeed again, in generation 2.
-  const std::size_t before = writers->acknowledgedBlocks();
-  EXPECT_TRUE(waitFor([&] { return writers->acknowledgedBlocks() >= before + 20; },
-                      std::chrono::seconds(60)));
-  ASSERT_TRUE(writers->stop()) << "an insert was never acknowledged";
+  expectGeneration2WithEveryRowOnce(*writers, acknowledged, 20);
   const std::set<std::string> codes = writers->errorCodes();
   EXPECT_TRUE(codes.contains("TABLE_SWAP_IN_PROGRESS") || codes.contains("UNAVAILABLE"))
       << "no insert met the pause";
-  for (uint64_t id : writers->acknowledged()) acknowledged.insert(id);
-  const ReplicaContents common = expectConverged();
-  const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
-  for (auto& [name, replica] : replicas_) {
-    auto state = replica->get("/replica");
-    ASSERT_TRUE(state && state->status == 200);
-    EXPECT_EQ(json::parse(state->body)["generation"], 2) << name;
-    EXPECT_EQ(idsOn(*replica), expected) << name;
-  }
-  EXPECT_EQ(common.rows, expected.size());
   auto old_tree = (*keeper)->exists(root + "/1");
   ASSERT_TRUE(old_tree);
   EXPECT_FALSE(*old_tree);
@@ -125,17 +142,11 @@ TEST_F(TableSwapProcesses, AStuckTableMovesToTheNextGenerationAndTakesInsertsAga
 // each comes back (its swap state read from ZooKeeper), the swap ends on generation 2, and every
 // acknowledged row is on every replica exactly once (a part attached twice would show twice).
 TEST_F(TableSwapProcesses, AReplicaKilledDuringThePauseOrTheAttachRejoinsAndTheSwapEnds) {
-  for (const char* name : {"r1", "r2", "r3"}) addReplica(name);
-  const std::string root = "/rtable/tables/" + table_;
   // Rows in several months: parts in several partitions, so the attach takes several entries.
   // (A relaunched replica has new ports: the writers' requests to its old one fail and go on to
   // the next replica.)
-  std::set<uint64_t> acknowledged;
-  for (uint64_t id = 0; id < 40; ++id) {
-    insert(*replicas_.begin()->second, row(id));
-    acknowledged.insert(id);
-  }
-  expectConverged();
+  const std::set<uint64_t> acknowledged = startWithRows(40);
+  const std::string root = "/rtable/tables/" + table_;
   auto writers = startWriters();
 
   auto keeper = zookeeper().connect();
@@ -178,20 +189,7 @@ TEST_F(TableSwapProcesses, AReplicaKilledDuringThePauseOrTheAttachRejoinsAndTheS
   EXPECT_FALSE(progress.aborted) << fmt::format("{}", fmt::join(said, "\n"));
   EXPECT_EQ(killed.size(), 2u) << fmt::format("{}", fmt::join(killed, ", "));
 
-  const std::size_t before = writers->acknowledgedBlocks();
-  EXPECT_TRUE(waitFor([&] { return writers->acknowledgedBlocks() >= before + 10; },
-                      std::chrono::seconds(60)))
-      << "no insert succeeded after the swap";
-  ASSERT_TRUE(writers->stop()) << "an insert was never acknowledged";
-  for (uint64_t id : writers->acknowledged()) acknowledged.insert(id);
-  expectConverged();
-  const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
-  for (auto& [name, replica] : replicas_) {
-    auto state = replica->get("/replica");
-    ASSERT_TRUE(state && state->status == 200);
-    EXPECT_EQ(json::parse(state->body)["generation"], 2) << name;
-    EXPECT_EQ(idsOn(*replica), expected) << name;
-  }
+  expectGeneration2WithEveryRowOnce(*writers, acknowledged, 10);
 }
 
 }  // namespace
