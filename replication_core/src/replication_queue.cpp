@@ -47,6 +47,8 @@ std::string_view queueActionName(QueueAction action) {
       return "merge";
     case QueueAction::kDropRange:
       return "drop_range";
+    case QueueAction::kAttach:
+      return "attach";
   }
   return "unknown";
 }
@@ -138,8 +140,9 @@ ReplicationQueue::Decision ReplicationQueue::shouldExecute(const QueueEntry& que
     case LogEntry::Type::kDropRange:
       return act(QueueAction::kDropRange);
     case LogEntry::Type::kGetPart:
-    case LogEntry::Type::kAttachPart:
       return fetchUnlessPoolFull();  // not here: checked above
+    case LogEntry::Type::kAttachPart:
+      return act(QueueAction::kAttach);
     case LogEntry::Type::kMergeParts: {
       bool all_here = true;
       for (const auto& source_name : entry.source_parts) {

@@ -16,7 +16,7 @@ namespace {
 constexpr auto kFollowPeriod = std::chrono::seconds(2);
 // How long one look waits for a queue to drain before it looks at the plan again.
 constexpr auto kDrainWait = std::chrono::seconds(1);
-constexpr std::size_t kDedupCopyBatch = 100;
+constexpr std::size_t kDedupCopyBatch = 1000;
 
 // What a generation holds, whatever its parts are named: (partition, checksum, rows) of each.
 std::multiset<std::tuple<std::string, std::string, uint64_t>> contents(const TableReplica& table) {

@@ -41,6 +41,12 @@ class InsertProtocol : public ::testing::Test {
     return entry.new_part_name;
   }
 
+  bool exists(const std::string& path) {
+    auto stat = keeper_->exists(path);
+    EXPECT_TRUE(stat) << stat.error().toString();
+    return stat && stat->has_value();
+  }
+
   std::shared_ptr<testing::FakeKeeperServer> server_ = testing::FakeKeeperServer::create();
   std::unique_ptr<Keeper> keeper_ = server_->connect();
   TablePaths paths_{"/rtable/tables/uid", 1, "r1"};
@@ -137,6 +143,39 @@ TEST_F(InsertProtocol, SteadyInsertsCostTwoRequests) {
   const int64_t before = server_->requestCountForTest();
   insert("all", "all_0_2");
   EXPECT_EQ(server_->requestCountForTest() - before, 2);
+}
+
+// The table swap's attach allocates a batch: new partitions' nodes and every lock in one multi.
+TEST_F(InsertProtocol, ManyAllocationsInNewPartitionsCostOneRequest) {
+  const int64_t before = server_->requestCountForTest();
+  auto locks =
+      allocator_.allocateMany(*keeper_, {{"202611", "a1"}, {"202612", "a2"}, {"202612", "a3"}});
+  ASSERT_TRUE(locks) << locks.error().toString();
+  EXPECT_EQ(server_->requestCountForTest() - before, 1);
+  ASSERT_EQ(locks->size(), 3u);
+  EXPECT_EQ((*locks)[0].partition, "202611");
+  EXPECT_EQ((*locks)[2].partition, "202612");
+  EXPECT_NE((*locks)[1].block_number, (*locks)[2].block_number);
+  for (const auto& lock : *locks) EXPECT_TRUE(exists(lock.path)) << lock.path;
+}
+
+// Another allocator made one partition's node meanwhile: the batch still gets its locks.
+TEST_F(InsertProtocol, ManyAllocationsWhereAPartitionNodeExistsStillAllocateEveryLock) {
+  BlockNumberAllocator other{paths_};
+  ASSERT_TRUE(other.allocate(*keeper_, "202612", "b1"));
+  auto locks = allocator_.allocateMany(*keeper_, {{"202611", "a1"}, {"202612", "a2"}});
+  ASSERT_TRUE(locks) << locks.error().toString();
+  ASSERT_EQ(locks->size(), 2u);
+  EXPECT_EQ(keeper_->children(paths_.blockNumbers("202612"))->names.size(), 2u);
+  EXPECT_EQ(keeper_->children(paths_.blockNumbers("202611"))->names.size(), 1u);
+  // An id in the dedup window fails the whole batch: no lock is left (an empty partition node
+  // may be, as an insert's allocation leaves one).
+  insert("202610", "a9");
+  auto refused = allocator_.allocateMany(*keeper_, {{"202609", "a8"}, {"202610", "a9"}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, KeeperCode::kNodeExists);
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("202609"))->names.empty());
+  EXPECT_TRUE(keeper_->children(paths_.blockNumbers("202610"))->names.empty());
 }
 
 TEST_F(InsertProtocol, TheSameIdAgainIsADuplicateOfTheFirstPart) {

@@ -188,6 +188,29 @@ TEST_F(Queue, AnEntryBackingOffNeedsNothingOnceItsPartIsHere) {
   EXPECT_EQ(selected->action, QueueAction::kNothing);
 }
 
+// A table swap's attach entries are local work (hard links of parts the replica holds) that the
+// replica runs in batches: a fetch pool busy with one real fetch holds none of them back.
+TEST_F(Queue, AttachEntriesRunBesideAFullFetchPool) {
+  queue.insert(get("q1", "all_1_1_0"));
+  for (int i = 2; i <= 5; ++i) {
+    QueueEntry attach =
+        get("q" + std::to_string(i), "all_" + std::to_string(i) + "_" + std::to_string(i) + "_0");
+    attach.entry.type = LogEntry::Type::kAttachPart;
+    queue.insert(std::move(attach));
+  }
+  std::vector<std::pair<std::string, QueueAction>> taken;
+  while (auto selected = select()) taken.emplace_back(selected->node_name, selected->action);
+  EXPECT_EQ(taken,
+            (std::vector<std::pair<std::string, QueueAction>>{{"q1", QueueAction::kFetch},
+                                                              {"q2", QueueAction::kAttach},
+                                                              {"q3", QueueAction::kAttach},
+                                                              {"q4", QueueAction::kAttach},
+                                                              {"q5", QueueAction::kAttach}}));
+  EXPECT_EQ(queue.executing(QueueAction::kFetch), 1u);
+  EXPECT_EQ(queue.executing(QueueAction::kAttach), 4u);
+  EXPECT_EQ(queueActionName(QueueAction::kAttach), "attach");
+}
+
 TEST_F(Queue, SelectedEntryMovesToTheTail) {
   queue = ReplicationQueue(QueueLimits{.fetch_pool_size = 3, .merge_pool_size = 1});
   queue.insert(get("q1", "all_1_1_0"));

@@ -71,11 +71,12 @@ class BlockNumberAllocator {
   // whose answer was lost can find its own lock.
   KeeperResult<Allocation> allocate(Keeper& keeper, const std::string& partition,
                                     const std::string& dedup_id);
-  // Block numbers for several (partition, dedup id) pairs in two round trips: one multi creating
-  // the partition nodes not known yet, one allocating every lock with its dedup check. All or
-  // nothing: any id already in the dedup window (or any other answer but connection loss, which
-  // leaves the locks to releaseLostLocks) fails the whole call, and the caller allocates one by
-  // one with allocate(), which tells duplicates apart.
+  // Block numbers for several (partition, dedup id) pairs in one round trip: one multi creating
+  // the partition nodes not known yet and allocating every lock with its dedup check (when some
+  // partition node exists already: the nodes one by one, then the allocation). All or nothing:
+  // any id already in the dedup window (or any other answer but connection loss, which leaves
+  // the locks to releaseLostLocks) fails the whole call, and the caller allocates one by one
+  // with allocate(), which tells duplicates apart.
   KeeperResult<std::vector<BlockNumberLock>> allocateMany(
       Keeper& keeper, const std::vector<std::pair<std::string, std::string>>& partitions_and_ids);
 
@@ -117,6 +118,10 @@ class BlockNumberAllocator {
     std::chrono::steady_clock::time_point since;
   };
   std::string nextLockData(const std::string& dedup_id);  // mu_ held
+  // The locks a multi allocated, its results from `first` on being allocateMany's pairs of ops.
+  static KeeperResult<std::vector<BlockNumberLock>> locksOf(
+      const std::vector<std::pair<std::string, std::string>>& partitions_and_ids,
+      const std::vector<OpResult>& results, std::size_t first);
 
   TablePaths paths_;
   const common::Clock& clock_;

@@ -65,6 +65,10 @@ enum class QueueAction {
   kFetch,      // get the part from a replica that has it (a merge whose sources are gone, too)
   kMerge,      // merge the sources, all here
   kDropRange,  // remove the parts the range covers
+  // Attach a part of the previous generation (a table swap): a hard link of a part this replica
+  // holds, local work that the worker runs in batches, outside the fetch pool's slots. Without
+  // the part here, the worker fetches it as kFetch would.
+  kAttach,
 };
 std::string_view queueActionName(QueueAction action);
 

@@ -202,10 +202,11 @@ class ReplicationWorker {
     std::filesystem::path dir;
     LogEntry entry;
   };
-  std::expected<PreparedAttach, std::string> prepareAttach(Keeper& keeper,
-                                                           const DataPartPtr& source,
-                                                           const std::string& dedup_id,
-                                                           const BlockNumberLock& lock);
+  // Links `sources[i]` in under the block number of `locks[i]` and makes its log entry ready, for
+  // every i (one linkAndPlace). On an error nothing of the batch is left: no directory, no lock.
+  std::expected<std::vector<PreparedAttach>, std::string> prepareAttaches(
+      Keeper& keeper, const std::vector<DataPartPtr>& sources,
+      const std::vector<std::string>& dedup_ids, const std::vector<BlockNumberLock>& locks);
   std::expected<void, std::string> commitAttach(Keeper& keeper, const PreparedAttach& prepared,
                                                 AttachSummary& summary);
   std::expected<void, std::string> attachOneByOne(Keeper& keeper, const DataPartPtr& source,
@@ -220,16 +221,32 @@ class ReplicationWorker {
   // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
   // trip per hundred such entries, not one each.
   void finishNoOpEntries(std::vector<Execution>& entries);
+  // Attach entries (kAttach), up to kAttachBatch at a time: the parts the attach source holds are
+  // linked in by one linkAndPlace and registered, with their queue nodes removed, in one multi;
+  // the others are fetched (in the fetch pool, or here with `inline_execution`). One at a time,
+  // 1000 attached parts cost each replica 20-25 s (two journal commits and a round trip each).
+  void executeAttaches(std::vector<Execution>& entries, bool inline_execution);
+  // Hands a selected entry to `pool` (or runs it here with `inline_execution`).
+  void dispatch(Execution execution, QueueAction action, bool inline_execution);
   // Reports outcomes to the queue and removes the queue nodes the queue says are pointless now.
   void reportOutcomes(std::vector<std::pair<Execution*, EntryOutcome>> outcomes, Keeper* keeper);
   EntryOutcome executeFetch(Keeper& keeper, const SelectedEntry& selected);
-  // An attach entry whose part the attach source has: hard-linked and registered. Nothing: the
-  // source does not have it (fetch it instead).
-  std::optional<EntryOutcome> attachFromSource(Keeper& keeper, const SelectedEntry& selected,
-                                               const PartName& wanted);
-  // `source`'s files as a new part in `staging` (hard links; a part held in memory is written).
+  // `source`'s files as a new part in `staging`: hard links (a part held in memory: its files
+  // written), not synced yet: linkAndPlace syncs a batch.
   std::expected<void, std::string> linkPart(const DataPart& source,
                                             const std::filesystem::path& staging);
+  // Parts of another generation as parts here (the table swap): each job's source hard-linked
+  // into a staging directory, then renamed to its name's place. Durable with one syncfs of the
+  // data directory's file system before the renames and one fsync of the data directory after
+  // them for the whole batch, where a part alone cost two directory fsyncs. Each job's `placed`
+  // tells its directory or its error; a failed job leaves nothing behind.
+  struct LinkJob {
+    DataPartPtr source;
+    PartName name;
+    std::expected<std::filesystem::path, std::string> placed =
+        std::unexpected(std::string("not linked"));
+  };
+  void linkAndPlace(std::vector<LinkJob>& jobs);
   // Renames a complete part from `staging` to its place in the data directory, durably.
   std::expected<std::filesystem::path, std::string> placeStaged(
       const std::filesystem::path& staging, const PartName& name);
