@@ -169,11 +169,17 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
   writer_options.pause_between_blocks = 100ms;
   RetryingWriters writers(writer_options);
   writers.start();
+  // A failure stops the writers at once, not after their default 120 s of retries.
+  auto giveUp = [&](const std::string& message) {
+    writers.stop(1s);
+    return std::unexpected(message);
+  };
   if (!eventually([&] { return writers.acknowledgedBlocks() >= 10; }, 60s)) {
-    return std::unexpected(fmt::format("the writers' inserts do not succeed; errors met: {}",
-                                       fmt::join(writers.errorCodes(), ", ")));
+    return giveUp(fmt::format("the writers' inserts do not succeed; errors met: {}",
+                              fmt::join(writers.errorCodes(), ", ")));
   }
-  if (auto printed = printInspect(zookeeper, root, "headroom before"); !printed) return printed;
+  if (auto printed = printInspect(zookeeper, root, "headroom before"); !printed)
+    return giveUp(printed.error());
 
   const auto counter = static_cast<int32_t>(SequentialCounter::kNameSpace -
                                             kPushedHeadroom * SequentialCounter::kNameSpace);
@@ -182,10 +188,10 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
       "threshold): ZooKeeper stopped, the counter set in its snapshot, ZooKeeper started\n",
       counter, kPushedHeadroom * 100, kThresholdPercent);
   if (auto raised = zookeeper.setSequentialCounter(root + "/1/log", counter); !raised) {
-    return std::unexpected("raising the log counter: " + raised.error());
+    return giveUp("raising the log counter: " + raised.error());
   }
   if (auto printed = printInspect(zookeeper, root, "pushed near the limit"); !printed) {
-    return printed;
+    return giveUp(printed.error());
   }
 
   std::printf(
@@ -213,7 +219,7 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
       },
       180s);
   if (!swapped || field(status, "/recovery/result") != "Succeeded") {
-    return std::unexpected(fmt::format("the swap did not succeed within 180 s: {}", last));
+    return giveUp(fmt::format("the swap did not succeed within 180 s: {}", last));
   }
   auto seconds = [&](const std::string& pointer) {
     const json value = field(status, pointer);
@@ -225,8 +231,8 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
 
   const std::size_t blocks_at_switch = writers.acknowledgedBlocks();
   if (!eventually([&] { return writers.acknowledgedBlocks() >= blocks_at_switch + 10; }, 60s)) {
-    return std::unexpected(fmt::format("inserts do not succeed in generation 2; errors met: {}",
-                                       fmt::join(writers.errorCodes(), ", ")));
+    return giveUp(fmt::format("inserts do not succeed in generation 2; errors met: {}",
+                              fmt::join(writers.errorCodes(), ", ")));
   }
   if (!writers.stop(60s)) return std::unexpected("a block was never acknowledged");
   for (uint64_t id : writers.acknowledged()) acknowledged.insert(id);
@@ -308,6 +314,14 @@ int main(int argc, char** argv) {
        "--metrics-bind-address=127.0.0.1:0"},
       plane->workDir() / "rtable-operator.log");
   if (!operator_process) return fail("rtable-operator: " + operator_process.error());
+  // On a failure: the logs stay for a look.
+  auto keepLogs = [&] {
+    plane->keepWorkDir();
+    kubelet->keepWorkDir();
+    return fmt::format("operator log: {}, pod logs under {}",
+                       (plane->workDir() / "rtable-operator.log").string(),
+                       kubelet->workDir().string());
+  };
 
   // The table of core::testing::idRow, which the swap demo's writers insert.
   const std::string manifest = fmt::format(R"(apiVersion: rtable.io/v1alpha1
@@ -333,8 +347,7 @@ spec:
 
   if (!eventually([&] { return tableStatus(*plane).value("readyReplicas", 0) == 3; }, 300s)) {
     std::printf("%s", run({"get", "replicatedtables,statefulsets,pods", "-o", "wide"}).c_str());
-    return fail("the table did not become 3/3 Ready in 300 s; operator log: " +
-                (plane->workDir() / "rtable-operator.log").string());
+    return fail("the table did not become 3/3 Ready in 300 s; " + keepLogs());
   }
   const std::string row = R"({"id":0,"d":"2026-12-03","user":"ada"})";
   std::printf("== insert on events-0 (%s): %s\n", podIp(*plane, "events-0").c_str(), row.c_str());
@@ -370,9 +383,7 @@ spec:
 
   if (auto demonstrated = demonstrateSwap(*plane, **zookeeper, {0}); !demonstrated) {
     std::printf("%s", run({"get", "replicatedtables", "-o", "yaml"}).c_str());
-    plane->keepWorkDir();  // the operator log named below
-    return fail("table swap: " + demonstrated.error() +
-                "; operator log: " + (plane->workDir() / "rtable-operator.log").string());
+    return fail("table swap: " + demonstrated.error() + "; " + keepLogs());
   }
 
   if (keep_running) {
