@@ -5,7 +5,10 @@
 #   2. rtable-local-cluster: the whole stack on Kubernetes — a local kube-apiserver and
 #      kube-controller-manager (built from Go modules the first time, cached in ~/.cache/rtable/), the
 #      CRDs, a test kubelet, rtable-operator, and a 3-replica ReplicatedTable applied with
-#      kubectl, a row inserted on one replica and read back on all three.
+#      kubectl, a row inserted on one replica and read back on all three; then the table swap:
+#      writers keep inserting, generation 1's log counter is pushed under the headroom threshold,
+#      the operator moves the table to generation 2, every replica holds exactly the acknowledged
+#      rows once, and rtable-inspect shows the headroom before and after.
 # --keep-running leaves the Kubernetes stack up (Ctrl-C stops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -337,15 +337,8 @@ spec:
         90s))
         << "parts differ: " << ::testing::PrintToString(parts);
     for (const char* pod : kPods) {
-      auto state = getJson(pod, "/replica");
-      ASSERT_TRUE(state) << pod;
-      EXPECT_EQ((*state)["generation"], 2) << pod;
-      EXPECT_EQ(count(pod), expected.size()) << pod;
-      auto selected = httpRequest(podIp(pod), 8123, "GET", "/select?format=TSV", "", 30s);
-      ASSERT_TRUE(selected && selected->status == 200) << pod;
-      const std::multiset<uint64_t> ids = core::testing::firstColumnIds(selected->body);
-      EXPECT_TRUE(ids == expected)
-          << pod << ": " << ids.size() << " rows, " << expected.size() << " acknowledged";
+      auto holds = core::testing::checkReplicaHolds(ReplicaEndpoint{podIp(pod), 8123}, 2, expected);
+      EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
     }
     EXPECT_FALSE(zkExists(root() + "/1")) << "generation 1's subtree is still there";
 

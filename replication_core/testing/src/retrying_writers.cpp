@@ -113,4 +113,52 @@ std::multiset<uint64_t> firstColumnIds(std::string_view tsv) {
   return ids;
 }
 
+common::testing::TestStatus checkReplicaHolds(const ReplicaEndpoint& replica, int generation,
+                                              const std::multiset<uint64_t>& expected) {
+  using nlohmann::json;
+  const std::string where = fmt::format("{}:{}", replica.host, replica.port);
+  auto ask = [&](const std::string& method,
+                 const std::string& target) -> std::expected<std::string, std::string> {
+    // /sync waits up to its own 60 s for the queue: the request's timeout is longer.
+    auto answer = common::testing::httpRequest(replica.host, replica.port, method, target, "",
+                                               std::chrono::seconds(70));
+    if (!answer) return std::unexpected(fmt::format("{} {}: {}", where, target, answer.error()));
+    if (answer->status != 200) {
+      return std::unexpected(
+          fmt::format("{} {}: HTTP {} {}", where, target, answer->status, answer->body));
+    }
+    return answer->body;
+  };
+  auto synced = ask("POST", "/sync?timeout_seconds=60");
+  if (!synced) return std::unexpected(synced.error());
+  auto state = ask("GET", "/replica");
+  if (!state) return std::unexpected(state.error());
+  const json served = json::parse(*state, nullptr, /*allow_exceptions=*/false);
+  if (!served.is_object() || served.value("generation", 0) != generation) {
+    return std::unexpected(fmt::format("{} serves generation {}, not {}", where,
+                                       served.is_object() ? served.value("generation", 0) : 0,
+                                       generation));
+  }
+  auto counted = ask("GET", "/count");
+  if (!counted) return std::unexpected(counted.error());
+  const json count = json::parse(*counted, nullptr, /*allow_exceptions=*/false);
+  if (!count.is_object() || count.value("rows", uint64_t{0}) != expected.size()) {
+    return std::unexpected(
+        fmt::format("{} counts {} rows, {} expected", where, *counted, expected.size()));
+  }
+  auto selected = ask("GET", "/select?format=TSV");
+  if (!selected) return std::unexpected(selected.error());
+  const std::multiset<uint64_t> ids = firstColumnIds(*selected);
+  if (ids == expected) return {};
+  std::size_t twice = 0, missing = 0, extra = 0;
+  for (auto id = ids.begin(); id != ids.end(); id = ids.upper_bound(*id)) {
+    if (ids.count(*id) > 1) ++twice;
+    if (!expected.contains(*id)) ++extra;
+  }
+  for (uint64_t id : expected) missing += ids.contains(id) ? 0 : 1;
+  return std::unexpected(fmt::format(
+      "{} selects {} rows, {} expected: {} missing, {} not acknowledged, {} held more than once",
+      where, ids.size(), expected.size(), missing, extra, twice));
+}
+
 }  // namespace rtable::core::testing

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "rtable/common/testing/subprocess.h"
+
 namespace rtable::core::testing {
 
 // A replica's HTTP API.
@@ -86,5 +88,11 @@ std::string idRow(uint64_t id);
 // The first column of each line of a TSV answer (GET /select?format=TSV), as unsigned ids: a
 // multiset, so that a row held twice shows.
 std::multiset<uint64_t> firstColumnIds(std::string_view tsv);
+
+// Whether the replica of a table keyed by id (idRow's), once it has run its queue (/sync), serves
+// `generation` and holds exactly the rows `expected`, each once: its /count and the ids of its
+// /select. The error says what differs.
+common::testing::TestStatus checkReplicaHolds(const ReplicaEndpoint& replica, int generation,
+                                              const std::multiset<uint64_t>& expected);
 
 }  // namespace rtable::core::testing
