@@ -285,6 +285,11 @@ std::map<PartName, NewPart> PartStore::uncertainParts() const {
   return uncertain_;
 }
 
+bool PartStore::isUncertain(const PartName& name) const {
+  std::lock_guard lock(mu_);
+  return uncertain_.contains(name);
+}
+
 void PartStore::forgetUncertain(const PartName& name) {
   std::lock_guard lock(mu_);
   uncertain_.erase(name);

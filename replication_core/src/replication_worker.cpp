@@ -135,11 +135,12 @@ void ReplicationWorker::rememberLogEntry(const std::string& path, std::string da
   puller_.remember(path, std::move(data));
 }
 
-void ReplicationWorker::resolveUncertainParts(Keeper& keeper) {
+void ReplicationWorker::resolveUncertainParts(Keeper& keeper, const PartName* only) {
   // One at a time, and a part leaves the uncertain ones only once it is visible (or removed): a
   // merge selection never sees it nowhere.
   std::lock_guard resolve_lock(resolve_mu_);
   for (auto& [name, part] : store_.uncertainParts()) {
+    if (only && name != *only) continue;
     auto committed = commitOutcome(keeper, paths_, name.format(), part.lock_path);
     if (!committed) continue;
     if (*committed) {
@@ -480,6 +481,10 @@ void ReplicationWorker::executeAttaches(std::vector<Execution>& entries, bool in
           &entry, std::unexpected(EntryError(keeper ? wanted.error() : "no ZooKeeper session")));
       continue;
     }
+    if (auto settled = settleEarlierAttempt(*keeper, selected)) {
+      outcomes.emplace_back(&entry, std::move(*settled));
+      continue;
+    }
     DataPartPtr source = attach_source_ && !selected.entry.part_checksum.empty()
                              ? attach_source_(wanted->partition_id, selected.entry.part_checksum)
                              : nullptr;
@@ -547,12 +552,31 @@ void ReplicationWorker::executeAttaches(std::vector<Execution>& entries, bool in
   reportOutcomes(std::move(outcomes), keeper.get());
 }
 
+std::optional<ReplicationWorker::EntryOutcome> ReplicationWorker::settleEarlierAttempt(
+    Keeper& keeper, const SelectedEntry& selected) {
+  auto name = PartName::parse(selected.entry.new_part_name);
+  if (!name || !store_.isUncertain(*name)) return std::nullopt;
+  resolveUncertainParts(keeper, &*name);
+  if (store_.isUncertain(*name)) {
+    return std::unexpected(EntryError(fmt::format(
+        "part {}: whether an earlier attempt registered it is not known yet", name->format())));
+  }
+  if (auto here = store_.lookup()(*name); here && *here == *name) return EntryOutcome{};
+  return std::nullopt;
+}
+
 bool ReplicationWorker::executeEntry(Execution& execution) {
   const SelectedEntry& selected = execution.selected();
   std::shared_ptr<Keeper> keeper = session_.current();
   EntryOutcome done;
+  const bool makes_a_part =
+      selected.action != QueueAction::kNothing && selected.action != QueueAction::kDropRange;
+  std::optional<EntryOutcome> settled;
+  if (keeper && makes_a_part) settled = settleEarlierAttempt(*keeper, selected);
   if (!keeper) {
     done = std::unexpected("no ZooKeeper session");
+  } else if (settled) {
+    done = std::move(*settled);
   } else {
     switch (selected.action) {
       case QueueAction::kNothing:

@@ -240,6 +240,48 @@ TEST_F(TableReplicaTest, MergesReplaceSmallPartsAndKeepTheRows) {
             (std::vector<uint64_t>{8, 9, 10}));
 }
 
+// A merge whose registration was applied but got no answer runs again before a full round asked
+// ZooKeeper about it (the queue runs on every wake; uncertain parts are asked about once a
+// period). The earlier attempt is settled first. Before, the second registration, refused (the
+// part node is there), discarded what both attempts share (the directory, the held part), and
+// the first was then published without its files: the part was lost on this replica.
+TEST_F(TableReplicaTest, AMergeRunAgainBeforeItsLostAnswerIsResolvedKeepsTheMergedPart) {
+  TableReplicaOptions options;
+  options.replication.merge_min_parts = 3;
+  options.replication.merge_max_parts = 3;
+  open(options);
+  for (uint64_t x = 3; x >= 1; --x) ASSERT_TRUE(insert(rows({{"2026-12-01", x}})));
+  const std::string merged = "202612_0_2_1";
+  bool lost = false;
+  hooks_->before = [&](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+    if (lost || call.operation != "multi" || call.path != paths_.part(merged)) return std::nullopt;
+    lost = true;
+    EXPECT_TRUE(observer_->multi(*call.ops));  // applied; the answer is lost
+    return KeeperError{KeeperCode::kConnectionLoss, call.path, "connection lost", {}};
+  };
+  EXPECT_EQ(table_->runBackgroundRoundForTest(), 0u);
+  hooks_->before = nullptr;
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(table_->state().uncertain_parts, std::vector<std::string>{merged});
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the failed entry's backoff
+  table_->executeQueueForTest();
+  EXPECT_TRUE(table_->state().queue.empty());
+  EXPECT_TRUE(table_->state().uncertain_parts.empty());
+  table_->runBackgroundRoundForTest();
+  EXPECT_EQ(table_->rowCount(), 3u);
+  auto part = table_->activePart(*PartName::parse(merged));
+  ASSERT_NE(part, nullptr);
+  auto read = readDataPart(*part, spec_.schema);
+  ASSERT_TRUE(read) << read.error();
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(read->columns[1].values),
+            (std::vector<uint64_t>{1, 2, 3}));
+  // A restart finds it too, on disk or in the journal.
+  open(options);
+  EXPECT_EQ(table_->rowCount(), 3u);
+  EXPECT_TRUE(table_->state().lost_parts.empty());
+  EXPECT_NE(table_->activePart(*PartName::parse(merged)), nullptr);
+}
+
 // Opened frozen (TableHost does so until it knows whether a table swap runs): no merge is
 // assigned from the first background round on, until merges are unfrozen.
 TEST_F(TableReplicaTest, OpenedWithMergesFrozenItAssignsNoneUntilUnfrozen) {

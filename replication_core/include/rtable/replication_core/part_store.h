@@ -142,6 +142,7 @@ class PartStore {
   // The commit's answer was lost: the part stays (held, or on disk) until resolveUncertain.
   void addUncertain(const PartName& name, NewPart part);
   std::map<PartName, NewPart> uncertainParts() const;
+  bool isUncertain(const PartName& name) const;
   // Once ZooKeeper answered: made visible (before this), or to be discarded.
   void forgetUncertain(const PartName& name);
   std::vector<std::string> uncertainNames() const;

@@ -111,8 +111,9 @@ class ReplicationWorker {
                std::shared_ptr<const PartImage> image);
   // A log entry this replica wrote: the pull takes it from memory.
   void rememberLogEntry(const std::string& path, std::string data);
-  // Asks ZooKeeper about parts whose commit got no answer: made visible, or removed.
-  void resolveUncertainParts(Keeper& keeper);
+  // Asks ZooKeeper about parts whose commit got no answer (all, or the one named): made visible,
+  // or removed.
+  void resolveUncertainParts(Keeper& keeper, const PartName* only = nullptr);
   // Waiting to clone a healthy replica: takes no insert until then.
   bool lost() const { return lost_; }
 
@@ -142,6 +143,8 @@ class ReplicationWorker {
   // One round of background work now, in this thread: pull the log, (as leader) clean the dedup
   // window and assign merges, execute whatever the queue allows. Returns the merges executed.
   std::size_t runRoundForTest();
+  // Only the queue's part of a round: what runs between two full rounds, on a wake.
+  void executeQueueForTest() { scheduleQueue(/*inline_execution=*/true); }
   // The log counter's gauges (DESIGN.md 2.5), read from ZooKeeper.
   void updateLogMetrics(Keeper& keeper);
 
@@ -217,6 +220,13 @@ class ReplicationWorker {
 
   // Runs one selected entry and reports its outcome.
   bool executeEntry(Execution& execution);
+  // An entry's part left by an earlier attempt whose registration got no answer is settled
+  // before the entry runs again: executed beside it, a registration that ZooKeeper refuses
+  // (the part node is there) would discard the earlier attempt's files (the same directory, the
+  // same held part), and that attempt, found applied, would then be published without them.
+  // Nothing: run the entry; done: the earlier attempt was applied; an error: not known yet.
+  std::optional<EntryOutcome> settleEarlierAttempt(Keeper& keeper, const SelectedEntry& selected);
+
   // Entries with nothing to do (their part is here already): their queue nodes go in multis of
   // up to 100, so a replica catching up on a log mostly covered by merged parts pays one round
   // trip per hundred such entries, not one each.

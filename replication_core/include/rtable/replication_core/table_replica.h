@@ -112,6 +112,7 @@ class TableReplica {
   ReplicaState state();
 
   std::size_t runBackgroundRoundForTest() { return worker_->runRoundForTest(); }
+  void executeQueueForTest() { worker_->executeQueueForTest(); }
   std::expected<std::string, InsertError> dropPartition(const std::string& partition) {
     return worker_->dropPartition(partition);
   }
