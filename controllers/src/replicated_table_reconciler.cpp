@@ -332,7 +332,7 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
   }
   const bool automatic = spec.headroom.auto_recover && headroom.low && !retry_waits;
   if (!progress->plan && (manual || automatic)) {
-    auto plan = driver.begin();
+    auto plan = driver.begin(manual ? "manual: " + requested : "headroom");
     if (!plan) return "starting a table swap: " + plan.error().toString();
     const std::optional<std::string> last_manual = recovery.last_manual_trigger;
     const std::optional<std::string> last_abort = recovery.last_abort_request;

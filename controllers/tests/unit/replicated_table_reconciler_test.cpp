@@ -486,7 +486,7 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomStartsATableSwapAndEachStepIsShown) {
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->data,
             "from: 1\nto: 2\nstep: open\nattacher: \nstarted_ms: 1796169600000\npaused_ms: "
-            "0\nswitched_ms: 0\n");
+            "0\nswitched_ms: 0\ntrigger: headroom\n");
   json recovery = get(replicatedTables(), "events")["status"]["recovery"];
   EXPECT_EQ(recovery["fromGeneration"], 1);
   EXPECT_EQ(recovery["toGeneration"], 2);
