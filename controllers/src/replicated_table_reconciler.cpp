@@ -435,10 +435,11 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
   std::vector<CounterHeadroom> counters;
   const std::string growth_key = fmt::format("{}/{}/{}/", key.ns, key.name, active_generation);
   growth_->forget(fmt::format("{}/{}/{}/", key.ns, key.name, active_generation - 1));
-  for (const auto& [name, counter] : *watched) {
-    counters.push_back({name, counter.createsLeft(), counter.headroomRatio(), counter.exhausted(),
-                        growth_->observe(growth_key + name, counter.counter(),
-                                         counter.createsLeft(), options_.wall_clock())});
+  for (const WatchedCounter& read : *watched) {
+    CounterHeadroom headroom = counterHeadroom(read);
+    headroom.exhaustion_seconds = growth_->observe(growth_key + read.name, read.counter.counter(),
+                                                   headroom.creates_left, options_.wall_clock());
+    counters.push_back(std::move(headroom));
   }
   const CounterHeadroom& lowest = *std::min_element(
       counters.begin(), counters.end(),

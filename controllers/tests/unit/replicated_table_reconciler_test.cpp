@@ -799,6 +799,33 @@ TEST_F(ReconcilerWithZooKeeper, TheAbortAnnotationAbortsARunningSwapAndTheNextOn
   EXPECT_EQ(get(replicatedTables(), "events")["status"]["recovery"]["lastAbortRequest"], "oops");
 }
 
+// A log at its last name whose entry the cleaner removed is stuck all the same: Exhausted, and
+// after an aborted swap the next one starts at once instead of waiting swap_retry_after (a table
+// merely BelowThreshold would wait).
+TEST_F(ReconcilerWithZooKeeper, ALogAtTheLastNameWithoutItsEntryIsExhaustedAndSwapsAtOnce) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2147483647));
+  const std::string root = "/rtable/tables/analytics.events";
+  ASSERT_FALSE(*operator_session_->exists(replica("").log() + "/log-2147483647"));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["reason"], "Exhausted");
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["headroom"], "0.00%");
+  ASSERT_TRUE(*operator_session_->exists(core::swapPath(root)));
+
+  auto annotated = get(replicatedTables(), "events");
+  annotated["metadata"]["annotations"] = {{"rtable.io/swap-abort", "once"}};
+  ASSERT_TRUE(client_.update(replicatedTables(), annotated));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_TRUE(session->create(core::swapAckPath(root, core::SwapStep::kAbort, "events-0"), "ok",
+                              core::CreateMode::kPersistent));
+  // The reconcile that ends the aborted swap begins the next one.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(events_.withReason("SwapAborted").size(), 1u);
+  EXPECT_EQ(events_.withReason("SwapStarted").size(), 2u) << "the stuck table waits";
+  EXPECT_TRUE(*operator_session_->exists(core::swapPath(root)));
+}
+
 TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   auto session = startReplica("events-0");
