@@ -88,6 +88,26 @@ std::string coreMetadataText(const ReplicatedTableSpec& spec, const op::ObjectKe
   return coreTableSpec(spec, context).metadataText();
 }
 
+// The rtable.io/swap annotation's value follows this in a manual swap's trigger.
+constexpr std::string_view kManualTrigger = "manual: ";
+
+// status.recovery of a swap just begun (or first seen in its plan): the annotation values spent so
+// far kept, with the one this swap answers; nothing else of the last swap.
+RecoveryStatus begunRecovery(const RecoveryStatus& last, const core::SwapPlan& plan,
+                             const std::string& now) {
+  RecoveryStatus recovery;
+  recovery.last_abort_request = last.last_abort_request;
+  recovery.last_manual_trigger = last.last_manual_trigger;
+  recovery.from_generation = plan.from;
+  recovery.to_generation = plan.to;
+  recovery.started_at = now;
+  if (!plan.trigger.empty()) recovery.trigger = plan.trigger;
+  if (plan.trigger.starts_with(kManualTrigger)) {
+    recovery.last_manual_trigger = plan.trigger.substr(kManualTrigger.size());
+  }
+  return recovery;
+}
+
 }  // namespace
 
 op::ResourceType replicatedTables() {
@@ -249,11 +269,14 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
   // kubectl annotate replicatedtable <name> rtable.io/swap=<any new value>: one swap per value.
   const std::string requested =
       table.value(json::json_pointer("/metadata/annotations/rtable.io~1swap"), "");
-  core::SwapDriver driver(keeper, root, [this] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               options_.wall_clock().time_since_epoch())
-        .count();
-  });
+  core::SwapDriver driver(
+      keeper, root,
+      [this] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+                   options_.wall_clock().time_since_epoch())
+            .count();
+      },
+      options_.swap_step_recorded_for_test);
   auto progress = driver.advance();
   if (!progress) return "table swap: " + progress.error().toString();
   // kubectl annotate replicatedtable <name> rtable.io/swap-abort=<any new value>: aborts the swap
@@ -332,23 +355,20 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileSwap(
   }
   const bool automatic = spec.headroom.auto_recover && headroom.low && !retry_waits;
   if (!progress->plan && (manual || automatic)) {
-    auto plan = driver.begin();
+    auto plan = driver.begin(manual ? std::string(kManualTrigger) + requested : "headroom");
     if (!plan) return "starting a table swap: " + plan.error().toString();
-    const std::optional<std::string> last_manual = recovery.last_manual_trigger;
-    const std::optional<std::string> last_abort = recovery.last_abort_request;
-    recovery = RecoveryStatus{};
-    recovery.last_abort_request = last_abort;
-    recovery.from_generation = plan->from;
-    recovery.to_generation = plan->to;
+    recovery = begunRecovery(recovery, *plan, now);
     recovery.step = std::string(core::swapStepName(plan->step));
-    recovery.started_at = now;
-    recovery.trigger = manual ? "manual: " + requested : "headroom";
-    recovery.last_manual_trigger = manual ? requested : last_manual;
     event(table, op::EventType::kNormal, "SwapStarted",
           fmt::format("moving the table from generation {} to {} ({})", plan->from, plan->to,
                       manual ? "requested by the rtable.io/swap annotation" : headroom.message));
     progress->plan = *plan;
   } else if (progress->plan) {
+    // A swap the status does not show: the operator that began it died before it patched the
+    // status. Taken from its plan, trigger included, so that its annotation value is spent.
+    if (!was_running || recovery.to_generation != progress->plan->to) {
+      recovery = begunRecovery(recovery, *progress->plan, now);
+    }
     const std::string step(core::swapStepName(progress->plan->step));
     if (recovery.step != step) {
       event(table,
@@ -415,10 +435,11 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
   std::vector<CounterHeadroom> counters;
   const std::string growth_key = fmt::format("{}/{}/{}/", key.ns, key.name, active_generation);
   growth_->forget(fmt::format("{}/{}/{}/", key.ns, key.name, active_generation - 1));
-  for (const auto& [name, counter] : *watched) {
-    counters.push_back({name, counter.createsLeft(), counter.headroomRatio(), counter.exhausted(),
-                        growth_->observe(growth_key + name, counter.counter(),
-                                         counter.createsLeft(), options_.wall_clock())});
+  for (const WatchedCounter& read : *watched) {
+    CounterHeadroom headroom = counterHeadroom(read);
+    headroom.exhaustion_seconds = growth_->observe(growth_key + read.name, read.counter.counter(),
+                                                   headroom.creates_left, options_.wall_clock());
+    counters.push_back(std::move(headroom));
   }
   const CounterHeadroom& lowest = *std::min_element(
       counters.begin(), counters.end(),

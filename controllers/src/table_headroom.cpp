@@ -55,6 +55,13 @@ core::KeeperResult<std::vector<WatchedCounter>> readWatchedCounters(core::Keeper
   return counters;
 }
 
+CounterHeadroom counterHeadroom(const WatchedCounter& watched) {
+  const core::SequentialCounter& counter = watched.counter;
+  const bool exhausted = counter.counter() >= core::SequentialCounter::kLastName;
+  return {watched.name, exhausted ? 0 : counter.createsLeft(),
+          exhausted ? 0.0 : counter.headroomRatio(), exhausted, std::nullopt};
+}
+
 std::string_view headroomReasonName(HeadroomReason reason) {
   switch (reason) {
     case HeadroomReason::kAboveThreshold:
@@ -91,8 +98,8 @@ HeadroomVerdict judgeHeadroom(const std::vector<CounterHeadroom>& counters,
     verdict.reason = HeadroomReason::kExhausted;
     verdict.counter = *exhausted;
     verdict.message = fmt::format(
-        "{}: no sequential create is left (its last name, 2147483647, is taken): the table needs a "
-        "new generation",
+        "{}: no sequential create is left (its counter reached the last name, 2147483647): the "
+        "table needs a new generation",
         exhausted->name);
   } else if (lowest->ratio * 100.0 < policy.threshold_percent) {
     verdict.low = true;

@@ -43,8 +43,9 @@ std::optional<SwapStep> parseSwapStep(std::string_view name) {
 
 std::string SwapPlan::format() const {
   return fmt::format(
-      "from: {}\nto: {}\nstep: {}\nattacher: {}\nstarted_ms: {}\npaused_ms: {}\nswitched_ms: {}\n",
-      from, to, swapStepName(step), attacher, started_ms, paused_ms, switched_ms);
+      "from: {}\nto: {}\nstep: {}\nattacher: {}\nstarted_ms: {}\npaused_ms: {}\nswitched_ms: {}\n"
+      "trigger: {}\n",
+      from, to, swapStepName(step), attacher, started_ms, paused_ms, switched_ms, trigger);
 }
 
 std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
@@ -83,6 +84,8 @@ std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
       has_step = true;
     } else if (key == "attacher") {
       plan.attacher = std::string(value);
+    } else if (key == "trigger") {
+      plan.trigger = std::string(value);
     } else {
       return fail("unknown field");
     }
@@ -99,8 +102,12 @@ std::expected<SwapPlan, std::string> SwapPlan::parse(std::string_view text) {
   return plan;
 }
 
-SwapDriver::SwapDriver(Keeper& keeper, std::string table_root, std::function<int64_t()> now_ms)
-    : keeper_(keeper), root_(std::move(table_root)), now_ms_(std::move(now_ms)) {
+SwapDriver::SwapDriver(Keeper& keeper, std::string table_root, std::function<int64_t()> now_ms,
+                       std::function<void(const SwapPlan&)> recorded)
+    : keeper_(keeper),
+      root_(std::move(table_root)),
+      now_ms_(std::move(now_ms)),
+      recorded_(std::move(recorded)) {
   if (!now_ms_) {
     now_ms_ = [] {
       return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -110,7 +117,7 @@ SwapDriver::SwapDriver(Keeper& keeper, std::string table_root, std::function<int
   }
 }
 
-KeeperResult<SwapPlan> SwapDriver::begin() {
+KeeperResult<SwapPlan> SwapDriver::begin(std::string trigger) {
   auto running = keeper_.get(swapPath(root_));
   if (running) {
     auto plan = SwapPlan::parse(running->data);
@@ -140,15 +147,18 @@ KeeperResult<SwapPlan> SwapDriver::begin() {
   }
   SwapPlan plan{from.generation, to.generation, SwapStep::kOpen, ""};
   plan.started_ms = now_ms_();
+  plan.trigger = trigger;
   auto made = keeper_.create(swapPath(root_), plan.format(), CreateMode::kPersistent);
   if (!made && made.error().code == KeeperCode::kNodeExists) return begin();  // another driver
   if (!made) return std::unexpected(made.error());
+  if (recorded_) recorded_(plan);
   return plan;
 }
 
 KeeperStatus SwapDriver::setStep(SwapPlan plan, int32_t version) {
   auto set = keeper_.set(swapPath(root_), plan.format(), version);
   if (!set) return std::unexpected(set.error());
+  if (recorded_) recorded_(plan);
   return {};
 }
 

@@ -60,12 +60,14 @@ std::expected<Subprocess, std::string> Subprocess::start(const std::vector<std::
   return Subprocess(pid);
 }
 
-Subprocess::Subprocess(Subprocess&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
+Subprocess::Subprocess(Subprocess&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)), wait_status_(other.wait_status_) {}
 
 Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
   if (this != &other) {
     kill();
     pid_ = std::exchange(other.pid_, -1);
+    wait_status_ = other.wait_status_;
   }
   return *this;
 }
@@ -79,6 +81,7 @@ bool Subprocess::running() {
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) {
     pid_ = -1;
+    wait_status_ = status;
     return false;
   }
   return true;

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "rtable/operator/testing/local_kubelet.h"
 #include "rtable/operator/testing/operator_log.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/testing/retrying_writers.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
 #if !defined(RTABLE_CHART_DIR) || !defined(RTABLE_OPERATOR_BINARY) || !defined(RTABLE_CORE_BINARY)
@@ -56,6 +58,8 @@ using op::testing::LocalKubeletOptions;
 
 inline constexpr const char* kImage = "rtable/rtable:e2e";
 inline constexpr const char* kNs = "analytics";
+// The pods of a 3-replica `events` table.
+inline constexpr const char* kPods[] = {"events-0", "events-1", "events-2"};
 
 // The apiserver and the replicas are asked at most 4 times a second.
 inline bool eventually(const std::function<bool()>& check, std::chrono::seconds timeout) {
@@ -122,6 +126,8 @@ class OperatorStack : public ::testing::Test {
   }
 
   void TearDown() override {
+    if (writers_) writers_->stop(std::chrono::seconds(10));
+    writers_.reset();
     if (HasFailure()) {
       plane_->keepWorkDir();
       kubelet_->keepWorkDir();
@@ -137,15 +143,60 @@ class OperatorStack : public ::testing::Test {
 
   fs::path operatorLog() const { return plane_->workDir() / "rtable-operator.log"; }
 
-  void startOperator() {
+  // `env`: "NAME=value" settings for this process only; `flags`: more flags.
+  void startOperator(const std::vector<std::string>& env = {},
+                     const std::vector<std::string>& flags = {}) {
     ::setenv("RTABLE_CORE_IMAGE", kImage, 1);
-    auto process = Subprocess::start(
-        {RTABLE_OPERATOR_BINARY, "--kubeconfig", operator_kubeconfig_.string(),
-         "--leader-election-namespace=rtable-system", "--health-probe-bind-address=127.0.0.1:0",
-         "--metrics-bind-address=127.0.0.1:0"},
-        operatorLog());
+    std::vector<std::string> argv;
+    if (!env.empty()) argv.push_back("env");  // execs the operator: same pid
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.insert(argv.end(),
+                {RTABLE_OPERATOR_BINARY, "--kubeconfig", operator_kubeconfig_.string(),
+                 "--leader-election-namespace=rtable-system",
+                 "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"});
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto process = Subprocess::start(argv, operatorLog());
     ASSERT_TRUE(process) << process.error();
     operator_ = std::make_unique<Subprocess>(std::move(*process));
+  }
+
+  // The swap tests' table (3 replicas, rows of core::testing::idRow), autoRecover off: a swap
+  // waits for the test to allow or ask for it. Returns once its 3 replicas are ready.
+  void applyTable() {
+    ASSERT_TRUE(plane_->apply(fmt::format(R"(apiVersion: rtable.io/v1alpha1
+kind: ReplicatedTable
+metadata: {{name: events, namespace: {}}}
+spec:
+  table: events
+  columns:
+    - {{name: id, type: UInt64}}
+    - {{name: d, type: Date}}
+    - {{name: user, type: String}}
+  partitionBy: toYYYYMM(d)
+  orderBy: [id]
+  replicas: 3
+  zookeeper: {{connect: "{}", sessionTimeoutMs: 10000}}
+  storage: {{size: 1Gi}}
+  headroom: {{autoRecover: false}}
+)",
+                                          kNs, zookeeper_->connectString())));
+    ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+  }
+
+  // Four writers into applyTable()'s table that retry every failed or timed-out block with its
+  // insert_deduplication_token (single rows and batches, round-robin over the replicas), each
+  // pausing `pause_between_blocks` after a block.
+  void startWriters(std::chrono::milliseconds pause_between_blocks = 100ms) {
+    core::testing::RetryingWritersOptions options;
+    for (const char* pod : kPods)
+      options.replicas.push_back(core::testing::ReplicaEndpoint{podIp(pod), 8123});
+    options.row = core::testing::idRow;
+    options.block_sizes = {1, 7, 1, 25};
+    options.writers = 4;
+    // 100 ms: about 30 blocks a second in all, each a part to fetch and merge on two shared cores.
+    options.pause_between_blocks = pause_between_blocks;
+    writers_ = std::make_unique<core::testing::RetryingWriters>(options);
+    writers_->start();
   }
 
   std::optional<json> table() {
@@ -187,6 +238,73 @@ class OperatorStack : public ::testing::Test {
     return stat && stat->has_value();
   }
   std::string root() const { return "/rtable/tables/analytics.events"; }
+
+  json status() {
+    auto object = table();
+    return object ? object->value("status", json::object()) : json::object();
+  }
+  std::string conditionReason(const std::string& type) {
+    for (const auto& condition : status().value("conditions", json::array())) {
+      if (condition.value("type", "") == type) return condition.value("reason", "");
+    }
+    return "";
+  }
+
+  std::optional<json> getJson(const std::string& pod, const std::string& target) {
+    auto answer = httpRequest(podIp(pod), 8123, "GET", target, "", 10s);
+    if (!answer || answer->status != 200) return std::nullopt;
+    json body = json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) return std::nullopt;
+    return body;
+  }
+  // Active parts by name -> checksum, when the replica's queue is empty.
+  std::optional<std::map<std::string, std::string>> settledParts(const std::string& pod) {
+    auto state = getJson(pod, "/replica");
+    auto parts = getJson(pod, "/parts");
+    if (!state || !parts || !(*state)["queue"].empty()) return std::nullopt;
+    std::map<std::string, std::string> sums;
+    for (const auto& part : *parts) sums[part["name"]] = part["checksum"];
+    return sums;
+  }
+
+  // The 3-replica table's final check, once its writers stopped: every replica synced, serving
+  // `generation`, with the same parts, holding exactly the `acknowledged` rows, each once (count
+  // and per row). A part attached twice, or a block inserted twice, would show as a row twice.
+  void expectReplicasHoldExactly(const std::set<uint64_t>& acknowledged, int64_t generation) {
+    const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
+    for (const char* pod : kPods) {
+      // Asked again while it answers SYNC_TIMEOUT: a queue of thousands of blocks drains slowly
+      // on two cores that other builds share.
+      std::string answer;
+      ASSERT_TRUE(eventually(
+          [&] {
+            auto synced =
+                httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+            answer = synced ? synced->body : synced.error();
+            return synced && synced->status == 200;
+          },
+          180s))
+          << pod << ": " << answer;
+    }
+    std::map<std::string, std::map<std::string, std::string>> parts;
+    EXPECT_TRUE(eventually(
+        [&] {
+          parts.clear();
+          for (const char* pod : kPods) {
+            auto settled = settledParts(pod);
+            if (!settled) return false;
+            parts[pod] = *settled;
+          }
+          return parts["events-0"] == parts["events-1"] && parts["events-0"] == parts["events-2"];
+        },
+        90s))
+        << "parts differ: " << ::testing::PrintToString(parts);
+    for (const char* pod : kPods) {
+      auto holds = core::testing::checkReplicaHolds(
+          core::testing::ReplicaEndpoint{podIp(pod), 8123}, static_cast<int>(generation), expected);
+      EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
+    }
+  }
 
   // The port of the running operator's /metrics (it binds port 0 and reports it in its log).
   std::optional<int> operatorMetricsPort() const {
@@ -285,7 +403,9 @@ class OperatorStack : public ::testing::Test {
   std::unique_ptr<op::HttpKubeClient> client_;
   std::unique_ptr<core::Keeper> keeper_;
   std::unique_ptr<Subprocess> operator_;
-  fs::path operator_kubeconfig_;  // the chart's ServiceAccount
+  fs::path operator_kubeconfig_;
+  std::unique_ptr<core::testing::RetryingWriters>
+      writers_;  // startWriters()  // the chart's ServiceAccount
 };
 
 }  // namespace rtable::controllers::testing

@@ -308,6 +308,29 @@ class ReconcilerWithZooKeeper : public Reconciler {
     return found.value_or(-1);
   }
 
+  // What replica events-0 (session `session`) does in a swap to generation 2, as its TableHost
+  // does: joins generation 2 (its session kept in `next`) and acknowledges the plan's step. The
+  // step acknowledged; none once the swap ended.
+  std::optional<core::SwapStep> acknowledgeSwapStep(core::Keeper& session,
+                                                    std::unique_ptr<core::Keeper>& next) {
+    const std::string root = "/rtable/tables/analytics.events";
+    auto plan = operator_session_->get(core::swapPath(root));
+    if (!plan) return std::nullopt;
+    auto parsed = core::SwapPlan::parse(plan->data);
+    EXPECT_TRUE(parsed) << parsed.error();
+    if (!parsed) return std::nullopt;
+    if (!next) {
+      next = zookeeper_->connect();
+      core::TablePaths in_next{root, 2, "events-0"};
+      EXPECT_TRUE(core::createReplicaIfNotExists(*next, in_next));
+      EXPECT_TRUE(core::activateReplica(*next, in_next, "host: events-0\n"));
+    }
+    auto acked = session.create(core::swapAckPath(root, parsed->step, "events-0"), "ok",
+                                core::CreateMode::kPersistent);
+    EXPECT_TRUE(acked || acked.error().code == core::KeeperCode::kNodeExists);
+    return parsed->step;
+  }
+
   std::shared_ptr<core::testing::FakeKeeperServer> zookeeper_ =
       core::testing::FakeKeeperServer::create();
   std::shared_ptr<core::Keeper> operator_session_ = zookeeper_->connect();
@@ -486,7 +509,7 @@ TEST_F(ReconcilerWithZooKeeper, LowHeadroomStartsATableSwapAndEachStepIsShown) {
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->data,
             "from: 1\nto: 2\nstep: open\nattacher: \nstarted_ms: 1796169600000\npaused_ms: "
-            "0\nswitched_ms: 0\n");
+            "0\nswitched_ms: 0\ntrigger: headroom\n");
   json recovery = get(replicatedTables(), "events")["status"]["recovery"];
   EXPECT_EQ(recovery["fromGeneration"], 1);
   EXPECT_EQ(recovery["toGeneration"], 2);
@@ -557,6 +580,48 @@ TEST_F(ReconcilerWithZooKeeper, ASwapStartsOncePerAnnotationValueAndNotWithAutoR
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   EXPECT_FALSE(*operator_session_->exists(swap));
   EXPECT_EQ(events_.withReason("SwapStarted").size(), 1u);
+}
+
+// An operator killed right after it created the plan of a manual swap (before its status said
+// so): the next one resumes that swap, records the annotation value as spent from the plan, and
+// starts no second swap for it once the first ended.
+TEST_F(ReconcilerWithZooKeeper, AManualSwapResumedFromItsPlanIsNotStartedAgain) {
+  json spec = table(1);
+  spec["spec"]["headroom"] = {{"autoRecover", false}};
+  spec["metadata"]["annotations"] = {{"rtable.io/swap", "v1"}};
+  const std::string root = "/rtable/tables/analytics.events";
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(client_.create(replicatedTables(), spec));
+  // What the dead operator's reconcile did before it died.
+  ASSERT_TRUE(core::SwapDriver(*operator_session_, root).begin("manual: v1"));
+
+  std::vector<std::string> recorded;
+  ReplicatedTableReconcilerOptions options;
+  options.wall_clock = [this] { return now_; };
+  options.events = &events_;
+  options.keeper_for = [this](const std::string&) {
+    return core::KeeperResult<std::shared_ptr<core::Keeper>>(operator_session_);
+  };
+  options.swap_step_recorded_for_test = [&](const core::SwapPlan& plan) {
+    recorded.emplace_back(core::swapStepName(plan.step));
+  };
+  ReplicatedTableReconciler next(client_, options);
+  std::unique_ptr<core::Keeper> in_next;  // the replica's session in generation 2
+  for (int call = 0; call < 20; ++call) {
+    ASSERT_TRUE(next.reconcile({"analytics", "events"}));
+    if (call == 0) {
+      const json recovery = get(replicatedTables(), "events")["status"]["recovery"];
+      EXPECT_EQ(recovery["trigger"], "manual: v1");
+      EXPECT_EQ(recovery["lastManualTrigger"], "v1");
+    }
+    if (!acknowledgeSwapStep(*session, in_next)) break;
+  }
+  EXPECT_EQ(recorded,
+            (std::vector<std::string>{"pause", "drain", "attach", "verify", "switch", "cleanup"}));
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["recovery"]["result"], "Succeeded");
+  ASSERT_TRUE(next.reconcile({"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists(core::swapPath(root))) << "a second swap for v1";
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["activeGeneration"], 2);
 }
 
 // Every counter that stops the table is watched, not only the log: a partition's block numbers
@@ -650,20 +715,9 @@ TEST_F(ReconcilerWithZooKeeper, AStuckLogSwapsAndTheSwapsFiguresAreExported) {
       EXPECT_EQ(condition("HeadroomLow")["reason"], "Exhausted");
       EXPECT_EQ(value("rtable_table_swap_running", {}), 1.0);
     }
-    auto plan = operator_session_->get(core::swapPath(root));
-    if (!plan) break;  // ended
-    auto parsed = core::SwapPlan::parse(plan->data);
-    ASSERT_TRUE(parsed) << parsed.error();
-    steps.emplace_back(core::swapStepName(parsed->step));
-    if (parsed->step == core::SwapStep::kOpen && !next) {
-      next = zookeeper_->connect();
-      core::TablePaths in_next{root, 2, "events-0"};
-      ASSERT_TRUE(core::createReplicaIfNotExists(*next, in_next));
-      ASSERT_TRUE(core::activateReplica(*next, in_next, "host: events-0\n"));
-    }
-    auto acked = session->create(core::swapAckPath(root, parsed->step, "events-0"), "ok",
-                                 core::CreateMode::kPersistent);
-    ASSERT_TRUE(acked || acked.error().code == core::KeeperCode::kNodeExists);
+    const auto step = acknowledgeSwapStep(*session, next);
+    if (!step) break;  // ended
+    steps.emplace_back(core::swapStepName(*step));
     now_ += std::chrono::seconds(1);
   }
   EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify", "switch",
@@ -743,6 +797,33 @@ TEST_F(ReconcilerWithZooKeeper, TheAbortAnnotationAbortsARunningSwapAndTheNextOn
   EXPECT_EQ(step(), "open");
   EXPECT_EQ(events_.withReason("SwapAbortRequested").size(), 1u);
   EXPECT_EQ(get(replicatedTables(), "events")["status"]["recovery"]["lastAbortRequest"], "oops");
+}
+
+// A log at its last name whose entry the cleaner removed is stuck all the same: Exhausted, and
+// after an aborted swap the next one starts at once instead of waiting swap_retry_after (a table
+// merely BelowThreshold would wait).
+TEST_F(ReconcilerWithZooKeeper, ALogAtTheLastNameWithoutItsEntryIsExhaustedAndSwapsAtOnce) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  auto session = startReplica("events-0");
+  ASSERT_TRUE(zookeeper_->setSequentialCounterForTest(replica("").log(), 2147483647));
+  const std::string root = "/rtable/tables/analytics.events";
+  ASSERT_FALSE(*operator_session_->exists(replica("").log() + "/log-2147483647"));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("HeadroomLow")["reason"], "Exhausted");
+  EXPECT_EQ(get(replicatedTables(), "events")["status"]["headroom"], "0.00%");
+  ASSERT_TRUE(*operator_session_->exists(core::swapPath(root)));
+
+  auto annotated = get(replicatedTables(), "events");
+  annotated["metadata"]["annotations"] = {{"rtable.io/swap-abort", "once"}};
+  ASSERT_TRUE(client_.update(replicatedTables(), annotated));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_TRUE(session->create(core::swapAckPath(root, core::SwapStep::kAbort, "events-0"), "ok",
+                              core::CreateMode::kPersistent));
+  // The reconcile that ends the aborted swap begins the next one.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(events_.withReason("SwapAborted").size(), 1u);
+  EXPECT_EQ(events_.withReason("SwapStarted").size(), 2u) << "the stuck table waits";
+  EXPECT_TRUE(*operator_session_->exists(core::swapPath(root)));
 }
 
 TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {

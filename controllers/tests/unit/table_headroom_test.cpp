@@ -128,5 +128,53 @@ TEST(ReadWatchedCounters, ReadsTheLogEachPartitionAndEachReplicasQueue) {
   EXPECT_FALSE(exhausted["block_numbers/202612"]);
 }
 
+// The log cleaner may delete log-2147483647 (and a block number lock or queue entry at that name
+// goes the same way): a counter at the last name is exhausted all the same, for each kind of
+// watched counter, and the verdict is Exhausted, not BelowThreshold.
+TEST(CounterHeadroom, ACounterAtTheLastNameIsExhaustedWhetherOrNotTheNameExists) {
+  core::TablePaths paths{"/rtable/tables/t", 1, "r1"};
+  const std::vector<std::pair<std::string, std::string>> watched = {
+      {"log", paths.log()},
+      {"block_numbers/202612", paths.blockNumbers("202612")},
+      {"queue/r1", paths.queue()}};
+  for (const auto& [name, path] : watched) {
+    SCOPED_TRACE(name);
+    auto server = core::testing::FakeKeeperServer::create();
+    auto keeper = server->connect();
+    ASSERT_TRUE(core::createTableIfNotExists(*keeper, paths, "metadata"));
+    ASSERT_TRUE(core::createReplicaIfNotExists(*keeper, paths));
+    ASSERT_TRUE(keeper->create(paths.blockNumbers("202612"), "", core::CreateMode::kPersistent));
+    ASSERT_TRUE(server->setSequentialCounterForTest(path, 2147483647));  // the name not taken
+    auto counters = readWatchedCounters(*keeper, paths);
+    ASSERT_TRUE(counters) << counters.error().toString();
+    std::vector<CounterHeadroom> headrooms;
+    for (const auto& read : *counters) headrooms.push_back(counterHeadroom(read));
+    for (const auto& headroom : headrooms) {
+      EXPECT_EQ(headroom.exhausted, headroom.name == name) << headroom.name;
+      if (headroom.name != name) continue;
+      EXPECT_EQ(headroom.creates_left, 0);
+      EXPECT_EQ(headroom.ratio, 0.0);
+    }
+    const HeadroomVerdict verdict = judgeHeadroom(headrooms, HeadroomPolicy{});
+    EXPECT_TRUE(verdict.low);
+    EXPECT_EQ(verdict.reason, HeadroomReason::kExhausted);
+    EXPECT_EQ(verdict.counter.name, name);
+  }
+}
+
+TEST(CounterHeadroom, OneNameBeforeTheLastIsOneCreateLeft) {
+  auto server = core::testing::FakeKeeperServer::create();
+  auto keeper = server->connect();
+  core::TablePaths paths{"/rtable/tables/t", 1, "r1"};
+  ASSERT_TRUE(core::createTableIfNotExists(*keeper, paths, "metadata"));
+  ASSERT_TRUE(server->setSequentialCounterForTest(paths.log(), 2147483646));
+  auto counters = readWatchedCounters(*keeper, paths);
+  ASSERT_TRUE(counters) << counters.error().toString();
+  const CounterHeadroom log = counterHeadroom(counters->front());
+  EXPECT_FALSE(log.exhausted);
+  EXPECT_EQ(log.creates_left, 2);
+  EXPECT_EQ(judgeHeadroom({log}, HeadroomPolicy{}).reason, HeadroomReason::kBelowThreshold);
+}
+
 }  // namespace
 }  // namespace rtable::controllers

@@ -28,14 +28,14 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 TEST(SwapPlan, RoundTripsAndRefusesWhatIsNoPlan) {
-  SwapPlan plan{4, 5, SwapStep::kAttach, "r2", 1764980000000, 1764980000250, 0};
+  SwapPlan plan{4, 5, SwapStep::kAttach, "r2", 1764980000000, 1764980000250, 0, "manual: x"};
   EXPECT_EQ(plan.format(),
             "from: 4\nto: 5\nstep: attach\nattacher: r2\nstarted_ms: 1764980000000\n"
-            "paused_ms: 1764980000250\nswitched_ms: 0\n");
+            "paused_ms: 1764980000250\nswitched_ms: 0\ntrigger: manual: x\n");
   auto parsed = SwapPlan::parse(plan.format());
   ASSERT_TRUE(parsed) << parsed.error();
   EXPECT_EQ(*parsed, plan);
-  // A plan an earlier version wrote has no times.
+  // A plan an earlier version wrote has no times and no trigger.
   auto older = SwapPlan::parse("from: 4\nto: 5\nstep: attach\nattacher: r2\n");
   ASSERT_TRUE(older) << older.error();
   EXPECT_EQ(*older, (SwapPlan{4, 5, SwapStep::kAttach, "r2"}));
@@ -174,9 +174,18 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   });
 
   int64_t clock_ms = 1000;  // each reading 10 ms later
-  SwapDriver driver(*observer_, kRoot, [&] { return clock_ms += 10; });
-  auto plan = driver.begin();
+  // Every plan write is reported once, after it is in ZooKeeper.
+  std::vector<std::string> recorded;
+  auto on_recorded = [&](const SwapPlan& written) {
+    auto stored = observer_->get(swapPath(kRoot));
+    ASSERT_TRUE(stored) << stored.error().toString();
+    EXPECT_EQ(SwapPlan::parse(stored->data), written);
+    recorded.emplace_back(swapStepName(written.step));
+  };
+  SwapDriver driver(*observer_, kRoot, [&] { return clock_ms += 10; }, on_recorded);
+  auto plan = driver.begin("headroom");
   ASSERT_TRUE(plan) << plan.error().toString();
+  EXPECT_EQ(plan->trigger, "headroom");
   EXPECT_EQ(plan->from, 1);
   EXPECT_EQ(plan->to, 2);
   EXPECT_EQ(plan->started_ms, 1010);
@@ -200,11 +209,13 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   EXPECT_FALSE(progress.aborted) << progress.waiting_for;
   EXPECT_EQ(steps, (std::vector<std::string>{"open", "pause", "drain", "attach", "verify", "switch",
                                              "cleanup"}));
+  EXPECT_EQ(recorded, steps);
   // The plan kept when the swap began, paused inserts and switched: its duration and write pause.
   ASSERT_TRUE(progress.ended_plan);
   EXPECT_EQ(progress.ended_plan->started_ms, 1010);
   EXPECT_EQ(progress.ended_plan->paused_ms, 1020);
   EXPECT_EQ(progress.ended_plan->switched_ms, 1030);
+  EXPECT_EQ(progress.ended_plan->trigger, "headroom");
   std::this_thread::sleep_for(200ms);  // a few inserts into generation 2
   stop = true;
   writer.join();

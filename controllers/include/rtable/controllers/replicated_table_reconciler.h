@@ -53,6 +53,7 @@
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
 #include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/table_swap.h"
 
 namespace rtable::controllers {
 
@@ -83,6 +84,10 @@ struct ReplicatedTableReconcilerOptions {
   std::chrono::seconds growth_min_span{600};
   // After an aborted swap, the next automatic one waits this long (unless the table is stuck).
   std::chrono::seconds swap_retry_after{900};
+  // Called right after a table swap's plan was written to ZooKeeper (a step recorded), before
+  // anything else: the crash tests' fail point (RTABLE_OPERATOR_FAILPOINT in
+  // controllers/tools/operator_main.cpp) kills the operator there. Unset in production.
+  std::function<void(const core::SwapPlan&)> swap_step_recorded_for_test;
 };
 
 // On every ReplicatedTable the reconciler manages ZooKeeper for.

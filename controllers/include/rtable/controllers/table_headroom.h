@@ -49,9 +49,16 @@ struct CounterHeadroom {
   std::optional<double> exhaustion_seconds;
 };
 
+// What the decision takes of a counter read by readWatchedCounters. A counter that reached the last
+// name (2147483647) is exhausted, with no creates left, whether or not <prefix>2147483647 exists:
+// ZooKeeper never moves it on (the increment past it is dropped), so that one name is all it has,
+// and the log cleaner's delete of log-2147483647 gives it back for a single create at most. The
+// name's absence must not turn a stuck table into one merely BelowThreshold.
+CounterHeadroom counterHeadroom(const WatchedCounter& watched);
+
 enum class HeadroomReason {
   kAboveThreshold,  // nothing to do
-  kExhausted,       // a counter already gave out its last name (log-2147483647): swap at once
+  kExhausted,       // a counter reached its last name (counterHeadroom): swap at once
   kBelowThreshold,  // a counter's ratio is under thresholdPercent
   kExhaustionSoon,  // a counter runs out within exhaustionDays at its growth rate
 };

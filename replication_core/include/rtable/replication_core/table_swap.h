@@ -47,9 +47,14 @@ struct SwapPlan {
   int64_t started_ms = 0;
   int64_t paused_ms = 0;
   int64_t switched_ms = 0;
+  // What began the swap, as status.recovery.trigger says it ("headroom", "manual: <value>"). In
+  // the plan, so that a driver that dies before it records the swap anywhere else (the operator's
+  // status) still knows which manual request the swap answers, and does not start it twice.
+  std::string trigger = {};
 
-  // "from: 1\nto: 2\nstep: open\nattacher: r1\nstarted_ms: ...\npaused_ms: ...\nswitched_ms: ...\n"
-  // (the three times are optional in parse(), for plans an earlier version wrote).
+  // "from: 1\nto: 2\nstep: open\nattacher: r1\nstarted_ms: ...\npaused_ms: ...\nswitched_ms: ...\n
+  // trigger: ...\n" (the three times and the trigger are optional in parse(), for plans an earlier
+  // version wrote).
   std::string format() const;
   // Refuses a missing or unknown field, to <= from, an unknown step; the error names the line.
   static std::expected<SwapPlan, std::string> parse(std::string_view text);
@@ -83,12 +88,15 @@ struct SwapProgress {
 class SwapDriver {
  public:
   // `now_ms`: the wall clock the plan's times are taken from (ms since the epoch); default: the
-  // system clock.
-  SwapDriver(Keeper& keeper, std::string table_root, std::function<int64_t()> now_ms = {});
+  // system clock. `recorded`, when set, is called right after each write of the plan succeeded
+  // (begin's create, every step after it) with what was written: the operator's crash tests kill
+  // the process there.
+  SwapDriver(Keeper& keeper, std::string table_root, std::function<int64_t()> now_ms = {},
+             std::function<void(const SwapPlan&)> recorded = {});
 
   // Starts moving the active generation g to g+1 (g+1's tree created with g's metadata), unless
-  // a swap runs already: then that one's plan.
-  KeeperResult<SwapPlan> begin();
+  // a swap runs already: then that one's plan. `trigger` goes into a new plan.
+  KeeperResult<SwapPlan> begin(std::string trigger = {});
   // Moves the running swap one step on when every replica it needs has acknowledged the current
   // one; a replica's error at verify aborts it (nothing switched, generation g serves on).
   KeeperResult<SwapProgress> advance();
@@ -101,6 +109,7 @@ class SwapDriver {
   Keeper& keeper_;
   const std::string root_;
   std::function<int64_t()> now_ms_;
+  std::function<void(const SwapPlan&)> recorded_;
 };
 
 }  // namespace rtable::core

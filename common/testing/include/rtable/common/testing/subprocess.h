@@ -26,7 +26,9 @@ class Subprocess {
   ~Subprocess();  // kills a child that is still running
 
   pid_t pid() const { return pid_; }
+  // False once the child ended (reaped here); its wait status is then waitStatus().
   bool running();
+  std::optional<int> waitStatus() const { return wait_status_; }
   // SIGTERM, then SIGKILL after `grace`. Returns the wait status, or nullopt if already reaped.
   std::optional<int> stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
   void kill();
@@ -34,6 +36,7 @@ class Subprocess {
  private:
   explicit Subprocess(pid_t pid) : pid_(pid) {}
   pid_t pid_ = -1;
+  std::optional<int> wait_status_;
 };
 
 struct CommandResult {
