@@ -19,8 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStagingDir = "staging";
-// Parts per ZooKeeper multi in attachParts: 4 ops each (log entry, dedup id, part node, lock),
-// about 50 KB a request at 100, far under ZooKeeper's 1 MB jute.maxbuffer.
+// Parts per batch of the table swap's attach: per ZooKeeper multi in attachParts (4 ops each: log
+// entry, dedup id, part node, lock; about 125 KB a request at 250, far under ZooKeeper's 1 MB
+// jute.maxbuffer), and per linkAndPlace and multi on the replicas executing the entries.
 constexpr std::size_t kAttachBatch = 250;
 
 int64_t unixNow() {
