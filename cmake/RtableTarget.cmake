@@ -21,7 +21,7 @@ endfunction()
 # apiserver, the test control plane's launcher, formats against ClickHouse's), whose run under a
 # sanitizer would only cost CI time: neither built nor run in the ASan and TSan flavours.
 function(rtable_test name)
-  cmake_parse_arguments(ARG "RELEASE_ONLY" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RELEASE_ONLY" "TIMEOUT;LOCK" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   rtable_compile_options(${name})
@@ -35,4 +35,9 @@ function(rtable_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_LOCK)
+    # Tests holding one lock never run at once under ctest -j (e.g. test kubelets, which all
+    # hand out pod addresses from 127.0.0.2 up with fixed ports).
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK ${ARG_LOCK})
+  endif()
 endfunction()
