@@ -4,13 +4,20 @@ namespace rtable::backup {
 
 std::string_view storageErrorKindName(StorageError::Kind kind) {
   switch (kind) {
-    case StorageError::Kind::kNotFound: return "NotFound";
-    case StorageError::Kind::kAccessDenied: return "AccessDenied";
-    case StorageError::Kind::kNoBucket: return "NoBucket";
-    case StorageError::Kind::kNoSpace: return "NoSpace";
-    case StorageError::Kind::kUnavailable: return "Unavailable";
-    case StorageError::Kind::kCorrupt: return "Corrupt";
-    case StorageError::Kind::kOther: return "Other";
+    case StorageError::Kind::kNotFound:
+      return "NotFound";
+    case StorageError::Kind::kAccessDenied:
+      return "AccessDenied";
+    case StorageError::Kind::kNoBucket:
+      return "NoBucket";
+    case StorageError::Kind::kNoSpace:
+      return "NoSpace";
+    case StorageError::Kind::kUnavailable:
+      return "Unavailable";
+    case StorageError::Kind::kCorrupt:
+      return "Corrupt";
+    case StorageError::Kind::kOther:
+      return "Other";
   }
   return "Other";
 }

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <bit>
+#include <charconv>
 
 namespace rtable::core {
 
@@ -17,6 +18,17 @@ struct Hasher128::State {
 
 std::string Hash128::hex() const {
   return fmt::format("{:016x}{:016x}", high, low);
+}
+
+std::optional<Hash128> Hash128::fromHex(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  }
+  Hash128 hash;
+  std::from_chars(text.data(), text.data() + 16, hash.high, 16);
+  std::from_chars(text.data() + 16, text.data() + 32, hash.low, 16);
+  return hash;
 }
 
 Hasher128::Hasher128() : state_(std::make_unique<State>()) {}

@@ -76,17 +76,6 @@ std::optional<T> parseDecimal(std::string_view text) {
   return value;
 }
 
-std::optional<Hash128> parseHashHex(std::string_view text) {
-  if (text.size() != 32) return std::nullopt;
-  for (char c : text) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
-  }
-  Hash128 hash;
-  std::from_chars(text.data(), text.data() + 16, hash.high, 16);
-  std::from_chars(text.data() + 16, text.data() + 32, hash.low, 16);
-  return hash;
-}
-
 // --- Files -----------------------------------------------------------------------------------
 
 // A new file, hashed as it is written; finish() fsyncs and closes it. In memory (a PartImage's
@@ -904,7 +893,7 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
     if (tab2 != std::string_view::npos) {
       name = line->substr(0, tab1);
       size = parseDecimal<uint64_t>(line->substr(tab1 + 1, tab2 - tab1 - 1));
-      hash = parseHashHex(line->substr(tab2 + 1));
+      hash = Hash128::fromHex(line->substr(tab2 + 1));
     }
     if (!size || !hash) {
       return fail(fmt::format("expected '<name>\\t<size>\\t<32 hex digits>', found {}",
@@ -922,7 +911,8 @@ std::expected<PartChecksums, std::string> PartChecksums::parse(std::string_view 
   }
   auto total_line = nextLine();
   std::optional<Hash128> total;
-  if (total_line && total_line->starts_with("total: ")) total = parseHashHex(total_line->substr(7));
+  if (total_line && total_line->starts_with("total: "))
+    total = Hash128::fromHex(total_line->substr(7));
   if (!total) {
     return fail(fmt::format("expected 'total: <32 hex digits>', found {}",
                             total_line ? quotedExcerpt(*total_line) : "the end of the file"));

@@ -148,7 +148,17 @@ KeeperResult<SwapPlan> SwapDriver::begin(std::string trigger) {
   SwapPlan plan{from.generation, to.generation, SwapStep::kOpen, ""};
   plan.started_ms = now_ms_();
   plan.trigger = trigger;
-  auto made = keeper_.create(swapPath(root_), plan.format(), CreateMode::kPersistent);
+  // In one multi with the check that no backup copies the table (a backup checks the reverse).
+  auto made = keeper_.multi({op::CheckNotExists{backupLockPath(root_)},
+                             op::Create{swapPath(root_), plan.format(), CreateMode::kPersistent}});
+  if (!made && made.error().code == KeeperCode::kNodeExists && made.error().failed_op_index == 0) {
+    auto backup = keeper_.get(backupLockPath(root_));
+    return std::unexpected(KeeperError{
+        KeeperCode::kNodeExists, backupLockPath(root_),
+        fmt::format("a cluster backup ({}) copies the table: the swap begins when it ends",
+                    backup ? backup->data : "?"),
+        0});
+  }
   if (!made && made.error().code == KeeperCode::kNodeExists) return begin();  // another driver
   if (!made) return std::unexpected(made.error());
   if (recorded_) recorded_(plan);

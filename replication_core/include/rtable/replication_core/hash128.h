@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,8 @@ struct Hash128 {
 
   // 32 lowercase hex digits, high half first.
   std::string hex() const;
+  // hex() read back; nullopt for anything but 32 lowercase hex digits.
+  static std::optional<Hash128> fromHex(std::string_view text);
   friend bool operator==(const Hash128&, const Hash128&) = default;
 };
 

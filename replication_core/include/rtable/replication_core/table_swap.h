@@ -61,6 +61,11 @@ struct SwapPlan {
   friend bool operator==(const SwapPlan&, const SwapPlan&) = default;
 };
 
+// <root>/backup: the uid of the cluster backup that copies the table now (backup_operation.h). A
+// swap does not begin while it exists, and a backup does not begin while <root>/swap exists.
+inline std::string backupLockPath(const std::string& table_root) {
+  return table_root + "/backup";
+}
 inline std::string swapPath(const std::string& table_root) {
   return table_root + "/swap";
 }

@@ -1,0 +1,426 @@
+// The cluster backup protocol (seed 001) on a real ZooKeeper 3.8, with three replicas of one table
+// in this process (real TableReplicas fetching from each other over HTTP) as the hosts and the
+// initiator polled as the operator polls it: barriers, one manifest, each data file written once
+// (the writer election under contention: every replica holds every part), incremental reuse,
+// error propagation, a dead host, concurrency refusal, and the table swap kept apart.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "rtable/backup/backup_host.h"
+#include "rtable/backup/backup_initiator.h"
+#include "rtable/backup/backup_manifest.h"
+#include "rtable/backup/replica_backup_source.h"
+#include "rtable/common/testing/files.h"
+#include "rtable/common/testing/subprocess.h"
+#include "rtable/common/testing/wait.h"
+#include "rtable/replication_core/http_api.h"
+#include "rtable/replication_core/table_replica.h"
+#include "rtable/replication_core/table_swap.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+
+namespace rtable::backup {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+core::testing::LocalZooKeeper& zookeeper() {
+  static std::unique_ptr<core::testing::LocalZooKeeper> zk = [] {
+    auto started = core::testing::LocalZooKeeper::start();
+    if (!started) throw std::runtime_error(started.error());
+    return std::move(*started);
+  }();
+  return *zk;
+}
+
+core::KeeperFactory zookeeperFactory() {
+  return []() -> core::KeeperResult<std::unique_ptr<core::Keeper>> {
+    auto client = zookeeper().connect();
+    if (!client) return std::unexpected(client.error());
+    return std::unique_ptr<core::Keeper>(std::move(*client));
+  };
+}
+
+// An in-memory destination that counts the writes of each object.
+class CountingStorage final : public BackupStorage {
+ public:
+  std::string location() const override { return "memory://test"; }
+  StorageResult<std::optional<uint64_t>> size(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(name);
+    if (it == objects_.end()) return std::optional<uint64_t>{};
+    return std::optional<uint64_t>{it->second.size()};
+  }
+  StorageResult<void> putFile(const std::string& name, const fs::path& source) override {
+    auto bytes = common::testing::readFile(source);
+    return putBytes(name, bytes);
+  }
+  StorageResult<void> putBytes(const std::string& name, std::string_view bytes) override {
+    std::lock_guard lock(mu_);
+    objects_[name] = std::string(bytes);
+    ++writes_[name];
+    return {};
+  }
+  StorageResult<std::string> read(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    auto it = objects_.find(name);
+    if (it == objects_.end()) {
+      return std::unexpected(StorageError{StorageError::Kind::kNotFound, name + ": no such object"});
+    }
+    return it->second;
+  }
+  StorageResult<void> readToFile(const std::string&, const fs::path&) override {
+    return std::unexpected(StorageError{StorageError::Kind::kOther, "not needed here"});
+  }
+  StorageResult<std::vector<std::string>> list(const std::string& prefix) override {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> names;
+    for (const auto& [name, _] : objects_) {
+      if (name.starts_with(prefix)) names.push_back(name);
+    }
+    return names;
+  }
+  StorageResult<void> remove(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    objects_.erase(name);
+    return {};
+  }
+  std::map<std::string, int> writes() {
+    std::lock_guard lock(mu_);
+    return writes_;
+  }
+  void clearWriteCounts() {
+    std::lock_guard lock(mu_);
+    writes_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> objects_;
+  std::map<std::string, int> writes_;
+};
+
+// A source that fails on demand.
+class FailingSource final : public BackupTableSource {
+ public:
+  explicit FailingSource(BackupTableSource& real) : real_(real) {}
+  int64_t generation() const override { return real_.generation(); }
+  std::string metadataText() const override { return real_.metadataText(); }
+  std::expected<Frozen, std::string> freeze() override {
+    return std::unexpected("cannot hold the parts: disk on fire");
+  }
+
+ private:
+  BackupTableSource& real_;
+};
+
+class BackupProtocol : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/rtable-backup-protocol-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    common::testing::writeFile(dir_ / "secret", "backup-secret\n");
+    table_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (const char* name : {"r1", "r2", "r3"}) open(name);
+  }
+  void TearDown() override {
+    servers_.clear();
+    replicas_.clear();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  core::TableSpec spec(const std::string& name, uint16_t port) {
+    auto parsed = core::TableSpec::parseYaml(fmt::format(R"(
+table: {}
+columns: [{{name: d, type: Date}}, {{name: x, type: UInt64}}, {{name: s, type: String}}]
+partitionBy: toYYYYMM(d)
+orderBy: [x]
+zookeeper: {{connect: "{}", root: /rtable-backup-test/tables}}
+replica: {{name: {}, host: 127.0.0.1}}
+ports: {{http: {}}}
+dataDir: {}
+replication: {{secretFile: {}}}
+)",
+                                                         table_, zookeeper().connectString(), name,
+                                                         port, (dir_ / name).string(),
+                                                         (dir_ / "secret").string()));
+    EXPECT_TRUE(parsed) << parsed.error();
+    return *parsed;
+  }
+
+  void open(const std::string& name) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto port = common::testing::findFreeLoopbackPort();
+      ASSERT_TRUE(port) << port.error();
+      core::TableReplicaOptions options;
+      options.parts.journal_part_bytes = 0;
+      auto table = core::TableReplica::open(
+          spec(name, static_cast<uint16_t>(*port)), zookeeperFactory(),
+          *registries_.emplace_back(std::make_unique<prometheus::Registry>()), options);
+      ASSERT_TRUE(table) << table.error();
+      auto shared = std::shared_ptr<core::TableReplica>(std::move(*table));
+      auto http = core::ReplicaHttpServer::start(*shared, "127.0.0.1",
+                                                 static_cast<uint16_t>(*port), 2);
+      if (!http) continue;
+      servers_.push_back(std::move(*http));
+      replicas_[name] = shared;
+      sources_[name] = std::make_unique<ReplicaBackupSource>([shared] { return shared; });
+      return;
+    }
+    FAIL() << "no free port for " << name;
+  }
+
+  void insert(const std::string& replica, uint64_t from, uint64_t count,
+              const std::string& date = "2026-12-01") {
+    auto& table = *replicas_.at(replica);
+    core::Block block = table.spec().schema.emptyBlock();
+    for (uint64_t x = from; x < from + count; ++x) {
+      std::get<std::vector<uint16_t>>(block.columns[0].values).push_back(*core::parseDate(date));
+      std::get<std::vector<uint64_t>>(block.columns[1].values).push_back(x);
+      std::get<std::vector<std::string>>(block.columns[2].values).push_back(fmt::format("v{}", x));
+    }
+    auto pending = table.beginInsert({});
+    ASSERT_TRUE(pending->add(std::move(block)));
+    auto committed = table.commit(*pending);
+    ASSERT_TRUE(committed) << committed.error().message;
+  }
+
+  void syncAll() {
+    for (auto& [name, replica] : replicas_) ASSERT_TRUE(replica->syncQueue(60s)) << name;
+  }
+
+  BackupOperation operation(const std::string& uid, const std::string& name,
+                            std::vector<std::string> hosts = {"r1", "r2", "r3"}) {
+    BackupOperation op;
+    op.uid = uid;
+    op.name = name;
+    op.started_ms = 1;
+    const auto& any = *replicas_.begin()->second;
+    op.tables.push_back({table_, any.spec().tableRoot(), any.paths().generation, hosts});
+    op.destination.path = "/unused";
+    return op;
+  }
+
+  BackupPaths paths(const std::string& uid) {
+    return BackupPaths{BackupPaths::rootFor("/rtable-backup-test/tables"), uid};
+  }
+
+  static StageSyncOptions fastSync() {
+    StageSyncOptions options;
+    options.sync_period = 50ms;
+    options.host_lost_timeout = 2s;
+    options.initiator_lost_timeout = 2s;
+    options.stage_timeout = 60s;
+    return options;
+  }
+
+  struct Outcome {
+    std::map<std::string, BackupResult<HostStats>> hosts;
+    BackupProgress progress;
+  };
+  // Runs the operation: its hosts in threads (`sources` may replace a host's source), the
+  // initiator polled until the end, then cleaned up.
+  Outcome run(const BackupOperation& op, BackupStorage& storage,
+              std::map<std::string, BackupTableSource*> sources = {},
+              std::vector<std::string> hosts_to_run = {}) {
+    if (hosts_to_run.empty()) hosts_to_run = op.hosts();
+    BackupInitiator initiator(zookeeperFactory(), paths(op.uid), op, fastSync());
+    auto started = initiator.start();
+    EXPECT_TRUE(started) << started.error().message;
+    Outcome outcome;
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    for (const auto& host : hosts_to_run) {
+      BackupTableSource* source = sources.contains(host) ? sources[host] : sources_.at(host).get();
+      threads.emplace_back([&, host, source] {
+        BackupHostOptions options;
+        options.sync = fastSync();
+        BackupHost runner(paths(op.uid), op, host, *source, storage, zookeeperFactory(), options);
+        auto result = runner.run();
+        std::lock_guard lock(mu);
+        outcome.hosts.emplace(host, std::move(result));
+      });
+    }
+    bool ended = common::testing::waitFor(
+        [&] {
+          std::this_thread::sleep_for(20ms);
+          auto progress = initiator.poll();
+          EXPECT_TRUE(progress) << progress.error().toString();
+          if (!progress) return true;
+          outcome.progress = *progress;
+          return progress->phase != BackupProgress::Phase::kRunning;
+        },
+        90s);
+    EXPECT_TRUE(ended);
+    for (auto& thread : threads) thread.join();
+    auto cleaned = initiator.cleanUp();
+    EXPECT_TRUE(cleaned) << cleaned.error().toString();
+    return outcome;
+  }
+
+  std::string table_;
+  fs::path dir_;
+  std::vector<std::unique_ptr<prometheus::Registry>> registries_;
+  std::map<std::string, std::shared_ptr<core::TableReplica>> replicas_;
+  std::map<std::string, std::unique_ptr<BackupTableSource>> sources_;
+  std::vector<std::unique_ptr<core::ReplicaHttpServer>> servers_;
+};
+
+TEST_F(BackupProtocol, ThreeReplicasWriteOneBackupWithEachFileOnce) {
+  insert("r1", 0, 100);
+  insert("r2", 100, 50, "2026-11-05");
+  insert("r3", 150, 25);
+  syncAll();
+  CountingStorage storage;
+  auto outcome = run(operation("u1", "first"), storage);
+  ASSERT_EQ(outcome.progress.phase, BackupProgress::Phase::kCompleted)
+      << (outcome.progress.error ? outcome.progress.error->toString() : "");
+  for (const auto& [host, result] : outcome.hosts) {
+    EXPECT_TRUE(result) << host << ": " << result.error().toString();
+  }
+
+  auto text = storage.read(manifestName("first"));
+  ASSERT_TRUE(text) << text.error().message;
+  auto manifest = BackupManifest::parse(*text);
+  ASSERT_TRUE(manifest) << manifest.error();
+  ASSERT_EQ(manifest->tables.size(), 1u);
+  const ManifestTable& table = manifest->tables[0];
+  EXPECT_EQ(table.rows, 175u);
+  // The parts of one replica at one moment: the same as every replica's now (nothing changed).
+  std::vector<std::string> names;
+  for (const auto& part : replicas_.at("r1")->activeParts()) names.push_back(part->name.format());
+  std::vector<std::string> manifest_names;
+  for (const auto& part : table.parts) manifest_names.push_back(part.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(manifest_names, names);
+  // Every data file stored exactly once though all three replicas hold every part.
+  auto writes = storage.writes();
+  std::size_t data_objects = 0;
+  for (const auto& [name, count] : writes) {
+    EXPECT_EQ(count, 1) << name;
+    if (name.starts_with("data/")) ++data_objects;
+  }
+  EXPECT_EQ(data_objects, manifest->data_files);
+  EXPECT_EQ(manifest->bytes_written, manifest->data_bytes);
+  EXPECT_EQ(manifest->bytes_reused, 0u);
+  EXPECT_EQ(outcome.progress.totals.bytes_written, manifest->data_bytes);
+  for (const auto& file : manifest->files) {
+    if (file.data_file.empty()) continue;
+    auto bytes = storage.read(file.data_file);
+    ASSERT_TRUE(bytes) << file.name;
+    EXPECT_EQ(core::hash128(*bytes), file.checksum) << file.name;
+  }
+  // The operation's nodes and the table's lock are gone.
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  EXPECT_FALSE((*keeper)->exists(paths("u1").operation())->has_value());
+  EXPECT_FALSE(
+      (*keeper)->exists(core::backupLockPath(replicas_.at("r1")->spec().tableRoot()))->has_value());
+}
+
+TEST_F(BackupProtocol, ASecondBackupOfAnUnchangedTableWritesOnlyItsManifest) {
+  insert("r1", 0, 300);
+  syncAll();
+  CountingStorage storage;
+  auto first = run(operation("u1", "first"), storage);
+  ASSERT_EQ(first.progress.phase, BackupProgress::Phase::kCompleted);
+  storage.clearWriteCounts();
+  auto second = run(operation("u2", "second"), storage);
+  ASSERT_EQ(second.progress.phase, BackupProgress::Phase::kCompleted);
+  auto writes = storage.writes();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes.begin()->first, manifestName("second"));
+  auto manifest = BackupManifest::parse(*storage.read(manifestName("second")));
+  ASSERT_TRUE(manifest);
+  EXPECT_EQ(manifest->bytes_written, 0u);
+  EXPECT_EQ(manifest->bytes_reused, manifest->data_bytes);
+  EXPECT_GT(manifest->data_bytes, 0u);
+}
+
+TEST_F(BackupProtocol, OneHostsErrorStopsEveryHostAndNoManifestIsWritten) {
+  insert("r1", 0, 10);
+  syncAll();
+  CountingStorage storage;
+  FailingSource failing(*sources_.at("r2"));
+  auto outcome = run(operation("u1", "broken"), storage, {{"r2", &failing}});
+  ASSERT_EQ(outcome.progress.phase, BackupProgress::Phase::kFailed);
+  ASSERT_TRUE(outcome.progress.error);
+  EXPECT_EQ(outcome.progress.error->host, "r2");
+  EXPECT_EQ(outcome.progress.error->stage, stage::kExtractingData);
+  EXPECT_NE(outcome.progress.error->message.find("disk on fire"), std::string::npos);
+  for (const auto& [host, result] : outcome.hosts) {
+    ASSERT_FALSE(result) << host;
+    EXPECT_EQ(result.error().host, "r2") << host << ": " << result.error().toString();
+  }
+  EXPECT_FALSE(storage.read(manifestName("broken")));
+}
+
+TEST_F(BackupProtocol, AHostThatNeverComesFailsTheBackupNamingIt) {
+  insert("r1", 0, 10);
+  syncAll();
+  CountingStorage storage;
+  auto outcome = run(operation("u1", "lonely"), storage, {}, {"r1", "r2"});
+  ASSERT_EQ(outcome.progress.phase, BackupProgress::Phase::kFailed);
+  ASSERT_TRUE(outcome.progress.error);
+  EXPECT_EQ(outcome.progress.error->host, "r3");
+  EXPECT_NE(outcome.progress.error->message.find("gone"), std::string::npos)
+      << outcome.progress.error->toString();
+  EXPECT_FALSE(storage.read(manifestName("lonely")));
+}
+
+TEST_F(BackupProtocol, ASecondBackupOfTheTableIsRefusedWhileOneRunsAndASwapWaits) {
+  const std::string root = replicas_.at("r1")->spec().tableRoot();
+  BackupInitiator first(zookeeperFactory(), paths("u1"), operation("u1", "a"), fastSync());
+  ASSERT_TRUE(first.start());
+  BackupInitiator second(zookeeperFactory(), paths("u2"), operation("u2", "b"), fastSync());
+  auto refused = second.start();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().kind, StartRefusal::Kind::kBusy);
+  EXPECT_NE(refused.error().message.find("backup u1 runs"), std::string::npos)
+      << refused.error().message;
+
+  // The swap driver will not begin while the backup holds the table.
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  core::SwapDriver driver(**keeper, root);
+  auto swap = driver.begin("test");
+  ASSERT_FALSE(swap);
+  EXPECT_NE(swap.error().detail.find("cluster backup (u1)"), std::string::npos)
+      << swap.error().toString();
+  EXPECT_FALSE((*keeper)->exists(core::swapPath(root))->has_value());
+
+  ASSERT_TRUE(first.cleanUp());
+  // Now the swap begins, and a backup waits for it.
+  ASSERT_TRUE(driver.begin("test"));
+  auto waits = second.start();
+  ASSERT_FALSE(waits);
+  EXPECT_EQ(waits.error().kind, StartRefusal::Kind::kBusy);
+  EXPECT_NE(waits.error().message.find("table swap runs"), std::string::npos);
+}
+
+TEST_F(BackupProtocol, ADeadOperationsLockIsTakenOver) {
+  {
+    BackupInitiator dead(zookeeperFactory(), paths("u1"), operation("u1", "a"), fastSync());
+    ASSERT_TRUE(dead.start());
+    // Its process dies: the session (and the alive node) go, the lock stays.
+  }
+  BackupInitiator next(zookeeperFactory(), paths("u2"), operation("u2", "b"), fastSync());
+  auto started = next.start();
+  ASSERT_TRUE(started) << started.error().message;
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  auto lock = (*keeper)->get(core::backupLockPath(replicas_.at("r1")->spec().tableRoot()));
+  ASSERT_TRUE(lock);
+  EXPECT_EQ(lock->data, "u2");
+  ASSERT_TRUE(next.cleanUp());
+}
+
+}  // namespace
+}  // namespace rtable::backup
