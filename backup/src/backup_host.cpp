@@ -196,10 +196,9 @@ BackupResult<std::map<std::string, FrozenPartList>> BackupHost::readPartLists(
     const BackupTableRef& table) {
   std::map<std::string, FrozenPartList> lists;
   for (const auto& host : table.hosts) {
-    auto text = sync_.withRetries(stage::kBuildingFileInfos, "reading part lists",
-                                  [&](core::Keeper& keeper) {
-                                    return readChunked(keeper, paths_.parts(host));
-                                  });
+    auto text = sync_.withRetries(
+        stage::kBuildingFileInfos, "reading part lists",
+        [&](core::Keeper& keeper) { return readChunked(keeper, paths_.parts(host)); });
     if (!text) return std::unexpected(text.error());
     auto list = FrozenPartList::parse(*text);
     if (!list) {
@@ -223,26 +222,26 @@ BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
     if (!done.insert(planned->data_file_index).second) continue;
     // The writer election: `create` decides; a node holding my index is mine (an earlier
     // attempt created it and its answer was lost).
-    auto won = sync_.withRetries(
-        stage::kWritingBackup, "electing the writer",
-        [&](core::Keeper& keeper) -> core::KeeperResult<bool> {
-          auto path = paths_.writingFile(planned->data_file_index);
-          auto created = keeper.create(path, my_index, core::CreateMode::kPersistent);
-          if (created) return true;
-          if (created.error().code != core::KeeperCode::kNodeExists) {
-            return std::unexpected(created.error());
-          }
-          auto value = keeper.get(path);
-          if (!value) return std::unexpected(value.error());
-          return value->data == my_index;
-        });
+    auto won = sync_.withRetries(stage::kWritingBackup, "electing the writer",
+                                 [&](core::Keeper& keeper) -> core::KeeperResult<bool> {
+                                   auto path = paths_.writingFile(planned->data_file_index);
+                                   auto created =
+                                       keeper.create(path, my_index, core::CreateMode::kPersistent);
+                                   if (created) return true;
+                                   if (created.error().code != core::KeeperCode::kNodeExists) {
+                                     return std::unexpected(created.error());
+                                   }
+                                   auto value = keeper.get(path);
+                                   if (!value) return std::unexpected(value.error());
+                                   return value->data == my_index;
+                                 });
     if (!won) return std::unexpected(won.error());
     if (!*won) continue;
     auto fail = [&](const StorageError& error) {
-      return std::unexpected(BackupError{
-          host_, std::string(stage::kWritingBackup),
-          fmt::format("{} ({}): {}", planned->data_file, storageErrorKindName(error.kind),
-                      error.message)});
+      return std::unexpected(
+          BackupError{host_, std::string(stage::kWritingBackup),
+                      fmt::format("{} ({}): {}", planned->data_file,
+                                  storageErrorKindName(error.kind), error.message)});
     };
     auto stored = storage_.size(planned->data_file);
     if (!stored) return fail(stored.error());
@@ -316,10 +315,10 @@ BackupResult<void> BackupHost::writeManifest(
   manifest.completed_ms = nowMs();
   auto put = storage_.putBytes(manifestName(operation_.name), manifest.format());
   if (!put) {
-    return std::unexpected(BackupError{
-        host_, std::string(stage::kCompleted),
-        fmt::format("writing the manifest {} ({}): {}", manifestName(operation_.name),
-                    storageErrorKindName(put.error().kind), put.error().message)});
+    return std::unexpected(
+        BackupError{host_, std::string(stage::kCompleted),
+                    fmt::format("writing the manifest {} ({}): {}", manifestName(operation_.name),
+                                storageErrorKindName(put.error().kind), put.error().message)});
   }
   return {};
 }
@@ -345,11 +344,10 @@ BackupResult<HostStats> BackupHost::run() {
   for (const auto& part : frozen_) {
     mine.parts.push_back({part->name.format(), part->rows, part->checksums.total});
   }
-  auto published = sync_.withRetries(stage::kExtractingData, "publishing the part list",
-                                     [&](core::Keeper& keeper) {
-                                       return writeChunked(keeper, paths_.parts(host_),
-                                                           mine.format());
-                                     });
+  auto published = sync_.withRetries(
+      stage::kExtractingData, "publishing the part list", [&](core::Keeper& keeper) {
+        return writeChunked(keeper, paths_.parts(host_), mine.format());
+      });
   if (!published) return fail(published.error());
   if (auto set = sync_.setStage(stage::kExtractingData); !set) return fail(set.error());
   if (auto waited = sync_.waitForStage(stage::kExtractingData); !waited) {
@@ -384,7 +382,8 @@ BackupResult<HostStats> BackupHost::run() {
       checksums_text = file->bytes;
     } else {
       auto text = readWholeFile(part->dir / "checksums.txt");
-      if (!text) return fail(BackupError{host_, std::string(stage::kBuildingFileInfos), text.error()});
+      if (!text)
+        return fail(BackupError{host_, std::string(stage::kBuildingFileInfos), text.error()});
       checksums_text = std::move(*text);
     }
     BackupFileInfo info{prefix + "checksums.txt", checksums_text.size(),
@@ -392,11 +391,10 @@ BackupResult<HostStats> BackupHost::run() {
     local_files_[info.name] = LocalFile{part, "checksums.txt", info};
     infos.push_back(info);
   }
-  auto infos_published = sync_.withRetries(stage::kBuildingFileInfos, "publishing file infos",
-                                           [&](core::Keeper& keeper) {
-                                             return writeChunked(keeper, paths_.fileInfos(host_),
-                                                                 formatFileInfos(infos));
-                                           });
+  auto infos_published = sync_.withRetries(
+      stage::kBuildingFileInfos, "publishing file infos", [&](core::Keeper& keeper) {
+        return writeChunked(keeper, paths_.fileInfos(host_), formatFileInfos(infos));
+      });
   if (!infos_published) return fail(infos_published.error());
   if (auto set = sync_.setStage(stage::kBuildingFileInfos); !set) return fail(set.error());
   if (auto waited = sync_.waitForStage(stage::kBuildingFileInfos); !waited) {
@@ -406,10 +404,9 @@ BackupResult<HostStats> BackupHost::run() {
   // Writing backup: one plan for all hosts; each writes the files it wins.
   std::map<std::string, std::vector<BackupFileInfo>> all_infos;
   for (const auto& host : operation_.hosts()) {
-    auto text = sync_.withRetries(stage::kWritingBackup, "reading file infos",
-                                  [&](core::Keeper& keeper) {
-                                    return readChunked(keeper, paths_.fileInfos(host));
-                                  });
+    auto text = sync_.withRetries(
+        stage::kWritingBackup, "reading file infos",
+        [&](core::Keeper& keeper) { return readChunked(keeper, paths_.fileInfos(host)); });
     if (!text) return fail(text.error());
     auto parsed = parseFileInfos(*text);
     if (!parsed) return fail(BackupError{host, std::string(stage::kWritingBackup), parsed.error()});

@@ -35,73 +35,73 @@ std::expected<void, StartRefusal> BackupInitiator::start() {
     return std::unexpected(StartRefusal{StartRefusal::Kind::kFailed, std::move(message)});
   };
   for (int round = 0; round < 3; ++round) {
-    auto outcome = sync_.withRetries("", "starting the operation",
-                                     [&](core::Keeper& keeper)
-                                         -> core::KeeperResult<std::optional<StartRefusal>> {
-      for (const auto& node : {paths_.root, paths_.aliveTracker()}) {
-        if (auto made = core::createAncestorsAndSelf(keeper, node); !made) {
-          return std::unexpected(made.error());
-        }
-      }
-      std::vector<core::Op> ops;
-      ops.push_back(core::op::Create{paths_.operation(), operation_.format(),
-                                     core::CreateMode::kPersistent});
-      for (const auto& child : {paths_.stage(), paths_.parts(), paths_.fileInfos(),
-                                paths_.writingFiles()}) {
-        ops.push_back(core::op::Create{child, "", core::CreateMode::kPersistent});
-      }
-      std::size_t first_table_op = ops.size();
-      for (const auto& table : operation_.tables) {
-        ops.push_back(core::op::CheckNotExists{core::swapPath(table.table_root)});
-        ops.push_back(core::op::Create{core::backupLockPath(table.table_root), operation_.uid,
-                                       core::CreateMode::kPersistent});
-      }
-      auto made = keeper.multi(ops);
-      if (made) return std::optional<StartRefusal>{};
-      const auto& error = made.error();
-      if (error.code != KeeperCode::kNodeExists || !error.failed_op_index) {
-        return std::unexpected(error);
-      }
-      std::size_t index = *error.failed_op_index;
-      if (index == 0) {
-        // Our operation exists: an earlier attempt's answer was lost.
-        return std::optional<StartRefusal>{};
-      }
-      if (index < first_table_op) return std::unexpected(error);
-      const BackupTableRef& table = operation_.tables[(index - first_table_op) / 2];
-      if ((index - first_table_op) % 2 == 0) {
-        return std::optional<StartRefusal>{StartRefusal{
-            StartRefusal::Kind::kBusy,
-            fmt::format("table {}: a table swap runs; the backup starts when it ends",
-                        table.table)}};
-      }
-      // Another backup holds the table: refused, unless no host of it is alive any more.
-      auto lock = keeper.get(core::backupLockPath(table.table_root));
-      if (!lock) return std::unexpected(lock.error());
-      BackupPaths other{paths_.root, lock->data};
-      auto stages = keeper.children(other.stage());
-      bool live = false;
-      if (stages) {
-        for (const auto& name : stages->names) {
-          if (parseStageNodeName(name).kind == StageNodeName::Kind::kAlive) live = true;
-        }
-      } else if (stages.error().code != KeeperCode::kNoNode) {
-        return std::unexpected(stages.error());
-      }
-      if (live) {
-        return std::optional<StartRefusal>{StartRefusal{
-            StartRefusal::Kind::kBusy,
-            fmt::format("table {}: backup {} runs on it; one backup of a table at a time",
-                        table.table, lock->data)}};
-      }
-      // A dead operation's lock: removed (only if unchanged), then the next round starts again.
-      auto removed = keeper.remove(core::backupLockPath(table.table_root), lock->stat.version);
-      if (!removed && removed.error().code != KeeperCode::kNoNode &&
-          removed.error().code != KeeperCode::kBadVersion) {
-        return std::unexpected(removed.error());
-      }
-      return std::optional<StartRefusal>{StartRefusal{StartRefusal::Kind::kFailed, "retry"}};
-    });
+    auto outcome = sync_.withRetries(
+        "", "starting the operation",
+        [&](core::Keeper& keeper) -> core::KeeperResult<std::optional<StartRefusal>> {
+          for (const auto& node : {paths_.root, paths_.aliveTracker()}) {
+            if (auto made = core::createAncestorsAndSelf(keeper, node); !made) {
+              return std::unexpected(made.error());
+            }
+          }
+          std::vector<core::Op> ops;
+          ops.push_back(core::op::Create{paths_.operation(), operation_.format(),
+                                         core::CreateMode::kPersistent});
+          for (const auto& child :
+               {paths_.stage(), paths_.parts(), paths_.fileInfos(), paths_.writingFiles()}) {
+            ops.push_back(core::op::Create{child, "", core::CreateMode::kPersistent});
+          }
+          std::size_t first_table_op = ops.size();
+          for (const auto& table : operation_.tables) {
+            ops.push_back(core::op::CheckNotExists{core::swapPath(table.table_root)});
+            ops.push_back(core::op::Create{core::backupLockPath(table.table_root), operation_.uid,
+                                           core::CreateMode::kPersistent});
+          }
+          auto made = keeper.multi(ops);
+          if (made) return std::optional<StartRefusal>{};
+          const auto& error = made.error();
+          if (error.code != KeeperCode::kNodeExists || !error.failed_op_index) {
+            return std::unexpected(error);
+          }
+          std::size_t index = *error.failed_op_index;
+          if (index == 0) {
+            // Our operation exists: an earlier attempt's answer was lost.
+            return std::optional<StartRefusal>{};
+          }
+          if (index < first_table_op) return std::unexpected(error);
+          const BackupTableRef& table = operation_.tables[(index - first_table_op) / 2];
+          if ((index - first_table_op) % 2 == 0) {
+            return std::optional<StartRefusal>{StartRefusal{
+                StartRefusal::Kind::kBusy,
+                fmt::format("table {}: a table swap runs; the backup starts when it ends",
+                            table.table)}};
+          }
+          // Another backup holds the table: refused, unless no host of it is alive any more.
+          auto lock = keeper.get(core::backupLockPath(table.table_root));
+          if (!lock) return std::unexpected(lock.error());
+          BackupPaths other{paths_.root, lock->data};
+          auto stages = keeper.children(other.stage());
+          bool live = false;
+          if (stages) {
+            for (const auto& name : stages->names) {
+              if (parseStageNodeName(name).kind == StageNodeName::Kind::kAlive) live = true;
+            }
+          } else if (stages.error().code != KeeperCode::kNoNode) {
+            return std::unexpected(stages.error());
+          }
+          if (live) {
+            return std::optional<StartRefusal>{StartRefusal{
+                StartRefusal::Kind::kBusy,
+                fmt::format("table {}: backup {} runs on it; one backup of a table at a time",
+                            table.table, lock->data)}};
+          }
+          // A dead operation's lock: removed (only if unchanged), then the next round starts again.
+          auto removed = keeper.remove(core::backupLockPath(table.table_root), lock->stat.version);
+          if (!removed && removed.error().code != KeeperCode::kNoNode &&
+              removed.error().code != KeeperCode::kBadVersion) {
+            return std::unexpected(removed.error());
+          }
+          return std::optional<StartRefusal>{StartRefusal{StartRefusal::Kind::kFailed, "retry"}};
+        });
     if (!outcome) return failed(outcome.error().message);
     if (*outcome && (*outcome)->message == "retry") continue;
     if (*outcome) return std::unexpected(**outcome);
@@ -123,9 +123,8 @@ BackupResult<void> BackupInitiator::resume() {
   if (!*exists) return std::unexpected(BackupError{"", "", "the operation's nodes are gone"});
   // started| exists already: the alive node is what a new session must bring back.
   return sync_.withRetries("", "rejoining", [&](core::Keeper& keeper) -> core::KeeperStatus {
-    auto made = keeper.multi(
-        {core::op::Create{paths_.alive(""), "", core::CreateMode::kEphemeral},
-         core::op::Set{paths_.aliveTracker(), "", -1}});
+    auto made = keeper.multi({core::op::Create{paths_.alive(""), "", core::CreateMode::kEphemeral},
+                              core::op::Set{paths_.aliveTracker(), "", -1}});
     if (!made && made.error().code != KeeperCode::kNodeExists) {
       return std::unexpected(made.error());
     }
@@ -185,12 +184,12 @@ BackupResult<BackupProgress> BackupInitiator::poll() {
     }
     auto [since, _] = missing_since_.emplace(host, now);
     if (now - since->second >= options_.host_lost_timeout) {
-      BackupError error{host, progress.hosts[host].stage,
-                        "the replica is gone: its alive node has been missing for " +
-                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                               now - since->second)
-                                               .count()) +
-                            " s (the process died or lost ZooKeeper)"};
+      BackupError error{
+          host, progress.hosts[host].stage,
+          "the replica is gone: its alive node has been missing for " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::seconds>(now - since->second).count()) +
+              " s (the process died or lost ZooKeeper)"};
       sync_.setError(error);
       progress.phase = BackupProgress::Phase::kFailed;
       progress.error = error;

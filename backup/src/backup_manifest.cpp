@@ -30,7 +30,8 @@ std::string BackupManifest::format() const {
   for (const auto& table : tables) {
     json parts = json::array();
     for (const auto& part : table.parts) {
-      parts.push_back({{"name", part.name}, {"rows", part.rows}, {"checksum", part.checksum.hex()}});
+      parts.push_back(
+          {{"name", part.name}, {"rows", part.rows}, {"checksum", part.checksum.hex()}});
     }
     tables_json.push_back({{"table", table.table},
                            {"generation", table.generation},
@@ -71,9 +72,9 @@ struct Reader {
     if (!ok()) return nullptr;
     auto it = object.find(name);
     bool matches = it != object.end() &&
-                   (it->type() == type || (type == json::value_t::number_unsigned &&
-                                           it->type() == json::value_t::number_integer &&
-                                           it->get<int64_t>() >= 0));
+                   (it->type() == type ||
+                    (type == json::value_t::number_unsigned &&
+                     it->type() == json::value_t::number_integer && it->get<int64_t>() >= 0));
     if (!matches) {
       error = fmt::format("{}{}: missing or of the wrong type", where, name);
       return nullptr;
@@ -106,9 +107,9 @@ std::expected<BackupManifest, std::string> BackupManifest::parse(std::string_vie
   BackupManifest manifest;
   manifest.version = static_cast<int>(r.number(doc, "", "version"));
   if (r.ok() && manifest.version > kVersion) {
-    return std::unexpected(fmt::format(
-        "version {}: written by a newer rtable (this one reads up to {})", manifest.version,
-        kVersion));
+    return std::unexpected(
+        fmt::format("version {}: written by a newer rtable (this one reads up to {})",
+                    manifest.version, kVersion));
   }
   manifest.name = r.string(doc, "", "name");
   manifest.uid = r.string(doc, "", "uid");

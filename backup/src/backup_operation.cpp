@@ -25,7 +25,8 @@ std::string_view kindName(DestinationRef::Kind kind) {
 
 std::string DestinationRef::location() const {
   if (kind == Kind::kFilesystem) return path;
-  return prefix.empty() ? fmt::format("s3://{}", bucket) : fmt::format("s3://{}/{}", bucket, prefix);
+  return prefix.empty() ? fmt::format("s3://{}", bucket)
+                        : fmt::format("s3://{}/{}", bucket, prefix);
 }
 
 std::vector<std::string> BackupOperation::hosts() const {
@@ -82,7 +83,8 @@ std::expected<BackupOperation, std::string> BackupOperation::parse(std::string_v
   auto uid = string_field(doc, "uid", "");
   if (!uid) return std::unexpected(uid.error());
   op.uid = *uid;
-  if (!isPlainName(op.uid)) return std::unexpected(fmt::format("uid: '{}' is not a plain name", op.uid));
+  if (!isPlainName(op.uid))
+    return std::unexpected(fmt::format("uid: '{}' is not a plain name", op.uid));
   auto name = string_field(doc, "name", "");
   if (!name) return std::unexpected(name.error());
   op.name = *name;
@@ -149,10 +151,10 @@ std::expected<BackupOperation, std::string> BackupOperation::parse(std::string_v
     op.destination.path = *path;
   } else if (*kind == "s3") {
     op.destination.kind = DestinationRef::Kind::kS3;
-    for (auto [field, target] : {std::pair{"endpoint", &op.destination.endpoint},
-                                 std::pair{"bucket", &op.destination.bucket},
-                                 std::pair{"prefix", &op.destination.prefix},
-                                 std::pair{"region", &op.destination.region}}) {
+    for (auto [field, target] :
+         {std::pair{"endpoint", &op.destination.endpoint},
+          std::pair{"bucket", &op.destination.bucket}, std::pair{"prefix", &op.destination.prefix},
+          std::pair{"region", &op.destination.region}}) {
       auto value = string_field(*destination, field, "destination.");
       if (!value) return std::unexpected(value.error());
       *target = *value;

@@ -52,10 +52,9 @@ std::string dataFileName(uint64_t size, const core::Hash128& checksum) {
 }
 
 const PlannedFile* BackupFilePlan::find(std::string_view name) const {
-  auto it = std::lower_bound(files.begin(), files.end(), name,
-                             [](const PlannedFile& file, std::string_view key) {
-                               return file.info.name < key;
-                             });
+  auto it = std::lower_bound(
+      files.begin(), files.end(), name,
+      [](const PlannedFile& file, std::string_view key) { return file.info.name < key; });
   return it != files.end() && it->info.name == name ? &*it : nullptr;
 }
 
@@ -66,8 +65,8 @@ std::expected<BackupFilePlan, std::string> planFiles(
   for (const auto& [host, infos] : infos_by_host) {
     for (const auto& info : infos) {
       auto [it, inserted] = by_name.emplace(info.name, std::pair{info, host});
-      if (!inserted && (it->second.first.size != info.size ||
-                        it->second.first.checksum != info.checksum)) {
+      if (!inserted &&
+          (it->second.first.size != info.size || it->second.first.checksum != info.checksum)) {
         return std::unexpected(fmt::format(
             "hosts {} and {} hold different files {} (size {} and {}, checksum {} and {})",
             it->second.second, host, info.name, it->second.first.size, info.size,

@@ -43,7 +43,9 @@ BackupStageSync::BackupStageSync(core::KeeperFactory factory, BackupPaths paths,
   hosts_.push_back("");  // the initiator takes part in every barrier (seed 001)
 }
 
-BackupStageSync::~BackupStageSync() { stop(); }
+BackupStageSync::~BackupStageSync() {
+  stop();
+}
 
 void BackupStageSync::stop() {
   {
@@ -67,9 +69,9 @@ bool BackupStageSync::sleepOrStop(std::chrono::milliseconds duration) {
 core::KeeperStatus BackupStageSync::createAliveNode(core::Keeper& keeper) {
   // The tracker's version moves whenever an alive node appears: a cheap "something changed" for
   // whoever checks that no other operation runs (seed 001).
-  auto created = keeper.multi({core::op::Create{paths_.alive(current_host_), "",
-                                                core::CreateMode::kEphemeral},
-                               core::op::Set{paths_.aliveTracker(), "", -1}});
+  auto created =
+      keeper.multi({core::op::Create{paths_.alive(current_host_), "", core::CreateMode::kEphemeral},
+                    core::op::Set{paths_.aliveTracker(), "", -1}});
   if (!created && created.error().code == KeeperCode::kNodeExists) return {};
   if (!created) return std::unexpected(created.error());
   return {};
@@ -113,8 +115,7 @@ BackupResult<void> BackupStageSync::join() {
          core::op::Create{paths_.alive(current_host_), "", core::CreateMode::kEphemeral},
          core::op::Set{paths_.aliveTracker(), "", -1}});
     if (claimed) return {};
-    if (claimed.error().code == KeeperCode::kNodeExists &&
-        claimed.error().failed_op_index == 0) {
+    if (claimed.error().code == KeeperCode::kNodeExists && claimed.error().failed_op_index == 0) {
       // started| exists: ours from an attempt whose answer was lost, if our alive node is there.
       auto alive = keeper.exists(paths_.alive(current_host_));
       if (!alive) return std::unexpected(alive.error());
@@ -124,9 +125,9 @@ BackupResult<void> BackupStageSync::join() {
   });
   if (!joined) {
     if (joined.error().message.find("node exists") != std::string::npos) {
-      joined.error().message = fmt::format(
-          "this host joined the operation before and lost it (restarted?): {}",
-          joined.error().message);
+      joined.error().message =
+          fmt::format("this host joined the operation before and lost it (restarted?): {}",
+                      joined.error().message);
     }
     return joined;
   }
@@ -136,20 +137,21 @@ BackupResult<void> BackupStageSync::join() {
 }
 
 BackupResult<void> BackupStageSync::setStage(std::string_view stage, std::string_view result) {
-  return withRetries(stage, "publishing the stage", [&](core::Keeper& keeper) -> core::KeeperStatus {
-    auto error = keeper.get(paths_.error());
-    if (error) {
-      // Someone failed: no point in going on (reported by the caller's next wait).
-      return {};
-    }
-    if (error.error().code != KeeperCode::kNoNode) return std::unexpected(error.error());
-    auto created = keeper.create(paths_.current(current_host_, stage), std::string(result),
-                                 core::CreateMode::kPersistent);
-    if (!created && created.error().code != KeeperCode::kNodeExists) {
-      return std::unexpected(created.error());
-    }
-    return {};
-  });
+  return withRetries(
+      stage, "publishing the stage", [&](core::Keeper& keeper) -> core::KeeperStatus {
+        auto error = keeper.get(paths_.error());
+        if (error) {
+          // Someone failed: no point in going on (reported by the caller's next wait).
+          return {};
+        }
+        if (error.error().code != KeeperCode::kNoNode) return std::unexpected(error.error());
+        auto created = keeper.create(paths_.current(current_host_, stage), std::string(result),
+                                     core::CreateMode::kPersistent);
+        if (!created && created.error().code != KeeperCode::kNodeExists) {
+          return std::unexpected(created.error());
+        }
+        return {};
+      });
 }
 
 void BackupStageSync::setError(const BackupError& error) {
@@ -183,52 +185,58 @@ BackupResult<void> BackupStageSync::finish() {
 }
 
 BackupResult<BackupStageSync::State> BackupStageSync::readState() {
-  return withRetries("", "reading the stage nodes",
-                     [&](core::Keeper& keeper) -> core::KeeperResult<State> {
-                       auto children = keeper.children(paths_.stage());
-                       if (!children) return std::unexpected(children.error());
-                       State state;
-                       for (const auto& host : hosts_) state.hosts[host];
-                       std::vector<std::string> to_read;
-                       std::vector<StageNodeName> to_read_names;
-                       for (const auto& name : children->names) {
-                         StageNodeName node = parseStageNodeName(name);
-                         auto host = state.hosts.find(node.host);
-                         if (node.kind == StageNodeName::Kind::kError) {
-                           auto value = keeper.get(paths_.error());
-                           if (value) state.error = BackupError::parse(value->data);
-                           continue;
-                         }
-                         if (host == state.hosts.end()) continue;  // not one of ours
-                         switch (node.kind) {
-                           case StageNodeName::Kind::kStarted: host->second.started = true; break;
-                           case StageNodeName::Kind::kFinished: host->second.finished = true; break;
-                           case StageNodeName::Kind::kAlive: host->second.alive = true; break;
-                           case StageNodeName::Kind::kCurrent: {
-                             std::lock_guard lock(mu_);
-                             auto cached = results_cache_.find(name);
-                             if (cached != results_cache_.end()) {
-                               host->second.stages[node.stage] = cached->second;
-                             } else {
-                               to_read.push_back(paths_.stage() + "/" + name);
-                               to_read_names.push_back(node);
-                             }
-                             break;
-                           }
-                           default: break;
-                         }
-                       }
-                       auto values = keeper.getMany(to_read);
-                       for (std::size_t i = 0; i < values.size(); ++i) {
-                         if (!values[i]) return std::unexpected(values[i].error());
-                         const auto& node = to_read_names[i];
-                         state.hosts[node.host].stages[node.stage] = values[i]->data;
-                         std::lock_guard lock(mu_);
-                         results_cache_[to_read[i].substr(paths_.stage().size() + 1)] =
-                             values[i]->data;
-                       }
-                       return state;
-                     });
+  return withRetries(
+      "", "reading the stage nodes", [&](core::Keeper& keeper) -> core::KeeperResult<State> {
+        auto children = keeper.children(paths_.stage());
+        if (!children) return std::unexpected(children.error());
+        State state;
+        for (const auto& host : hosts_) state.hosts[host];
+        std::vector<std::string> to_read;
+        std::vector<StageNodeName> to_read_names;
+        for (const auto& name : children->names) {
+          StageNodeName node = parseStageNodeName(name);
+          auto host = state.hosts.find(node.host);
+          if (node.kind == StageNodeName::Kind::kError) {
+            auto value = keeper.get(paths_.error());
+            if (value) state.error = BackupError::parse(value->data);
+            continue;
+          }
+          if (host == state.hosts.end()) continue;  // not one of ours
+          switch (node.kind) {
+            case StageNodeName::Kind::kStarted:
+              host->second.started = true;
+              break;
+            case StageNodeName::Kind::kFinished:
+              host->second.finished = true;
+              break;
+            case StageNodeName::Kind::kAlive:
+              host->second.alive = true;
+              break;
+            case StageNodeName::Kind::kCurrent: {
+              std::lock_guard lock(mu_);
+              auto cached = results_cache_.find(name);
+              if (cached != results_cache_.end()) {
+                host->second.stages[node.stage] = cached->second;
+              } else {
+                to_read.push_back(paths_.stage() + "/" + name);
+                to_read_names.push_back(node);
+              }
+              break;
+            }
+            default:
+              break;
+          }
+        }
+        auto values = keeper.getMany(to_read);
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (!values[i]) return std::unexpected(values[i].error());
+          const auto& node = to_read_names[i];
+          state.hosts[node.host].stages[node.stage] = values[i]->data;
+          std::lock_guard lock(mu_);
+          results_cache_[to_read[i].substr(paths_.stage().size() + 1)] = values[i]->data;
+        }
+        return state;
+      });
 }
 
 BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
@@ -262,11 +270,11 @@ BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
       if (now - since->second >= timeout) {
         failure = BackupError{
             host, std::string(stage),
-            fmt::format("{} is gone: its alive node has been missing for {} s (its ZooKeeper "
-                        "session ended: the process died or lost ZooKeeper)",
-                        host.empty() ? "the initiator (rtable-operator)" : "the replica",
-                        std::chrono::duration_cast<std::chrono::seconds>(now - since->second)
-                            .count())};
+            fmt::format(
+                "{} is gone: its alive node has been missing for {} s (its ZooKeeper "
+                "session ended: the process died or lost ZooKeeper)",
+                host.empty() ? "the initiator (rtable-operator)" : "the replica",
+                std::chrono::duration_cast<std::chrono::seconds>(now - since->second).count())};
         break;
       }
     }
@@ -276,11 +284,11 @@ BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
     }
     if (results.size() == hosts_.size()) return results;
     if (now - started >= options_.stage_timeout) {
-      BackupError timeout{current_host_, std::string(stage),
-                          fmt::format("not every host reached this stage within {} s",
-                                      std::chrono::duration_cast<std::chrono::seconds>(
-                                          options_.stage_timeout)
-                                          .count())};
+      BackupError timeout{
+          current_host_, std::string(stage),
+          fmt::format(
+              "not every host reached this stage within {} s",
+              std::chrono::duration_cast<std::chrono::seconds>(options_.stage_timeout).count())};
       setError(timeout);
       return std::unexpected(timeout);
     }

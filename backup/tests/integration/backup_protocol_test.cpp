@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "rtable/backup/backup_agent.h"
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/backup/backup_manifest.h"
@@ -71,7 +72,8 @@ class CountingStorage final : public BackupStorage {
     std::lock_guard lock(mu_);
     auto it = objects_.find(name);
     if (it == objects_.end()) {
-      return std::unexpected(StorageError{StorageError::Kind::kNotFound, name + ": no such object"});
+      return std::unexpected(
+          StorageError{StorageError::Kind::kNotFound, name + ": no such object"});
     }
     return it->second;
   }
@@ -137,7 +139,8 @@ class BackupProtocol : public ::testing::Test {
   }
 
   core::TableSpec spec(const std::string& name, uint16_t port) {
-    auto parsed = core::TableSpec::parseYaml(fmt::format(R"(
+    auto parsed =
+        core::TableSpec::parseYaml(fmt::format(R"(
 table: {}
 columns: [{{name: d, type: Date}}, {{name: x, type: UInt64}}, {{name: s, type: String}}]
 partitionBy: toYYYYMM(d)
@@ -148,9 +151,8 @@ ports: {{http: {}}}
 dataDir: {}
 replication: {{secretFile: {}}}
 )",
-                                                         table_, zookeeper().connectString(), name,
-                                                         port, (dir_ / name).string(),
-                                                         (dir_ / "secret").string()));
+                                               table_, zookeeper().connectString(), name, port,
+                                               (dir_ / name).string(), (dir_ / "secret").string()));
     EXPECT_TRUE(parsed) << parsed.error();
     return *parsed;
   }
@@ -166,8 +168,8 @@ replication: {{secretFile: {}}}
           *registries_.emplace_back(std::make_unique<prometheus::Registry>()), options);
       ASSERT_TRUE(table) << table.error();
       auto shared = std::shared_ptr<core::TableReplica>(std::move(*table));
-      auto http = core::ReplicaHttpServer::start(*shared, "127.0.0.1",
-                                                 static_cast<uint16_t>(*port), 2);
+      auto http =
+          core::ReplicaHttpServer::start(*shared, "127.0.0.1", static_cast<uint16_t>(*port), 2);
       if (!http) continue;
       servers_.push_back(std::move(*http));
       replicas_[name] = shared;
@@ -420,6 +422,87 @@ TEST_F(BackupProtocol, ADeadOperationsLockIsTakenOver) {
   ASSERT_TRUE(lock);
   EXPECT_EQ(lock->data, "u2");
   ASSERT_TRUE(next.cleanUp());
+}
+
+TEST_F(BackupProtocol, EachReplicasAgentJoinsTheOperationsThatNameItAndOnlyThose) {
+  insert("r1", 0, 40);
+  syncAll();
+  CountingStorage storage;
+  std::vector<std::unique_ptr<BackupAgent>> agents;
+  for (const auto& [name, replica] : replicas_) {
+    BackupAgentOptions options;
+    options.poll_period = 100ms;
+    options.host.sync = fastSync();
+    agents.push_back(std::make_unique<BackupAgent>(
+        zookeeperFactory(), paths("any").root, replica->spec().tableRoot(), name,
+        *sources_.at(name),
+        [&storage](const BackupOperation&) -> StorageResult<std::unique_ptr<BackupStorage>> {
+          // Each host gets its own handle on the one destination.
+          struct Handle final : BackupStorage {
+            explicit Handle(CountingStorage& s) : s(s) {}
+            std::string location() const override { return s.location(); }
+            StorageResult<std::optional<uint64_t>> size(const std::string& n) override {
+              return s.size(n);
+            }
+            StorageResult<void> putFile(const std::string& n, const fs::path& p) override {
+              return s.putFile(n, p);
+            }
+            StorageResult<void> putBytes(const std::string& n, std::string_view b) override {
+              return s.putBytes(n, b);
+            }
+            StorageResult<std::string> read(const std::string& n) override { return s.read(n); }
+            StorageResult<void> readToFile(const std::string& n, const fs::path& p) override {
+              return s.readToFile(n, p);
+            }
+            StorageResult<std::vector<std::string>> list(const std::string& p) override {
+              return s.list(p);
+            }
+            StorageResult<void> remove(const std::string& n) override { return s.remove(n); }
+            CountingStorage& s;
+          };
+          return std::make_unique<Handle>(storage);
+        },
+        options));
+  }
+  // An agent of another table with a replica named like ours: not its operation.
+  BackupAgentOptions other_options;
+  other_options.poll_period = 100ms;
+  BackupAgent other(
+      zookeeperFactory(), paths("any").root, "/rtable-backup-test/tables/other", "r1",
+      *sources_.at("r1"),
+      [](const BackupOperation&) -> StorageResult<std::unique_ptr<BackupStorage>> {
+        return std::unexpected(StorageError{StorageError::Kind::kOther, "no"});
+      },
+      other_options);
+  for (auto& agent : agents) agent->start();
+  other.start();
+
+  BackupOperation op = operation("u-agents", "by-agents");
+  BackupInitiator initiator(zookeeperFactory(), paths(op.uid), op, fastSync());
+  ASSERT_TRUE(initiator.start());
+  BackupProgress last;
+  ASSERT_TRUE(common::testing::waitFor(
+      [&] {
+        std::this_thread::sleep_for(20ms);
+        auto progress = initiator.poll();
+        if (!progress) return false;
+        last = *progress;
+        return progress->phase != BackupProgress::Phase::kRunning;
+      },
+      60s));
+  ASSERT_EQ(last.phase, BackupProgress::Phase::kCompleted)
+      << (last.error ? last.error->toString() : "");
+  ASSERT_TRUE(initiator.cleanUp());
+  for (auto& agent : agents) agent->stop();
+  other.stop();
+  for (auto& agent : agents) {
+    EXPECT_EQ(agent->outcomesForTest(),
+              (std::map<std::string, std::string>{{"u-agents", "completed"}}));
+  }
+  EXPECT_TRUE(other.outcomesForTest().empty());
+  auto manifest = BackupManifest::parse(*storage.read(manifestName("by-agents")));
+  ASSERT_TRUE(manifest);
+  EXPECT_EQ(manifest->tables.at(0).rows, 40u);
 }
 
 }  // namespace

@@ -1,20 +1,23 @@
 // The backup's plain data (operation, file infos, part lists, manifest, stats) round trips and
 // refusals, the global file plan (sort, index, (size, checksum) dedup), the choice of the source
 // replica, and chunked values.
+#include "rtable/backup/backup_operation.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_manifest.h"
-#include "rtable/backup/backup_operation.h"
 #include "rtable/backup/file_infos.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 
 namespace rtable::backup {
 namespace {
 
-core::Hash128 hashOf(std::string_view text) { return core::hash128(text); }
+core::Hash128 hashOf(std::string_view text) {
+  return core::hash128(text);
+}
 
 BackupOperation sampleOperation() {
   BackupOperation op;
@@ -99,7 +102,8 @@ TEST(FileInfos, RoundTripAndRefuseBadLines) {
   EXPECT_EQ(parseFileInfos("12 zz a\n").error(), "file infos line 1: bad checksum");
   EXPECT_EQ(parseFileInfos("1 " + hashOf("a").hex() + " a").error(),
             "file infos line 1: no newline at the end");
-  EXPECT_EQ(parseFileInfos("x " + hashOf("a").hex() + " a\n").error(), "file infos line 1: bad size");
+  EXPECT_EQ(parseFileInfos("x " + hashOf("a").hex() + " a\n").error(),
+            "file infos line 1: bad size");
 }
 
 TEST(FilePlan, SortsByNameIndexesByPositionAndStoresEachContentOnce) {
@@ -140,8 +144,8 @@ TEST(FilePlan, SortsByNameIndexesByPositionAndStoresEachContentOnce) {
 }
 
 TEST(FilePlan, RefusesReplicasThatDisagreeOnAFile) {
-  auto plan = planFiles({{"r1", {{"t/p1/col.bin", 10, hashOf("a")}}},
-                         {"r2", {{"t/p1/col.bin", 10, hashOf("b")}}}});
+  auto plan = planFiles(
+      {{"r1", {{"t/p1/col.bin", 10, hashOf("a")}}}, {"r2", {{"t/p1/col.bin", 10, hashOf("b")}}}});
   ASSERT_FALSE(plan);
   EXPECT_NE(plan.error().find("hosts r1 and r2 hold different files t/p1/col.bin"),
             std::string::npos)

@@ -2,11 +2,12 @@
 // stage before anyone goes on; an error stops everyone; a host that finished without a stage or
 // whose alive node stays missing fails the wait; a session expiry brings the alive node back with
 // an alive_tracker bump; a lost answer of join or setStage is taken for success.
+#include "rtable/backup/stage_sync.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "rtable/backup/stage_sync.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 
 namespace rtable::backup {

@@ -97,8 +97,7 @@ class BackupHost {
  public:
   // `source` and `storage` must outlive run(); `paths` is where the operation's node is.
   BackupHost(BackupPaths paths, BackupOperation operation, std::string host,
-             BackupTableSource& source,
-             BackupStorage& storage, core::KeeperFactory keeper_factory,
+             BackupTableSource& source, BackupStorage& storage, core::KeeperFactory keeper_factory,
              BackupHostOptions options = {});
 
   // The whole protocol for this host; its stats, or why the operation failed (also in ZooKeeper).

@@ -38,7 +38,7 @@ struct BackupProgress {
   struct Host {
     std::string stage;  // the last stage it reached ("" before any)
     bool alive = false;
-    HostStats stats;    // from its "writing backup" result
+    HostStats stats;  // from its "writing backup" result
   };
   std::map<std::string, Host> hosts;  // the replicas
   HostStats totals;

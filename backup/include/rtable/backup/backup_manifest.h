@@ -25,9 +25,9 @@ struct ManifestPart {
 struct ManifestTable {
   std::string table;
   int64_t generation = 0;
-  std::string metadata;     // the generation's metadata text: the schema restore checks
-  std::string source_host;  // the replica whose active parts at one moment these are
-  uint64_t rows = 0;        // their rows: what `count` said at that moment
+  std::string metadata;             // the generation's metadata text: the schema restore checks
+  std::string source_host;          // the replica whose active parts at one moment these are
+  uint64_t rows = 0;                // their rows: what `count` said at that moment
   std::vector<ManifestPart> parts;  // sorted by name
   friend bool operator==(const ManifestTable&, const ManifestTable&) = default;
 };

@@ -46,9 +46,9 @@ struct DestinationRef {
 };
 
 struct BackupTableRef {
-  std::string table;       // the table's name (the manifest's and restore's key)
-  std::string table_root;  // its ZooKeeper root, <zookeeper root>/<uid>
-  int64_t generation = 0;  // the generation copied (the active one when the backup started)
+  std::string table;               // the table's name (the manifest's and restore's key)
+  std::string table_root;          // its ZooKeeper root, <zookeeper root>/<uid>
+  int64_t generation = 0;          // the generation copied (the active one when the backup started)
   std::vector<std::string> hosts;  // its replicas taking part
   friend bool operator==(const BackupTableRef&, const BackupTableRef&) = default;
 };

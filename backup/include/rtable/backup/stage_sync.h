@@ -3,11 +3,11 @@
 //
 // join() claims the host's place in one multi: started|<host>, the ephemeral alive|<host>, and a
 // bump of alive_tracker's version. setStage() publishes current|<host>|<stage> with the host's
-// result as its value (kNodeExists is success: an earlier attempt's answer was lost). waitForStage()
-// polls until every host and the initiator reached the stage and returns their results; it stops
-// with an error when the error node is set, when a host finished without reaching the stage, or
-// when a host's alive node stays missing past its timeout (the host died: its session ended).
-// Polling, not watches, as in ClickHouse: simple, and it survives any session trouble.
+// result as its value (kNodeExists is success: an earlier attempt's answer was lost).
+// waitForStage() polls until every host and the initiator reached the stage and returns their
+// results; it stops with an error when the error node is set, when a host finished without reaching
+// the stage, or when a host's alive node stays missing past its timeout (the host died: its session
+// ended). Polling, not watches, as in ClickHouse: simple, and it survives any session trouble.
 //
 // Only connection-level ZooKeeper errors are retried, with doubling backoff; after a session
 // expiry a new session is made and the alive node recreated (with the alive_tracker bump) before

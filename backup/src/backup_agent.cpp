@@ -1,0 +1,148 @@
+#include "rtable/backup/backup_agent.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace rtable::backup {
+
+BackupAgent::BackupAgent(core::KeeperFactory factory, std::string backups_root,
+                         std::string table_root, std::string host, BackupTableSource& source,
+                         StorageFactory storage, BackupAgentOptions options)
+    : factory_(std::move(factory)),
+      backups_root_(std::move(backups_root)),
+      table_root_(std::move(table_root)),
+      host_(std::move(host)),
+      source_(source),
+      storage_(std::move(storage)),
+      options_(options) {}
+
+BackupAgent::~BackupAgent() { stop(); }
+
+void BackupAgent::start() { thread_ = std::thread([this] { loop(); }); }
+
+void BackupAgent::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    if (running_) running_->stop();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::map<std::string, std::string> BackupAgent::outcomesForTest() const {
+  std::lock_guard lock(mu_);
+  return outcomes_;
+}
+
+void BackupAgent::loop() {
+  for (;;) {
+    lookAndRun();
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, options_.poll_period, [&] { return stopping_ || wake_; });
+    if (stopping_) return;
+    wake_ = false;
+  }
+}
+
+void BackupAgent::lookAndRun() {
+  if (!keeper_ || keeper_->expired()) {
+    auto fresh = factory_();
+    if (!fresh) return;  // ZooKeeper unreachable: the next period tries again
+    keeper_ = std::shared_ptr<core::Keeper>(std::move(*fresh));
+  }
+  // A new operation wakes the loop at once (the watch fires once; the next look sets it again).
+  auto children = keeper_->children(backups_root_, [this](const core::WatchEvent&) {
+    {
+      std::lock_guard lock(mu_);
+      wake_ = true;
+    }
+    cv_.notify_all();
+  });
+  if (!children) {
+    if (children.error().code == core::KeeperCode::kNoNode) {
+      // No backup ever ran here: be told when the root appears.
+      (void)keeper_->exists(backups_root_, [this](const core::WatchEvent&) {
+        {
+          std::lock_guard lock(mu_);
+          wake_ = true;
+        }
+        cv_.notify_all();
+      });
+    }
+    return;
+  }
+  std::vector<std::string> names = children->names;
+  std::sort(names.begin(), names.end());
+  for (const auto& name : names) {
+    if (!name.starts_with(kOperationPrefix)) continue;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      if (!seen_.insert(name).second) continue;
+    }
+    std::string path = backups_root_ + "/" + name;
+    auto node = keeper_->get(path);
+    if (!node) continue;
+    auto operation = BackupOperation::parse(node->data);
+    if (!operation) {
+      spdlog::warn("backup operation {}: unreadable ({}); skipped", path, operation.error());
+      continue;
+    }
+    const BackupTableRef* table = operation->tableOf(host_);
+    if (!table || table->table_root != table_root_) continue;
+    // Started before (this process restarted), finished, or failed already: not ours to run.
+    BackupPaths paths{backups_root_, operation->uid};
+    auto started = keeper_->exists(paths.started(host_));
+    auto error = keeper_->exists(paths.error());
+    if (!started || !error) {
+      std::lock_guard lock(mu_);
+      seen_.erase(name);  // look again next time
+      continue;
+    }
+    if (*started || *error) continue;
+    runOperation(*operation);
+  }
+}
+
+void BackupAgent::runOperation(const BackupOperation& operation) {
+  BackupPaths paths{backups_root_, operation.uid};
+  spdlog::info("backup {} ({}): joining as {}", operation.name, operation.uid, host_);
+  auto storage = storage_(operation);
+  if (!storage) {
+    // Joined, so that the error is this host's, then failed at once.
+    BackupStageSync sync(factory_, paths, operation.hosts(), host_, options_.host.sync);
+    (void)sync.join();
+    BackupError error{host_, "", fmt::format("opening the destination {} ({}): {}",
+                                             operation.destination.location(),
+                                             storageErrorKindName(storage.error().kind),
+                                             storage.error().message)};
+    sync.setError(error);
+    std::lock_guard lock(mu_);
+    outcomes_[operation.uid] = error.toString();
+    spdlog::error("backup {} ({}): {}", operation.name, operation.uid, error.toString());
+    return;
+  }
+  BackupHost runner(paths, operation, host_, source_, **storage, factory_, options_.host);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    running_ = &runner;
+  }
+  auto result = runner.run();
+  std::lock_guard lock(mu_);
+  running_ = nullptr;
+  if (result) {
+    outcomes_[operation.uid] = "completed";
+    spdlog::info("backup {} ({}): completed here, {} files ({} bytes) written, {} ({} bytes) "
+                 "reused",
+                 operation.name, operation.uid, result->files_written, result->bytes_written,
+                 result->files_reused, result->bytes_reused);
+  } else {
+    outcomes_[operation.uid] = result.error().toString();
+    spdlog::error("backup {} ({}): failed: {}", operation.name, operation.uid,
+                  result.error().toString());
+  }
+}
+
+}  // namespace rtable::backup
