@@ -16,9 +16,13 @@ BackupAgent::BackupAgent(core::KeeperFactory factory, std::string backups_root,
       storage_(std::move(storage)),
       options_(options) {}
 
-BackupAgent::~BackupAgent() { stop(); }
+BackupAgent::~BackupAgent() {
+  stop();
+}
 
-void BackupAgent::start() { thread_ = std::thread([this] { loop(); }); }
+void BackupAgent::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void BackupAgent::stop() {
   {
@@ -113,10 +117,10 @@ void BackupAgent::runOperation(const BackupOperation& operation) {
     // Joined, so that the error is this host's, then failed at once.
     BackupStageSync sync(factory_, paths, operation.hosts(), host_, options_.host.sync);
     (void)sync.join();
-    BackupError error{host_, "", fmt::format("opening the destination {} ({}): {}",
-                                             operation.destination.location(),
-                                             storageErrorKindName(storage.error().kind),
-                                             storage.error().message)};
+    BackupError error{
+        host_, "",
+        fmt::format("opening the destination {} ({}): {}", operation.destination.location(),
+                    storageErrorKindName(storage.error().kind), storage.error().message)};
     sync.setError(error);
     std::lock_guard lock(mu_);
     outcomes_[operation.uid] = error.toString();
@@ -134,10 +138,11 @@ void BackupAgent::runOperation(const BackupOperation& operation) {
   running_ = nullptr;
   if (result) {
     outcomes_[operation.uid] = "completed";
-    spdlog::info("backup {} ({}): completed here, {} files ({} bytes) written, {} ({} bytes) "
-                 "reused",
-                 operation.name, operation.uid, result->files_written, result->bytes_written,
-                 result->files_reused, result->bytes_reused);
+    spdlog::info(
+        "backup {} ({}): completed here, {} files ({} bytes) written, {} ({} bytes) "
+        "reused",
+        operation.name, operation.uid, result->files_written, result->bytes_written,
+        result->files_reused, result->bytes_reused);
   } else {
     outcomes_[operation.uid] = result.error().toString();
     spdlog::error("backup {} ({}): failed: {}", operation.name, operation.uid,

@@ -66,6 +66,40 @@ HostStats HostStats::parse(std::string_view text) {
   return stats;
 }
 
+std::string BackupSummary::format() const {
+  nlohmann::json tables_json = nlohmann::json::array();
+  for (const auto& table : tables) {
+    tables_json.push_back({{"table", table.table},
+                           {"generation", table.generation},
+                           {"parts", table.parts},
+                           {"rows", table.rows}});
+  }
+  return nlohmann::json{{"tables", tables_json},
+                        {"dataFiles", data_files},
+                        {"dataBytes", data_bytes},
+                        {"logicalBytes", logical_bytes},
+                        {"manifest", manifest}}
+      .dump();
+}
+
+std::optional<BackupSummary> BackupSummary::parse(std::string_view text) {
+  auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("tables") || !doc["tables"].is_array()) {
+    return std::nullopt;
+  }
+  BackupSummary summary;
+  for (const auto& item : doc["tables"]) {
+    if (!item.is_object()) return std::nullopt;
+    summary.tables.push_back({item.value("table", ""), item.value("generation", int64_t{0}),
+                              item.value("parts", uint64_t{0}), item.value("rows", uint64_t{0})});
+  }
+  summary.data_files = doc.value("dataFiles", uint64_t{0});
+  summary.data_bytes = doc.value("dataBytes", uint64_t{0});
+  summary.logical_bytes = doc.value("logicalBytes", uint64_t{0});
+  summary.manifest = doc.value("manifest", "");
+  return summary;
+}
+
 uint64_t FrozenPartList::rows() const {
   uint64_t total = 0;
   for (const auto& part : parts) total += part.rows;
@@ -269,7 +303,7 @@ BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
   return stats;
 }
 
-BackupResult<void> BackupHost::writeManifest(
+BackupResult<std::string> BackupHost::writeManifest(
     const BackupFilePlan& plan, const std::map<std::string, std::string>& write_results) {
   BackupManifest manifest;
   manifest.name = operation_.name;
@@ -320,7 +354,15 @@ BackupResult<void> BackupHost::writeManifest(
                     fmt::format("writing the manifest {} ({}): {}", manifestName(operation_.name),
                                 storageErrorKindName(put.error().kind), put.error().message)});
   }
-  return {};
+  BackupSummary summary;
+  for (const auto& table : manifest.tables) {
+    summary.tables.push_back({table.table, table.generation, table.parts.size(), table.rows});
+  }
+  summary.data_files = plan.data_files;
+  summary.data_bytes = plan.data_bytes;
+  summary.logical_bytes = plan.logical_bytes;
+  summary.manifest = manifestName(operation_.name);
+  return summary.format();
 }
 
 BackupResult<HostStats> BackupHost::run() {
@@ -424,11 +466,16 @@ BackupResult<HostStats> BackupHost::run() {
   frozen_.clear();
   local_files_.clear();
 
-  // Completed: the manifest last, by the first host.
+  // Completed: the manifest last, by the first host, whose result is its summary.
+  std::string completed_result = stats->format();
   if (operation_.hosts().front() == host_) {
-    if (auto manifest = writeManifest(*plan, *written); !manifest) return fail(manifest.error());
+    auto summary = writeManifest(*plan, *written);
+    if (!summary) return fail(summary.error());
+    completed_result = std::move(*summary);
   }
-  if (auto set = sync_.setStage(stage::kCompleted, stats->format()); !set) return fail(set.error());
+  if (auto set = sync_.setStage(stage::kCompleted, completed_result); !set) {
+    return fail(set.error());
+  }
   if (auto finished = sync_.finish(); !finished) return fail(finished.error());
   return *stats;
 }

@@ -172,6 +172,9 @@ BackupResult<BackupProgress> BackupInitiator::poll() {
   }
   if (reached_by_all[std::string(stage::kCompleted)] == static_cast<int>(hosts.size())) {
     progress.phase = BackupProgress::Phase::kCompleted;
+    // The manifest writer (the first host) reports the summary.
+    progress.summary =
+        BackupSummary::parse(state->hosts[hosts.front()].stages[std::string(stage::kCompleted)]);
     return progress;
   }
   // A replica gone for good: nobody else may be waiting to notice it (they may all be writing).

@@ -313,6 +313,12 @@ TEST_F(BackupProtocol, ThreeReplicasWriteOneBackupWithEachFileOnce) {
   EXPECT_EQ(manifest->bytes_written, manifest->data_bytes);
   EXPECT_EQ(manifest->bytes_reused, 0u);
   EXPECT_EQ(outcome.progress.totals.bytes_written, manifest->data_bytes);
+  ASSERT_TRUE(outcome.progress.summary);
+  EXPECT_EQ(
+      outcome.progress.summary->tables,
+      (std::vector<BackupSummary::Table>{{table_, table.generation, table.parts.size(), 175}}));
+  EXPECT_EQ(outcome.progress.summary->data_bytes, manifest->data_bytes);
+  EXPECT_EQ(outcome.progress.summary->manifest, manifestName("first"));
   for (const auto& file : manifest->files) {
     if (file.data_file.empty()) continue;
     auto bytes = storage.read(file.data_file);

@@ -203,6 +203,12 @@ TEST(BackupManifest, RoundTripsAndListsItsDataFilesOnce) {
             "tables[0].parts[0].checksum: 'nope' is not 32 hex digits");
 }
 
+TEST(BackupSummary, RoundTrips) {
+  BackupSummary summary{{{"events", 2, 7, 1000}}, 5, 4096, 12288, "backups/b1/manifest.json"};
+  EXPECT_EQ(BackupSummary::parse(summary.format()), summary);
+  EXPECT_FALSE(BackupSummary::parse("{}"));
+}
+
 TEST(HostStats, RoundTrips) {
   HostStats stats{1, 2, 3, 4};
   EXPECT_EQ(HostStats::parse(stats.format()), stats);

@@ -64,10 +64,10 @@ class BackupAgent {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool wake_ = false;
-  std::set<std::string> seen_;                    // operation node names looked at
-  std::map<std::string, std::string> outcomes_;   // uid -> outcome
-  BackupHost* running_ = nullptr;                 // guarded by mu_
-  std::shared_ptr<core::Keeper> keeper_;          // the watch's session (loop thread only)
+  std::set<std::string> seen_;                   // operation node names looked at
+  std::map<std::string, std::string> outcomes_;  // uid -> outcome
+  BackupHost* running_ = nullptr;                // guarded by mu_
+  std::shared_ptr<core::Keeper> keeper_;         // the watch's session (loop thread only)
   std::thread thread_;
 };
 

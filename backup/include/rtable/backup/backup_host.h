@@ -28,6 +28,7 @@
 #include <expected>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,25 @@ struct HostStats {
   std::string format() const;
   static HostStats parse(std::string_view text);  // a malformed value reads as zeros
   friend bool operator==(const HostStats&, const HostStats&) = default;
+};
+
+// What the initiator reports of a completed backup: the manifest writer's result of "completed".
+struct BackupSummary {
+  struct Table {
+    std::string table;
+    int64_t generation = 0;
+    uint64_t parts = 0;
+    uint64_t rows = 0;
+    friend bool operator==(const Table&, const Table&) = default;
+  };
+  std::vector<Table> tables;
+  uint64_t data_files = 0;     // distinct files stored for it (written now or earlier)
+  uint64_t data_bytes = 0;     // their bytes
+  uint64_t logical_bytes = 0;  // every file of every part: what a copy without dedup would hold
+  std::string manifest;        // its name in the destination
+  std::string format() const;
+  static std::optional<BackupSummary> parse(std::string_view text);
+  friend bool operator==(const BackupSummary&, const BackupSummary&) = default;
 };
 
 // The parts a host froze (parts/<host>): "lag <n>\n" then "<name> <rows> <checksum>\n" lines.
@@ -108,8 +128,9 @@ class BackupHost {
   BackupResult<void> gatherMetadata();
   BackupResult<std::map<std::string, FrozenPartList>> readPartLists(const BackupTableRef& table);
   BackupResult<HostStats> writeFiles(const BackupFilePlan& plan);
-  BackupResult<void> writeManifest(const BackupFilePlan& plan,
-                                   const std::map<std::string, std::string>& write_results);
+  // The manifest written; its summary (BackupSummary) is this host's result of "completed".
+  BackupResult<std::string> writeManifest(const BackupFilePlan& plan,
+                                          const std::map<std::string, std::string>& write_results);
 
   const BackupPaths paths_;
   const BackupOperation operation_;

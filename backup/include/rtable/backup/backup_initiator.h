@@ -42,6 +42,7 @@ struct BackupProgress {
   };
   std::map<std::string, Host> hosts;  // the replicas
   HostStats totals;
+  std::optional<BackupSummary> summary;  // once completed
 };
 
 class BackupInitiator {
