@@ -120,7 +120,8 @@ void BackupAgent::runOperation(const BackupOperation& operation) {
     BackupError error{
         host_, "",
         fmt::format("opening the destination {} ({}): {}", operation.destination.location(),
-                    storageErrorKindName(storage.error().kind), storage.error().message)};
+                    storageErrorKindName(storage.error().kind), storage.error().message),
+        std::string(storageErrorKindName(storage.error().kind))};
     sync.setError(error);
     std::lock_guard lock(mu_);
     outcomes_[operation.uid] = error.toString();

@@ -211,13 +211,14 @@ BackupResult<void> BackupHost::gatherMetadata() {
         again = true;
         continue;
       }
-      BackupError error{host, stage_name, host_result};
+      BackupError error{host, stage_name, host_result, "InconsistentMetadata"};
       sync_.setError(error);
       return std::unexpected(error);
     }
     if (!again) return {};
     if (std::chrono::steady_clock::now() + backoff > deadline) {
-      BackupError error{host_, stage_name, "the metadata did not settle in time"};
+      BackupError error{host_, stage_name, "the metadata did not settle in time",
+                        "InconsistentMetadata"};
       sync_.setError(error);
       return std::unexpected(error);
     }
@@ -275,7 +276,8 @@ BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
       return std::unexpected(
           BackupError{host_, std::string(stage::kWritingBackup),
                       fmt::format("{} ({}): {}", planned->data_file,
-                                  storageErrorKindName(error.kind), error.message)});
+                                  storageErrorKindName(error.kind), error.message),
+                      std::string(storageErrorKindName(error.kind))});
     };
     auto stored = storage_.size(planned->data_file);
     if (!stored) return fail(stored.error());
@@ -352,7 +354,8 @@ BackupResult<std::string> BackupHost::writeManifest(
     return std::unexpected(
         BackupError{host_, std::string(stage::kCompleted),
                     fmt::format("writing the manifest {} ({}): {}", manifestName(operation_.name),
-                                storageErrorKindName(put.error().kind), put.error().message)});
+                                storageErrorKindName(put.error().kind), put.error().message),
+                    std::string(storageErrorKindName(put.error().kind))});
   }
   BackupSummary summary;
   for (const auto& table : manifest.tables) {

@@ -192,7 +192,8 @@ BackupResult<BackupProgress> BackupInitiator::poll() {
           "the replica is gone: its alive node has been missing for " +
               std::to_string(
                   std::chrono::duration_cast<std::chrono::seconds>(now - since->second).count()) +
-              " s (the process died or lost ZooKeeper)"};
+              " s (the process died or lost ZooKeeper)",
+          "HostGone"};
       sync_.setError(error);
       progress.phase = BackupProgress::Phase::kFailed;
       progress.error = error;

@@ -15,7 +15,8 @@ std::string BackupError::toString() const {
 }
 
 std::string BackupError::format() const {
-  return nlohmann::json{{"host", host}, {"stage", stage}, {"message", message}}.dump();
+  return nlohmann::json{{"host", host}, {"stage", stage}, {"message", message}, {"reason", reason}}
+      .dump();
 }
 
 BackupError BackupError::parse(std::string_view text) {
@@ -28,6 +29,7 @@ BackupError BackupError::parse(std::string_view text) {
   error.host = doc.value("host", "");
   error.stage = doc.value("stage", "");
   error.message = doc.value("message", std::string(text));
+  error.reason = doc.value("reason", "Failed");
   return error;
 }
 
@@ -56,7 +58,8 @@ void BackupStageSync::stop() {
 }
 
 BackupError BackupStageSync::stoppedError(std::string_view stage) const {
-  return BackupError{current_host_, std::string(stage), "stopped (the process is shutting down)"};
+  return BackupError{current_host_, std::string(stage), "stopped (the process is shutting down)",
+                     "Stopped"};
 }
 
 bool BackupStageSync::sleepOrStop(std::chrono::milliseconds duration) {
@@ -258,7 +261,8 @@ BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
         continue;
       }
       if (host_state.finished) {
-        failure = BackupError{host, std::string(stage), "finished without coming to this stage"};
+        failure = BackupError{host, std::string(stage), "finished without coming to this stage",
+                              "HostGone"};
         break;
       }
       if (host_state.alive) {
@@ -274,7 +278,8 @@ BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
                 "{} is gone: its alive node has been missing for {} s (its ZooKeeper "
                 "session ended: the process died or lost ZooKeeper)",
                 host.empty() ? "the initiator (rtable-operator)" : "the replica",
-                std::chrono::duration_cast<std::chrono::seconds>(now - since->second).count())};
+                std::chrono::duration_cast<std::chrono::seconds>(now - since->second).count()),
+            "HostGone"};
         break;
       }
     }
@@ -288,7 +293,8 @@ BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
           current_host_, std::string(stage),
           fmt::format(
               "not every host reached this stage within {} s",
-              std::chrono::duration_cast<std::chrono::seconds>(options_.stage_timeout).count())};
+              std::chrono::duration_cast<std::chrono::seconds>(options_.stage_timeout).count()),
+          "Timeout"};
       setError(timeout);
       return std::unexpected(timeout);
     }

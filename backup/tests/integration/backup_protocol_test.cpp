@@ -378,6 +378,7 @@ TEST_F(BackupProtocol, AHostThatNeverComesFailsTheBackupNamingIt) {
   ASSERT_EQ(outcome.progress.phase, BackupProgress::Phase::kFailed);
   ASSERT_TRUE(outcome.progress.error);
   EXPECT_EQ(outcome.progress.error->host, "r3");
+  EXPECT_EQ(outcome.progress.error->reason, "HostGone");
   EXPECT_NE(outcome.progress.error->message.find("gone"), std::string::npos)
       << outcome.progress.error->toString();
   EXPECT_FALSE(storage.read(manifestName("lonely")));

@@ -86,9 +86,9 @@ TEST_F(StageSync, AnErrorStopsEveryWaitingHost) {
   std::thread waiter([&] {
     auto waited = r1->waitForStage("writing backup");
     ASSERT_FALSE(waited);
-    EXPECT_EQ(waited.error(), (BackupError{"r2", "writing backup", "bucket gone"}));
+    EXPECT_EQ(waited.error(), (BackupError{"r2", "writing backup", "bucket gone", "NoBucket"}));
   });
-  r2->setError(BackupError{"r2", "writing backup", "bucket gone"});
+  r2->setError(BackupError{"r2", "writing backup", "bucket gone", "NoBucket"});
   // The first error wins.
   r1->setError(BackupError{"r1", "writing backup", "later"});
   waiter.join();

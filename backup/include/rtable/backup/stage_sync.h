@@ -43,6 +43,9 @@ struct BackupError {
   std::string host;
   std::string stage;
   std::string message;
+  // For a condition's reason: HostGone, Timeout, Stopped, ZooKeeper, InconsistentMetadata, a
+  // StorageError kind (AccessDenied, NoBucket, NoSpace, ...), or Failed.
+  std::string reason = "Failed";
 
   // "host events-1, stage 'writing backup': ..."
   std::string toString() const;
@@ -155,7 +158,8 @@ auto BackupStageSync::withRetries(std::string_view stage, std::string_view what,
     }
     if (!result.error().isConnectionLevel() || attempt >= options_.retry.max_attempts) {
       return std::unexpected(BackupError{current_host_, std::string(stage),
-                                         std::string(what) + ": " + result.error().toString()});
+                                         std::string(what) + ": " + result.error().toString(),
+                                         "ZooKeeper"});
     }
     if ((*keeper)->expired() || result.error().code == core::KeeperCode::kSessionExpired) {
       dropSession(*keeper);
