@@ -380,12 +380,13 @@ BackupResult<HostStats> BackupHost::run() {
   if (auto joined = sync_.join(); !joined) return fail(joined.error());
   if (auto gathered = gatherMetadata(); !gathered) return fail(gathered.error());
 
-  // Extracting data: the parts at one moment, held until the end.
+  // Extracting data: caught up with the log, then the parts at one moment, held until the end.
+  const bool caught_up = source_.catchUp(options_.catch_up_timeout);
   auto frozen = source_.freeze();
   if (!frozen) return fail(BackupError{host_, std::string(stage::kExtractingData), frozen.error()});
   frozen_ = std::move(frozen->parts);
   FrozenPartList mine;
-  mine.lag = frozen->lag;
+  mine.lag = caught_up ? 0 : 1 + frozen->lag;
   for (const auto& part : frozen_) {
     mine.parts.push_back({part->name.format(), part->rows, part->checksums.total});
   }

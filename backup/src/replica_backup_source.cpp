@@ -12,6 +12,11 @@ std::string ReplicaBackupSource::metadataText() const {
   return table ? table->spec().metadataText() : "";
 }
 
+bool ReplicaBackupSource::catchUp(std::chrono::milliseconds timeout) {
+  auto table = serving_();
+  return table && table->syncQueue(timeout);
+}
+
 std::expected<BackupTableSource::Frozen, std::string> ReplicaBackupSource::freeze() {
   auto table = serving_();
   if (!table) return std::unexpected("the replica serves no table (shutting down?)");

@@ -114,6 +114,7 @@ class FailingSource final : public BackupTableSource {
   explicit FailingSource(BackupTableSource& real) : real_(real) {}
   int64_t generation() const override { return real_.generation(); }
   std::string metadataText() const override { return real_.metadataText(); }
+  bool catchUp(std::chrono::milliseconds timeout) override { return real_.catchUp(timeout); }
   std::expected<Frozen, std::string> freeze() override {
     return std::unexpected("cannot hold the parts: disk on fire");
   }

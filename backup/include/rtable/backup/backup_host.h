@@ -3,9 +3,11 @@
 //
 //   gathering metadata (N)  the table's active generation and its metadata are what the operation
 //                           names, read twice alike ("consistent"); otherwise another attempt
-//   extracting data         the replica holds its active parts at one moment (their files stay
+//   extracting data         the replica executes every log entry that exists now (SYNC REPLICA:
+//                           so every insert acknowledged before the backup began is in its
+//                           parts), then holds its active parts at one moment (their files stay
 //                           while merges and drops go on) and publishes their names, rows,
-//                           checksums and how far behind it is, under parts/<host>
+//                           checksums and whether it caught up, under parts/<host>
 //   building file infos     every host of the table picks the same source replica (the least
 //                           behind; then the most rows; then the name): the backup holds that
 //                           replica's parts, a set that existed together at one moment. Each host
@@ -49,10 +51,15 @@ class BackupTableSource {
   virtual int64_t generation() const = 0;
   virtual std::string metadataText() const = 0;
 
+  // Waits until every log entry that exists now has been executed here (SYNC REPLICA); false
+  // when `timeout` passed first. Called before freeze(): every insert acknowledged before the
+  // backup began then lies in the parts this replica freezes.
+  virtual bool catchUp(std::chrono::milliseconds timeout) = 0;
+
   struct Frozen {
     // Active at one moment; held, so their files stay until these pointers go.
     std::vector<core::DataPartPtr> parts;
-    uint64_t lag = 0;  // queue entries not yet executed: 0 is fully caught up
+    uint64_t lag = 0;  // queue entries waiting
   };
   virtual std::expected<Frozen, std::string> freeze() = 0;
 };
@@ -89,7 +96,7 @@ struct BackupSummary {
 
 // The parts a host froze (parts/<host>): "lag <n>\n" then "<name> <rows> <checksum>\n" lines.
 struct FrozenPartList {
-  uint64_t lag = 0;
+  uint64_t lag = 0;  // 0: caught up with the log as it was; else 1 + the entries waiting
   struct Part {
     std::string name;
     uint64_t rows = 0;
@@ -111,6 +118,10 @@ struct BackupHostOptions {
   // Metadata gathering: attempts until every host says "consistent", sleeping between rounds
   // from 100 ms doubling to 5 s, for at most 10 min (seed 001's defaults).
   std::chrono::milliseconds collect_metadata_timeout{600000};
+  // How long a replica waits to execute the log entries that existed when it reached
+  // "extracting data" (ClickHouse's SYNC REPLICA waits up to receive_timeout, 300 s). One that
+  // could not is behind: another replica, caught up, is the source.
+  std::chrono::milliseconds catch_up_timeout{120000};
 };
 
 class BackupHost {

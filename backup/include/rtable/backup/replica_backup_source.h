@@ -20,6 +20,7 @@ class ReplicaBackupSource final : public BackupTableSource {
 
   int64_t generation() const override;
   std::string metadataText() const override;
+  bool catchUp(std::chrono::milliseconds timeout) override;
   std::expected<Frozen, std::string> freeze() override;
 
  private:
