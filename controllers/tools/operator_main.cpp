@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 
+#include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/replicated_table_controller.h"
 
 namespace {
@@ -60,6 +61,12 @@ int main(int argc, char** argv) {
         auto fail_point = swapFailPoint(env("RTABLE_OPERATOR_FAILPOINT", ""));
         if (!fail_point) return std::unexpected(fail_point.error());
         options.reconciler.swap_step_recorded_for_test = std::move(*fail_point);
-        return rtable::controllers::addReplicatedTableController(process, std::move(options));
+        if (auto added = rtable::controllers::addReplicatedTableController(process, options);
+            !added) {
+          return added;
+        }
+        rtable::controllers::ClusterBackupControllerOptions backups;
+        backups.watch_namespace = options.watch_namespace;
+        return rtable::controllers::addClusterBackupController(process, std::move(backups));
       });
 }

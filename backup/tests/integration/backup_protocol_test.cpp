@@ -16,11 +16,13 @@
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/backup/backup_manifest.h"
+#include "rtable/backup/backup_reader.h"
 #include "rtable/backup/replica_backup_source.h"
 #include "rtable/common/testing/files.h"
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/http_api.h"
+#include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/table_replica.h"
 #include "rtable/replication_core/table_swap.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
@@ -332,6 +334,51 @@ TEST_F(BackupProtocol, ThreeReplicasWriteOneBackupWithEachFileOnce) {
   EXPECT_FALSE((*keeper)->exists(paths("u1").operation())->has_value());
   EXPECT_FALSE(
       (*keeper)->exists(core::backupLockPath(replicas_.at("r1")->spec().tableRoot()))->has_value());
+}
+
+TEST_F(BackupProtocol, TheBackupsPartsReadBackAsTheTablesRowsAndADamagedFileIsNamed) {
+  insert("r1", 0, 100);
+  insert("r2", 100, 100, "2026-10-07");
+  insert("r3", 200, 100);
+  syncAll();
+  CountingStorage storage;
+  ASSERT_EQ(run(operation("u1", "readable"), storage).progress.phase,
+            BackupProgress::Phase::kCompleted);
+  auto manifest = readManifest(storage, "readable");
+  ASSERT_TRUE(manifest) << manifest.error().message;
+  const core::TableSchema& schema = replicas_.at("r1")->spec().schema;
+  std::multiset<uint64_t> xs;
+  for (const auto& part : manifest->tables.at(0).parts) {
+    fs::path dir = dir_ / "restored" / part.name;
+    auto made = materializePart(storage, *manifest, table_, part.name, dir);
+    ASSERT_TRUE(made) << made.error();
+    auto verified = core::verifyPart(dir, schema);
+    ASSERT_TRUE(verified) << verified.error();
+    EXPECT_EQ(verified->total, part.checksum);
+    auto block = core::readPart(dir, schema);
+    ASSERT_TRUE(block) << block.error();
+    for (uint64_t x : std::get<std::vector<uint64_t>>(block->columns[1].values)) xs.insert(x);
+  }
+  ASSERT_EQ(xs.size(), 300u);
+  EXPECT_EQ(std::set<uint64_t>(xs.begin(), xs.end()).size(), 300u) << "a row twice";
+
+  // One flipped byte in a data file: the file is named, nothing is left behind.
+  const ManifestFile* victim = nullptr;
+  for (const auto& file : manifest->files) {
+    if (file.size > 8 && !file.name.ends_with("checksums.txt")) victim = &file;
+  }
+  ASSERT_NE(victim, nullptr);
+  std::string bytes = *storage.read(victim->data_file);
+  bytes[bytes.size() / 2] ^= 0x20;
+  ASSERT_TRUE(storage.putBytes(victim->data_file, bytes));
+  std::string part = victim->name.substr(table_.size() + 1);
+  part = part.substr(0, part.find('/'));
+  fs::path dir = dir_ / "damaged";
+  auto made = materializePart(storage, *manifest, table_, part, dir);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().find(victim->name + ": checksum"), std::string::npos) << made.error();
+  EXPECT_NE(made.error().find("is damaged"), std::string::npos) << made.error();
+  EXPECT_FALSE(fs::exists(dir));
 }
 
 TEST_F(BackupProtocol, ASecondBackupOfAnUnchangedTableWritesOnlyItsManifest) {

@@ -1,0 +1,91 @@
+// The ClusterBackup controller (DESIGN.md 2.7, 3): one ClusterBackup is one run of the cluster
+// backup protocol (backup/), with the operator as its initiator. Level-based: each reconcile reads
+// the object and ZooKeeper and moves the run one step.
+//
+//   Pending    the tables are resolved (spec.table, or every ReplicatedTable in the namespace the
+//              selector matches), their live replicas (is_active in the active generation) are the
+//              hosts, and the operation is started (BackupInitiator::start). A table swap or
+//              another backup of a table running: stays Pending (condition Waiting says which),
+//              retried every 5 s.
+//   Running    polled every second: each host's stage, bytes written and reused. An operator that
+//              restarted resumes the operation from ZooKeeper (its alive node recreated).
+//   Completed  the manifest was written last; status says where, the tables' generation, parts
+//              and rows, files, bytes written and bytes reused from earlier backups.
+//   Failed     a host's error, a host gone, an operation lost: status.error and the Failed
+//              condition (reason: HostGone, AccessDenied, NoBucket, NoSpace, ...) say which.
+// The operation's nodes and the tables' backup locks are removed once it ended; a deleted
+// ClusterBackup's running operation is failed first.
+//
+// Events: Started, Waiting, Completed, Failed. Thread safety: reconcile() may run on several
+// workers for different keys.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rtable/backup/backup_initiator.h"
+#include "rtable/operator/controller.h"
+#include "rtable/operator/event_recorder.h"
+#include "rtable/operator/kube_client.h"
+#include "rtable/operator/operator_process.h"
+#include "rtable/replication_core/keeper.h"
+
+namespace rtable::controllers {
+
+// group rtable.io, version v1alpha1, clusterbackups.
+op::ResourceType clusterBackups();
+
+struct ClusterBackupReconcilerOptions {
+  std::string field_manager = "rtable-operator";
+  // A new ZooKeeper session for a connect string: each running backup holds its own (its alive
+  // node lives in it). Unset: rtable's ZooKeeper client.
+  std::function<core::KeeperResult<std::unique_ptr<core::Keeper>>(const std::string& connect)>
+      new_session;
+  op::EventRecorder* events = nullptr;  // must outlive the reconciler
+  std::function<std::chrono::system_clock::time_point()> wall_clock;
+  backup::StageSyncOptions sync;
+  std::chrono::milliseconds poll_period{1000};
+  std::chrono::milliseconds busy_retry{5000};
+};
+
+class ClusterBackupReconciler {
+ public:
+  ClusterBackupReconciler(op::KubeClient& client, ClusterBackupReconcilerOptions options = {});
+
+  op::ReconcileOutcome reconcile(const op::ObjectKey& key);
+
+ private:
+  struct Running {
+    op::ObjectKey key;
+    std::unique_ptr<backup::BackupInitiator> initiator;
+  };
+  op::ReconcileOutcome start(const op::ObjectKey& key, const nlohmann::json& object);
+  op::ReconcileOutcome follow(const op::ObjectKey& key, const nlohmann::json& object,
+                              Running& running);
+  op::ReconcileOutcome patchStatus(const op::ObjectKey& key, const nlohmann::json& object,
+                                   nlohmann::json status);
+  void event(const nlohmann::json& object, op::EventType type, std::string_view reason,
+             const std::string& message);
+  core::KeeperFactory factoryFor(const std::string& connect) const;
+
+  op::KubeClient& client_;
+  ClusterBackupReconcilerOptions options_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Running>> running_;  // by the ClusterBackup's uid
+};
+
+struct ClusterBackupControllerOptions {
+  ClusterBackupReconcilerOptions reconciler;
+  std::string watch_namespace;  // "": every namespace
+  int workers = 2;
+};
+
+// Adds the ClusterBackup informer and controller to `process`, which adopts them.
+std::expected<void, std::string> addClusterBackupController(op::OperatorProcess& process,
+                                                            ClusterBackupControllerOptions options);
+
+}  // namespace rtable::controllers

@@ -1,0 +1,447 @@
+#include "rtable/controllers/cluster_backup_reconciler.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "rtable/common/rfc3339.h"
+#include "rtable/controllers/backup_specs.h"
+#include "rtable/controllers/core_config.h"
+#include "rtable/controllers/replicated_table_reconciler.h"
+#include "rtable/controllers/replicated_table_spec.h"
+#include "rtable/operator/controller.h"
+#include "rtable/operator/event_handlers.h"
+#include "rtable/operator/informer.h"
+#include "rtable/replication_core/table_paths.h"
+#include "rtable/replication_core/table_registration.h"
+#include "rtable/replication_core/zookeeper_client.h"
+
+namespace rtable::controllers {
+namespace {
+
+using nlohmann::json;
+using backup::BackupProgress;
+
+std::string textAt(const json& object, const char* pointer) {
+  const json value = object.value(json::json_pointer(pointer), json());
+  return value.is_string() ? value.get<std::string>() : "";
+}
+
+// The CRD's names of the stages (status.hosts[].stage).
+std::string stageName(std::string_view stage) {
+  if (stage.starts_with(backup::stage::kGatheringMetadata)) return "GatheringMetadata";
+  if (stage == backup::stage::kExtractingData) return "ExtractingData";
+  if (stage == backup::stage::kBuildingFileInfos) return "BuildingFileInfos";
+  if (stage == backup::stage::kWritingBackup) return "WritingBackup";
+  if (stage == backup::stage::kCompleted) return "Completed";
+  return "";
+}
+
+// A condition list of one: the phase's condition, its lastTransitionTime kept while its type and
+// status stay (as metav1.Condition wants).
+json conditionsFor(const json& object, const std::string& type, const std::string& reason,
+                   const std::string& message, const std::string& now) {
+  std::string since = now;
+  const json current = object.value(json::json_pointer("/status/conditions"), json::array());
+  if (current.is_array()) {
+    for (const auto& condition : current) {
+      if (condition.value("type", "") == type && condition.value("status", "") == "True") {
+        since = condition.value("lastTransitionTime", now);
+      }
+    }
+  }
+  return json::array({{{"type", type},
+                       {"status", "True"},
+                       {"reason", reason},
+                       {"message", message.substr(0, 32000)},
+                       {"lastTransitionTime", since},
+                       {"observedGeneration", object.value(json::json_pointer("/metadata/generation"),
+                                                           int64_t{1})}}});
+}
+
+struct ResolvedTables {
+  std::string connect;
+  std::string zookeeper_root;
+  std::vector<backup::BackupTableRef> tables;  // hosts and generation not yet filled in
+};
+
+}  // namespace
+
+op::ResourceType clusterBackups() {
+  return {"rtable.io", "v1alpha1", "clusterbackups", "ClusterBackup", true, true};
+}
+
+ClusterBackupReconciler::ClusterBackupReconciler(op::KubeClient& client,
+                                                 ClusterBackupReconcilerOptions options)
+    : client_(client), options_(std::move(options)) {
+  if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
+  if (!options_.new_session) {
+    options_.new_session =
+        [](const std::string& connect) -> core::KeeperResult<std::unique_ptr<core::Keeper>> {
+      auto client = core::ZooKeeperClient::connect(
+          core::ZooKeeperConfig{connect, std::chrono::seconds(30), std::chrono::seconds(5)});
+      if (!client) return std::unexpected(client.error());
+      return std::unique_ptr<core::Keeper>(std::move(*client));
+    };
+  }
+}
+
+core::KeeperFactory ClusterBackupReconciler::factoryFor(const std::string& connect) const {
+  auto new_session = options_.new_session;
+  return [new_session, connect] { return new_session(connect); };
+}
+
+void ClusterBackupReconciler::event(const json& object, op::EventType type,
+                                    std::string_view reason, const std::string& message) {
+  if (options_.events) options_.events->record(op::ObjectReference::of(object), type, reason, message);
+}
+
+op::ReconcileOutcome ClusterBackupReconciler::patchStatus(const op::ObjectKey& key,
+                                                          const json& object, json status) {
+  status["observedGeneration"] =
+      object.value(json::json_pointer("/metadata/generation"), int64_t{1});
+  json merged = object.value("status", json::object());
+  if (!merged.is_object()) merged = json::object();
+  merged.update(status);
+  if (merged == object.value("status", json::object())) return op::ReconcileResult::done();
+  op::PatchOptions options;
+  options.subresource = "status";
+  options.field_manager = options_.field_manager;
+  auto patched = client_.patch(clusterBackups(), key, op::PatchType::kMerge,
+                               json{{"status", status}}, options);
+  if (!patched) {
+    return std::unexpected(
+        op::ReconcileError::retryable("patching the status: " + patched.error().toString()));
+  }
+  return op::ReconcileResult::done();
+}
+
+op::ReconcileOutcome ClusterBackupReconciler::reconcile(const op::ObjectKey& key) {
+  auto object = client_.get(clusterBackups(), key);
+  if (!object) {
+    if (object.error().kind != op::KubeErrorKind::kNotFound) {
+      return std::unexpected(op::ReconcileError::retryable(object.error().toString()));
+    }
+    // Deleted: a run of it stops (failed), and its nodes and locks go.
+    std::shared_ptr<Running> gone;
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = running_.begin(); it != running_.end(); ++it) {
+        if (it->second->key == key) {
+          gone = it->second;
+          running_.erase(it);
+          break;
+        }
+      }
+    }
+    if (gone) {
+      gone->initiator->fail("the ClusterBackup was deleted");
+      (void)gone->initiator->cleanUp();
+    }
+    return op::ReconcileResult::done();
+  }
+  const std::string uid = textAt(*object, "/metadata/uid");
+  const std::string phase = textAt(*object, "/status/phase");
+  std::shared_ptr<Running> running;
+  {
+    std::lock_guard lock(mu_);
+    auto it = running_.find(uid);
+    if (it != running_.end()) running = it->second;
+  }
+  if (phase == "Completed" || phase == "Failed") {
+    if (running) {
+      // The status was patched, the clean-up not yet done (or it failed): again.
+      if (auto cleaned = running->initiator->cleanUp(); !cleaned) {
+        return std::unexpected(op::ReconcileError::retryable(cleaned.error().toString()));
+      }
+      std::lock_guard lock(mu_);
+      running_.erase(uid);
+    }
+    return op::ReconcileResult::done();
+  }
+  if (running) return follow(key, *object, *running);
+  return start(key, *object);
+}
+
+op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, const json& object) {
+  const std::string now = common::formatRfc3339(options_.wall_clock());
+  const std::string phase = textAt(object, "/status/phase");
+  auto fail = [&](const std::string& reason, const std::string& message) -> op::ReconcileOutcome {
+    event(object, op::EventType::kWarning, "Failed", message);
+    json status = {{"phase", "Failed"},
+                   {"error", message},
+                   {"completedAt", now},
+                   {"conditions", conditionsFor(object, "Failed", reason, message, now)}};
+    return patchStatus(key, object, std::move(status));
+  };
+  auto wait = [&](const std::string& reason, const std::string& message) -> op::ReconcileOutcome {
+    if (textAt(object, "/status/conditions/0/message") != message) {
+      event(object, op::EventType::kNormal, "Waiting", message);
+    }
+    json status = {{"phase", "Pending"},
+                   {"conditions", conditionsFor(object, "Waiting", reason, message, now)}};
+    auto patched = patchStatus(key, object, std::move(status));
+    if (!patched) return patched;
+    return op::ReconcileResult::after(options_.busy_retry);
+  };
+
+  auto spec = ClusterBackupSpec::parse(object.value("spec", json::object()));
+  if (!spec) {
+    auto failed = fail("InvalidSpec", spec.error().toString());
+    if (!failed) return failed;
+    return std::unexpected(op::ReconcileError::terminalError(spec.error().toString()));
+  }
+  backup::DestinationRef destination;
+  if (spec->destination.filesystem) {
+    destination.kind = backup::DestinationRef::Kind::kFilesystem;
+    destination.path = spec->destination.filesystem->path;
+  } else {
+    return fail("UnsupportedDestination",
+                "spec.destination.persistentVolumeClaim: the replicas do not mount backup claims "
+                "yet; use spec.destination.filesystem with a path every replica has mounted");
+  }
+
+  // The tables, by name or by selector, in this namespace.
+  std::vector<json> tables;
+  if (spec->table) {
+    auto table = client_.get(replicatedTables(), {key.ns, *spec->table});
+    if (!table && table.error().kind == op::KubeErrorKind::kNotFound) {
+      return wait("TableNotFound", fmt::format("ReplicatedTable {} does not exist (yet)",
+                                               *spec->table));
+    }
+    if (!table) return std::unexpected(op::ReconcileError::retryable(table.error().toString()));
+    tables.push_back(std::move(*table));
+  } else {
+    op::ListOptions list_options;
+    list_options.label_selector = spec->selector->toSelectorString();
+    auto listed = client_.listAll(replicatedTables(), key.ns, list_options);
+    if (!listed) return std::unexpected(op::ReconcileError::retryable(listed.error().toString()));
+    tables = std::move(listed->items);
+    if (tables.empty()) {
+      return wait("TableNotFound",
+                  fmt::format("no ReplicatedTable matches the selector '{}'",
+                              list_options.label_selector));
+    }
+  }
+  std::sort(tables.begin(), tables.end(), [](const json& a, const json& b) {
+    return textAt(a, "/metadata/name") < textAt(b, "/metadata/name");
+  });
+
+  ResolvedTables resolved;
+  for (const auto& table : tables) {
+    const std::string name = textAt(table, "/metadata/name");
+    auto table_spec = ReplicatedTableSpec::parse(table.value("spec", json::object()));
+    if (!table_spec) {
+      return fail("InvalidTable",
+                  fmt::format("ReplicatedTable {}: {}", name, table_spec.error().toString()));
+    }
+    if (resolved.connect.empty()) {
+      resolved.connect = table_spec->zookeeper.connect;
+      resolved.zookeeper_root = table_spec->zookeeper.root;
+    } else if (resolved.connect != table_spec->zookeeper.connect ||
+               resolved.zookeeper_root != table_spec->zookeeper.root) {
+      return fail("InvalidTable",
+                  fmt::format("the tables use different ZooKeepers ({} and {}): one ClusterBackup "
+                              "per ZooKeeper",
+                              resolved.connect, table_spec->zookeeper.connect));
+    }
+    backup::BackupTableRef ref;
+    ref.table = name;
+    ref.table_root = table_spec->zookeeper.root + "/" + tableUid(key.ns, name);
+    resolved.tables.push_back(std::move(ref));
+  }
+
+  auto session = options_.new_session(resolved.connect);
+  if (!session) {
+    return wait("ZooKeeperUnreachable", "ZooKeeper " + resolved.connect +
+                                            " cannot be reached: " + session.error().toString());
+  }
+  core::Keeper& keeper = **session;
+  for (auto& table : resolved.tables) {
+    auto active = core::readActiveGeneration(keeper, table.table_root);
+    if (!active) return wait("ZooKeeperUnreachable", active.error().toString());
+    if (!*active) {
+      return wait("TableNotReady",
+                  fmt::format("table {} has no tree in ZooKeeper yet", table.table));
+    }
+    table.generation = **active;
+    core::TablePaths paths{table.table_root, table.generation, ""};
+    auto replicas = keeper.children(paths.replicas());
+    if (!replicas) return wait("ZooKeeperUnreachable", replicas.error().toString());
+    std::vector<std::string> names = replicas->names;
+    std::sort(names.begin(), names.end());
+    for (const auto& replica : names) {
+      core::TablePaths replica_paths{table.table_root, table.generation, replica};
+      auto active_node = keeper.exists(replica_paths.isActive());
+      if (!active_node) return wait("ZooKeeperUnreachable", active_node.error().toString());
+      if (*active_node) table.hosts.push_back(replica);
+    }
+    if (table.hosts.empty()) {
+      return wait("TableNotReady", fmt::format("table {} has no live replica", table.table));
+    }
+  }
+
+  backup::BackupOperation operation;
+  operation.uid = textAt(object, "/metadata/uid");
+  operation.name = key.ns + "." + key.name;
+  operation.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             options_.wall_clock().time_since_epoch())
+                             .count();
+  operation.tables = resolved.tables;
+  operation.destination = destination;
+  backup::BackupPaths paths{backup::BackupPaths::rootFor(resolved.zookeeper_root), operation.uid};
+
+  auto running = std::make_shared<Running>();
+  running->key = key;
+  if (phase == "Running") {
+    // Started by an earlier operator process: rejoin it as it was written.
+    auto node = keeper.get(paths.operation());
+    if (!node && node.error().code == core::KeeperCode::kNoNode) {
+      return fail("Lost",
+                  "the operation's state in ZooKeeper is gone (the operator restarted after it "
+                  "ended, or someone removed it); start a new ClusterBackup");
+    }
+    if (!node) return std::unexpected(op::ReconcileError::retryable(node.error().toString()));
+    auto written = backup::BackupOperation::parse(node->data);
+    if (!written) return fail("Lost", "the operation in ZooKeeper is unreadable: " + written.error());
+    running->initiator = std::make_unique<backup::BackupInitiator>(
+        factoryFor(resolved.connect), paths, *written, options_.sync);
+    if (auto resumed = running->initiator->resume(); !resumed) {
+      return std::unexpected(op::ReconcileError::retryable(resumed.error().toString()));
+    }
+  } else {
+    running->initiator = std::make_unique<backup::BackupInitiator>(
+        factoryFor(resolved.connect), paths, operation, options_.sync);
+    auto started = running->initiator->start();
+    if (!started && started.error().kind == backup::StartRefusal::Kind::kBusy) {
+      return wait("Busy", started.error().message);
+    }
+    if (!started) return std::unexpected(op::ReconcileError::retryable(started.error().message));
+    std::vector<std::string> names;
+    for (const auto& table : operation.tables) names.push_back(table.table);
+    event(object, op::EventType::kNormal, "Started",
+          fmt::format("backing up {} to {} ({} replicas)", fmt::join(names, ", "),
+                      destination.location(), operation.hosts().size()));
+    json status = {{"phase", "Running"},
+                   {"tables", names},
+                   {"operation", operation.uid},
+                   {"location", destination.location()},
+                   {"startedAt", now},
+                   {"conditions", json::array()}};
+    if (auto patched = patchStatus(key, object, std::move(status)); !patched) {
+      // The status will say Running at the next pass; the initiator runs meanwhile.
+      std::lock_guard lock(mu_);
+      running_[operation.uid] = running;
+      return patched;
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    running_[running->initiator->operation().uid] = running;
+  }
+  return op::ReconcileResult::after(options_.poll_period);
+}
+
+op::ReconcileOutcome ClusterBackupReconciler::follow(const op::ObjectKey& key, const json& object,
+                                                     Running& running) {
+  const std::string now = common::formatRfc3339(options_.wall_clock());
+  auto progress = running.initiator->poll();
+  if (!progress) return std::unexpected(op::ReconcileError::retryable(progress.error().toString()));
+  const auto& operation = running.initiator->operation();
+  json hosts = json::array();
+  for (const auto& [host, state] : progress->hosts) {
+    const backup::BackupTableRef* table = operation.tableOf(host);
+    json entry = {{"name", host},
+                  {"table", table ? table->table : ""},
+                  {"files", state.stats.files_written},
+                  {"bytesWritten", state.stats.bytes_written}};
+    std::string stage = stageName(state.stage);
+    if (progress->phase == BackupProgress::Phase::kFailed && progress->error &&
+        progress->error->host == host) {
+      stage = "Failed";
+      entry["message"] = progress->error->message;
+    }
+    if (!stage.empty()) entry["stage"] = stage;
+    hosts.push_back(std::move(entry));
+  }
+  json status = {{"hosts", hosts},
+                 {"bytesWritten", progress->totals.bytes_written},
+                 {"bytesReused", progress->totals.bytes_reused}};
+  if (progress->phase == BackupProgress::Phase::kRunning) {
+    status["phase"] = "Running";
+    auto patched = patchStatus(key, object, std::move(status));
+    if (!patched) return patched;
+    return op::ReconcileResult::after(options_.poll_period);
+  }
+  if (progress->phase == BackupProgress::Phase::kCompleted) {
+    status["phase"] = "Completed";
+    status["completedAt"] = now;
+    json contents = json::array();
+    std::string message = "the manifest was written";
+    if (progress->summary) {
+      for (const auto& table : progress->summary->tables) {
+        contents.push_back({{"table", table.table},
+                            {"generation", table.generation},
+                            {"parts", table.parts},
+                            {"rows", table.rows}});
+      }
+      status["files"] = progress->summary->data_files;
+      status["bytesDeduplicated"] =
+          progress->summary->logical_bytes - std::min(progress->summary->logical_bytes,
+                                                       progress->summary->data_bytes);
+      status["manifest"] = progress->summary->manifest;
+      message = fmt::format("{} data files, {} bytes written, {} bytes reused from earlier backups",
+                            progress->summary->data_files, progress->totals.bytes_written,
+                            progress->totals.bytes_reused);
+    }
+    status["contents"] = contents;
+    status["conditions"] = conditionsFor(object, "Completed", "Completed", message, now);
+    event(object, op::EventType::kNormal, "Completed", message);
+  } else {
+    const backup::BackupError error = progress->error.value_or(backup::BackupError{});
+    status["phase"] = "Failed";
+    status["completedAt"] = now;
+    status["error"] = error.toString();
+    status["conditions"] = conditionsFor(object, "Failed", error.reason, error.toString(), now);
+    event(object, op::EventType::kWarning, "Failed", error.toString());
+  }
+  auto patched = patchStatus(key, object, std::move(status));
+  if (!patched) return patched;
+  if (auto cleaned = running.initiator->cleanUp(); !cleaned) {
+    return std::unexpected(op::ReconcileError::retryable(cleaned.error().toString()));
+  }
+  std::lock_guard lock(mu_);
+  running_.erase(operation.uid);
+  return op::ReconcileResult::done();
+}
+
+std::expected<void, std::string> addClusterBackupController(
+    op::OperatorProcess& process, ClusterBackupControllerOptions options) {
+  if (options.workers < 1) {
+    return std::unexpected("the ClusterBackup controller needs at least one worker");
+  }
+  if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();
+  auto reconciler =
+      std::make_shared<ClusterBackupReconciler>(process.client(), options.reconciler);
+  op::ControllerOptions controller_options;
+  controller_options.name = "clusterbackup";
+  controller_options.max_concurrent_reconciles = options.workers;
+  controller_options.registry = &process.registry();
+  auto controller = std::make_shared<op::Controller>(
+      std::move(controller_options),
+      [reconciler](const op::ObjectKey& key) { return reconciler->reconcile(key); });
+  op::InformerOptions informer_options;
+  informer_options.type = clusterBackups();
+  informer_options.ns = options.watch_namespace;
+  auto backups = std::make_shared<op::Informer>(process.client(), informer_options);
+  backups->addHandlers(op::enqueueObject(controller->queue()));
+  process.addInformer(*backups);
+  process.addController(*controller);
+  process.adopt(reconciler);
+  process.adopt(backups);
+  process.adopt(controller);
+  return {};
+}
+
+}  // namespace rtable::controllers
