@@ -136,12 +136,13 @@ TEST(FilesystemStorageTest, APutUnderAnObjectIsAnError) {
 // --- errors of the file system, each in a child process (rtable-backup-storage-probe)
 
 // The probe's output lines for `operations` on `root`, run through `prefix` (a command that
-// ends by running the rest of its arguments).
+// ends by running the rest of its arguments), from `binary`.
 std::vector<std::string> probe(const std::vector<std::string>& prefix,
                                const std::filesystem::path& root,
-                               const std::vector<std::string>& operations) {
+                               const std::vector<std::string>& operations,
+                               const std::filesystem::path& binary = RTABLE_BACKUP_STORAGE_PROBE) {
   std::vector<std::string> argv = prefix;
-  argv.push_back(RTABLE_BACKUP_STORAGE_PROBE);
+  argv.push_back(binary.string());
   argv.push_back(root.string());
   argv.insert(argv.end(), operations.begin(), operations.end());
   auto result = runCommand(argv, std::chrono::seconds(60));
@@ -210,15 +211,19 @@ TEST(FilesystemStorageTest, ADirectoryWithoutWritePermissionIsAccessDenied) {
   std::filesystem::create_directory(root);
   writeFile(root / "existing", "e");
   std::vector<std::string> prefix;
+  std::filesystem::path binary = RTABLE_BACKUP_STORAGE_PROBE;
   if (geteuid() == 0) {
+    binary = dir.path() / "probe";
     // Root writes anywhere (CAP_DAC_OVERRIDE): the probe runs as nobody, to whom the folders
     // (root's, mode 0755) are readable and not writable.
     std::filesystem::permissions(dir.path(), std::filesystem::perms(0755));
     prefix = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+    // A copy nobody can run: the build folder may be under a home only root can enter.
+    std::filesystem::copy_file(RTABLE_BACKUP_STORAGE_PROBE, binary);
   } else {
     std::filesystem::permissions(root, std::filesystem::perms(0555));
   }
-  const auto lines = probe(prefix, root, {"put:data/part:10", "put:x:10", "read:existing"});
+  const auto lines = probe(prefix, root, {"put:data/part:10", "put:x:10", "read:existing"}, binary);
   std::filesystem::permissions(root, std::filesystem::perms(0755));
   ASSERT_EQ(lines.size(), 3u) << ::testing::PrintToString(lines);
   EXPECT_TRUE(startsWith(lines[0], "AccessDenied: ")) << lines[0];
