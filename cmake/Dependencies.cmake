@@ -6,6 +6,9 @@ find_package(yaml-cpp REQUIRED)
 find_package(prometheus-cpp REQUIRED COMPONENTS core pull)
 find_package(cpprestsdk REQUIRED)
 find_package(OpenSSL REQUIRED)
+# libcurl 7.88 (libcurl4-openssl-dev): S3 requests for backups, signed with its own SigV4
+# (CURLOPT_AWS_SIGV4, 7.75) and CURLOPT_PROTOCOLS_STR (7.85).
+find_package(CURL 7.85 REQUIRED)
 find_package(GTest REQUIRED)
 find_package(zstd REQUIRED)
 find_package(Java 17 REQUIRED COMPONENTS Development)

@@ -27,6 +27,10 @@ scripts/check-format.sh
 # in ~/.cache/rtable/control-plane/ (outside the clone), so only the machine's first run pays.
 echo "=== control plane"
 e2e/build-control-plane.sh >/dev/null
+# The backup tests' S3 server, SeaweedFS's weed, is built from Go modules too and cached by version
+# in ~/.cache/rtable/seaweedfs/ (docs/backup-storage.md).
+echo "=== seaweedfs"
+e2e/build-seaweedfs.sh >/dev/null
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"

@@ -8,7 +8,8 @@
 //   - a put is atomic: a reader sees the whole new object or none (never a prefix), so a backup
 //     that died half-way leaves no object that looks complete;
 //   - a put of an existing name replaces it; remove of a missing name succeeds;
-//   - list(prefix) returns every name that starts with `prefix`, sorted;
+//   - list(prefix) returns every name that starts with `prefix`, sorted (bytewise, as S3 does);
+//   - a name objectNameProblem() refuses is a kOther error, and nothing is read or written;
 //   - errors are values whose kind says what a user must fix (credentials, bucket, space) and
 //     whose message names the object and the cause.
 //
@@ -40,6 +41,19 @@ struct StorageError {
   std::string message;  // "s3://bkt/pfx/data/3f/...: 403 SignatureDoesNotMatch: ..."
 };
 std::string_view storageErrorKindName(StorageError::Kind kind);  // "AccessDenied", ...
+
+// Why `name` cannot be an object's name, or nullopt when it can. A name is relative and
+// '/'-separated; its components are non-empty and neither "." nor "..", and none starts with
+// ".tmp-" (the temporary names of puts in flight, which list() never returns); it holds no control
+// character (bytes 0-31 and 127, which S3's XML listings cannot carry) and no backslash (which
+// SeaweedFS stores as '/'), and is at most 1024 bytes (S3's key limit). Every implementation
+// refuses such a name with kOther and touches nothing, so a name can never reach outside the
+// destination.
+std::optional<std::string> objectNameProblem(std::string_view name);
+// The same for list()'s `prefix`, which may also be empty, end with '/' or end inside a component.
+std::optional<std::string> listPrefixProblem(std::string_view prefix);
+// The prefix of temporary names (see objectNameProblem).
+inline constexpr std::string_view kTemporaryNamePrefix = ".tmp-";
 
 template <class T>
 using StorageResult = std::expected<T, StorageError>;
