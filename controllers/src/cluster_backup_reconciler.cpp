@@ -20,8 +20,8 @@
 namespace rtable::controllers {
 namespace {
 
-using nlohmann::json;
 using backup::BackupProgress;
+using nlohmann::json;
 
 std::string textAt(const json& object, const char* pointer) {
   const json value = object.value(json::json_pointer(pointer), json());
@@ -56,8 +56,8 @@ json conditionsFor(const json& object, const std::string& type, const std::strin
                        {"reason", reason},
                        {"message", message.substr(0, 32000)},
                        {"lastTransitionTime", since},
-                       {"observedGeneration", object.value(json::json_pointer("/metadata/generation"),
-                                                           int64_t{1})}}});
+                       {"observedGeneration",
+                        object.value(json::json_pointer("/metadata/generation"), int64_t{1})}}});
 }
 
 struct ResolvedTables {
@@ -92,9 +92,10 @@ core::KeeperFactory ClusterBackupReconciler::factoryFor(const std::string& conne
   return [new_session, connect] { return new_session(connect); };
 }
 
-void ClusterBackupReconciler::event(const json& object, op::EventType type,
-                                    std::string_view reason, const std::string& message) {
-  if (options_.events) options_.events->record(op::ObjectReference::of(object), type, reason, message);
+void ClusterBackupReconciler::event(const json& object, op::EventType type, std::string_view reason,
+                                    const std::string& message) {
+  if (options_.events)
+    options_.events->record(op::ObjectReference::of(object), type, reason, message);
 }
 
 op::ReconcileOutcome ClusterBackupReconciler::patchStatus(const op::ObjectKey& key,
@@ -207,8 +208,8 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
   if (spec->table) {
     auto table = client_.get(replicatedTables(), {key.ns, *spec->table});
     if (!table && table.error().kind == op::KubeErrorKind::kNotFound) {
-      return wait("TableNotFound", fmt::format("ReplicatedTable {} does not exist (yet)",
-                                               *spec->table));
+      return wait("TableNotFound",
+                  fmt::format("ReplicatedTable {} does not exist (yet)", *spec->table));
     }
     if (!table) return std::unexpected(op::ReconcileError::retryable(table.error().toString()));
     tables.push_back(std::move(*table));
@@ -219,9 +220,8 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     if (!listed) return std::unexpected(op::ReconcileError::retryable(listed.error().toString()));
     tables = std::move(listed->items);
     if (tables.empty()) {
-      return wait("TableNotFound",
-                  fmt::format("no ReplicatedTable matches the selector '{}'",
-                              list_options.label_selector));
+      return wait("TableNotFound", fmt::format("no ReplicatedTable matches the selector '{}'",
+                                               list_options.label_selector));
     }
   }
   std::sort(tables.begin(), tables.end(), [](const json& a, const json& b) {
@@ -304,15 +304,16 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     }
     if (!node) return std::unexpected(op::ReconcileError::retryable(node.error().toString()));
     auto written = backup::BackupOperation::parse(node->data);
-    if (!written) return fail("Lost", "the operation in ZooKeeper is unreadable: " + written.error());
-    running->initiator = std::make_unique<backup::BackupInitiator>(
-        factoryFor(resolved.connect), paths, *written, options_.sync);
+    if (!written)
+      return fail("Lost", "the operation in ZooKeeper is unreadable: " + written.error());
+    running->initiator = std::make_unique<backup::BackupInitiator>(factoryFor(resolved.connect),
+                                                                   paths, *written, options_.sync);
     if (auto resumed = running->initiator->resume(); !resumed) {
       return std::unexpected(op::ReconcileError::retryable(resumed.error().toString()));
     }
   } else {
-    running->initiator = std::make_unique<backup::BackupInitiator>(
-        factoryFor(resolved.connect), paths, operation, options_.sync);
+    running->initiator = std::make_unique<backup::BackupInitiator>(factoryFor(resolved.connect),
+                                                                   paths, operation, options_.sync);
     auto started = running->initiator->start();
     if (!started && started.error().kind == backup::StartRefusal::Kind::kBusy) {
       return wait("Busy", started.error().message);
@@ -323,12 +324,9 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     event(object, op::EventType::kNormal, "Started",
           fmt::format("backing up {} to {} ({} replicas)", fmt::join(names, ", "),
                       destination.location(), operation.hosts().size()));
-    json status = {{"phase", "Running"},
-                   {"tables", names},
-                   {"operation", operation.uid},
-                   {"location", destination.location()},
-                   {"startedAt", now},
-                   {"conditions", json::array()}};
+    json status = {{"phase", "Running"},         {"tables", names},
+                   {"operation", operation.uid}, {"location", destination.location()},
+                   {"startedAt", now},           {"conditions", json::array()}};
     if (auto patched = patchStatus(key, object, std::move(status)); !patched) {
       // The status will say Running at the next pass; the initiator runs meanwhile.
       std::lock_guard lock(mu_);
@@ -388,8 +386,8 @@ op::ReconcileOutcome ClusterBackupReconciler::follow(const op::ObjectKey& key, c
       }
       status["files"] = progress->summary->data_files;
       status["bytesDeduplicated"] =
-          progress->summary->logical_bytes - std::min(progress->summary->logical_bytes,
-                                                       progress->summary->data_bytes);
+          progress->summary->logical_bytes -
+          std::min(progress->summary->logical_bytes, progress->summary->data_bytes);
       status["manifest"] = progress->summary->manifest;
       message = fmt::format("{} data files, {} bytes written, {} bytes reused from earlier backups",
                             progress->summary->data_files, progress->totals.bytes_written,
@@ -422,8 +420,7 @@ std::expected<void, std::string> addClusterBackupController(
     return std::unexpected("the ClusterBackup controller needs at least one worker");
   }
   if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();
-  auto reconciler =
-      std::make_shared<ClusterBackupReconciler>(process.client(), options.reconciler);
+  auto reconciler = std::make_shared<ClusterBackupReconciler>(process.client(), options.reconciler);
   op::ControllerOptions controller_options;
   controller_options.name = "clusterbackup";
   controller_options.max_concurrent_reconciles = options.workers;

@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "rtable/backup/backup_agent.h"
+#include "rtable/backup/filesystem_storage.h"
+#include "rtable/backup/replica_backup_source.h"
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/keeper_retry.h"
 #include "rtable/replication_core/table_host.h"
@@ -193,10 +196,27 @@ int main(int argc, char** argv) {
   spdlog::info("serving http://{}:{} and metrics on http://{}/metrics", spec->listen_address,
                spec->http_port, metrics_address);
 
+  // Cluster backups that name this replica (backup/, DESIGN.md 2.7).
+  rtable::backup::ReplicaBackupSource backup_source([&table] { return table->serving(); });
+  rtable::backup::BackupAgent backups(
+      factory, rtable::backup::BackupPaths::rootFor(spec->zookeeper_root), spec->tableRoot(),
+      spec->replica, backup_source,
+      [](const rtable::backup::BackupOperation& operation)
+          -> rtable::backup::StorageResult<std::unique_ptr<rtable::backup::BackupStorage>> {
+        if (operation.destination.kind == rtable::backup::DestinationRef::Kind::kFilesystem) {
+          return std::make_unique<rtable::backup::FilesystemStorage>(operation.destination.path);
+        }
+        return std::unexpected(rtable::backup::StorageError{
+            rtable::backup::StorageError::Kind::kAccessDenied,
+            "S3 destinations need credentials, which replicas are not given yet"});
+      });
+  backups.start();
+
   int signal = 0;
   while ((signal = waitForSignal(signals, std::chrono::seconds(60))) == 0) {
   }
   spdlog::info("signal {}: finishing requests in flight", signal);
+  backups.stop();
   (*server)->drain(kDrainGrace, [&] { (void)table->handOff(kHandOffTimeout); });
   table->shutdown();
   spdlog::info("stopped");
