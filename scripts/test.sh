@@ -23,32 +23,62 @@ scripts/install-deps.sh --test
 # The formatting check first: it takes seconds, the builds take minutes.
 echo "=== format"
 scripts/check-format.sh
-# The operator's tests run against a real kube-apiserver built from Go modules; cached by version
-# in ~/.cache/rtable/control-plane/ (outside the clone), so only the machine's first run pays.
-echo "=== control plane"
-e2e/build-control-plane.sh >/dev/null
-# The backup tests' S3 server, SeaweedFS's weed, is built from Go modules too and cached by version
-# in ~/.cache/rtable/seaweedfs/ (docs/backup-storage.md).
-echo "=== seaweedfs"
-e2e/build-seaweedfs.sh >/dev/null
+# The operator's tests run against a real kube-apiserver, and the backup tests against SeaweedFS's
+# weed, both built from Go modules and cached by version in ~/.cache/rtable/ (outside the clone),
+# so only the machine's first run pays (about 9 and 11 minutes). They build while the release
+# build compiles: on a cold machine much of their time is the modules' download.
+go_log="$(mktemp)"
+background=()
+# Job control: each background job is its own process group, so that a failure (or Ctrl-C) stops
+# it with everything it started.
+set -m
+trap 'for pid in "${background[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+(e2e/build-control-plane.sh && e2e/build-seaweedfs.sh) >"$go_log" 2>&1 &
+go_builds=$!
+background+=("$go_builds")
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
-for flavour in "${flavours[@]}"; do
-  dir=build
-  scope=()
-  targets=()
-  if [[ $flavour != release ]]; then
-    dir="build-$flavour"
-    scope=("${sanitized_scope[@]}")
-    if ((${#scope[@]})); then
-      # Only what those tests need is built (a test's name is its target's).
-      scripts/build.sh "$flavour" rtable-core
-      mapfile -t targets < <(ctest --test-dir "$dir" -N "${scope[@]}" | sed -n 's/^ *Test *#[0-9]*: //p')
-    fi
+
+# A sanitizer flavour builds only what its tests need (a test's name is its target's).
+build_sanitized() {
+  local flavour="$1" targets=()
+  if ((${#sanitized_scope[@]})); then
+    scripts/build.sh "$flavour" rtable-core
+    mapfile -t targets < <(ctest --test-dir "build-$flavour" -N "${sanitized_scope[@]}" |
+      sed -n 's/^ *Test *#[0-9]*: //p')
   fi
-  echo "=== $flavour: build"
   scripts/build.sh "$flavour" "${targets[@]}"
+}
+
+echo "=== release: build"
+scripts/build.sh release
+echo "=== control plane, seaweedfs"
+wait "$go_builds" || { cat "$go_log"; echo "building the control plane or weed failed" >&2; exit 1; }
+
+# The sanitizer flavours build beside the release tests, at the lowest priority: the tests spend
+# much of their time waiting on servers and processes, and a cold machine would otherwise build
+# the three flavours one after the other (docs/development.md has the figures).
+sanitizers=("${flavours[@]:1}")
+sanitizer_log="$(mktemp)"
+if ((${#sanitizers[@]})); then
+  (
+    renice -n 19 "$BASHPID" >/dev/null
+    for flavour in "${sanitizers[@]}"; do build_sanitized "$flavour"; done
+  ) >"$sanitizer_log" 2>&1 &
+  sanitizer_builds=$!
+  background+=("$sanitizer_builds")
+fi
+echo "=== release: test"
+ctest --test-dir build --output-on-failure -j2 --timeout 900
+
+for flavour in "${sanitizers[@]}"; do
+  if [[ -n "${sanitizer_builds:-}" ]]; then
+    echo "=== ${sanitizers[*]}: build"
+    wait "$sanitizer_builds" || { cat "$sanitizer_log"; echo "a sanitizer build failed" >&2; exit 1; }
+    tail -n 3 "$sanitizer_log"
+    sanitizer_builds=""
+  fi
   echo "=== $flavour: test"
-  ctest --test-dir "$dir" --output-on-failure -j2 --timeout 900 "${scope[@]}"
+  ctest --test-dir "build-$flavour" --output-on-failure -j2 --timeout 900 "${sanitized_scope[@]}"
 done
