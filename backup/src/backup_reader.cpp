@@ -55,14 +55,16 @@ std::expected<void, std::string> materializePart(BackupStorage& storage,
       bytes = std::move(*read);
     }
     if (bytes.size() != it->size) {
-      return fail(fmt::format("{}: {} bytes where the manifest says {} (the data file {} is "
-                              "damaged)",
-                              it->name, bytes.size(), it->size, it->data_file));
+      return fail(
+          fmt::format("{}: {} bytes where the manifest says {} (the data file {} is "
+                      "damaged)",
+                      it->name, bytes.size(), it->size, it->data_file));
     }
     if (auto hash = core::hash128(bytes); hash != it->checksum) {
-      return fail(fmt::format("{}: checksum {} where the manifest says {} (the data file {} is "
-                              "damaged)",
-                              it->name, hash.hex(), it->checksum.hex(), it->data_file));
+      return fail(
+          fmt::format("{}: checksum {} where the manifest says {} (the data file {} is "
+                      "damaged)",
+                      it->name, hash.hex(), it->checksum.hex(), it->data_file));
     }
     std::ofstream out(target, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
