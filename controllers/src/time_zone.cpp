@@ -17,8 +17,8 @@ namespace rtable::controllers {
 
 struct TimeZone::Data {
   std::string name;
-  int32_t initial_offset = 0;  // before the first transition (RFC 8536: time type 0)
-  std::vector<int64_t> at;     // transitions, ascending, each one changing the offset
+  int32_t initial_offset = 0;   // before the first transition (RFC 8536: time type 0)
+  std::vector<int64_t> at;      // transitions, ascending, each one changing the offset
   std::vector<int32_t> offset;  // the offset from at[i] on
 };
 
@@ -251,8 +251,8 @@ void extendByRule(TimeZone::Data& data, const PosixRule& rule, int64_t after, in
   for (int y = from_year; y <= TimeZone::kLastRuleYear; ++y) {
     const int64_t start = (ruleDay(rule.start, y).time_since_epoch() / seconds(1)) +
                           rule.start.time - rule.std_offset;
-    const int64_t end = (ruleDay(rule.end, y).time_since_epoch() / seconds(1)) + rule.end.time -
-                        *rule.dst_offset;
+    const int64_t end =
+        (ruleDay(rule.end, y).time_since_epoch() / seconds(1)) + rule.end.time - *rule.dst_offset;
     changes.emplace_back(start, *rule.dst_offset);
     changes.emplace_back(end, rule.std_offset);
   }
@@ -369,7 +369,9 @@ std::shared_ptr<const TimeZone::Data> utcData() {
 
 TimeZone::TimeZone() : data_(utcData()) {}
 
-const std::string& TimeZone::name() const { return data_->name; }
+const std::string& TimeZone::name() const {
+  return data_->name;
+}
 
 std::expected<TimeZone, std::string> TimeZone::fromTzif(std::string name, std::string_view bytes) {
   auto data = parseTzif(std::move(name), bytes);
@@ -401,7 +403,8 @@ std::expected<TimeZone, std::string> TimeZone::load(std::string_view name) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream bytes;
   bytes << in.rdbuf();
-  if (!in) return std::unexpected(fmt::format("time zone '{}': cannot read {}", name, path.string()));
+  if (!in)
+    return std::unexpected(fmt::format("time zone '{}': cannot read {}", name, path.string()));
   auto zone = fromTzif(std::string(name), bytes.str());
   if (!zone) {
     return std::unexpected(

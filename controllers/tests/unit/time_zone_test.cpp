@@ -94,7 +94,8 @@ TEST(TimeZone, SouthernHemisphereAndHalfHours) {
   EXPECT_EQ(lord_howe.offsetAt(utc(2026, 7, 1, 0)), hours(10) + minutes(30));
   EXPECT_EQ(lord_howe.offsetAt(utc(2026, 1, 1, 0)), hours(11));
   EXPECT_EQ(zone("Asia/Kolkata").offsetAt(utc(2026, 7, 1, 0)), hours(5) + minutes(30));
-  EXPECT_EQ(zone("America/Sao_Paulo").offsetAt(utc(2026, 1, 1, 0)), hours(-3));  // no DST since 2019
+  EXPECT_EQ(zone("America/Sao_Paulo").offsetAt(utc(2026, 1, 1, 0)),
+            hours(-3));  // no DST since 2019
 }
 
 // glibc reads the same files (and footers) on its own: every 197 minutes (a step that goes through
@@ -102,9 +103,9 @@ TEST(TimeZone, SouthernHemisphereAndHalfHours) {
 TEST(TimeZone, AgreesWithGlibcLocaltime) {
   const char* saved = std::getenv("TZ");
   const std::string saved_tz = saved ? saved : "";
-  for (const char* name : {"Europe/Berlin", "America/New_York", "Australia/Sydney",
-                           "Australia/Lord_Howe", "America/Santiago", "Africa/Casablanca",
-                           "Asia/Tehran", "Pacific/Apia"}) {
+  for (const char* name :
+       {"Europe/Berlin", "America/New_York", "Australia/Sydney", "Australia/Lord_Howe",
+        "America/Santiago", "Africa/Casablanca", "Asia/Tehran", "Pacific/Apia"}) {
     SCOPED_TRACE(name);
     const TimeZone ours = zone(name);
     setenv("TZ", (std::string(":") + name).c_str(), 1);
@@ -139,8 +140,7 @@ TEST(TimeZone, ErrorsSayWhatIsWrong) {
                           "Europe/", "localtime", "posixrules", "Europe/Berlin.tz"}) {
     auto loaded = TimeZone::load(bad);
     ASSERT_FALSE(loaded) << bad;
-    EXPECT_NE(loaded.error().find("is not a time zone name"), std::string::npos)
-        << loaded.error();
+    EXPECT_NE(loaded.error().find("is not a time zone name"), std::string::npos) << loaded.error();
   }
   auto directory = TimeZone::load("Europe");
   ASSERT_FALSE(directory);
