@@ -273,6 +273,16 @@ TEST_F(BackupScheduleApiServer, RunsSkipsMissesAndPrunesOnTheClock) {
   EXPECT_EQ(status()["observedGeneration"], 1);
   EXPECT_EQ(condition("Ready")["status"], "True");
 
+  // kubectl get -o wide shows the zone, the next run and the Ready condition's reason.
+  auto wide = plane_->kubectl({"get", "bs", "-n", kNamespace, "-o", "wide"});
+  ASSERT_TRUE(wide && wide->exit_code == 0) << (wide ? wide->err : wide.error());
+  EXPECT_NE(wide->out.find("AGE   TIME-ZONE       NEXT-SCHEDULE          REASON"),
+            std::string::npos)
+      << wide->out;
+  EXPECT_NE(wide->out.find("Europe/Berlin   " + text(t0 + hours(7)) + "   Scheduled"),
+            std::string::npos)
+      << wide->out;
+
   // The Events, as kubectl describe shows them.
   auto reasonsPosted = [&] {
     std::set<std::string> reasons;
