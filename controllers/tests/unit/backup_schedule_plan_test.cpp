@@ -254,6 +254,19 @@ TEST(PlanScheduleRun, StartingDeadlineSecondsBoundsHowLateARunStarts) {
   EXPECT_EQ(plan.create, at(2026, 12, 1, 3));
 }
 
+// As with a CronJob: runs count from the last one handled, whatever the schedule was then.
+TEST(PlanScheduleRun, AChangedScheduleCountsItsTimesSinceTheLastRun) {
+  ScheduleState s = state();
+  s.last_schedule_time = at(2026, 12, 1, 3);
+  auto plan = planScheduleRun(specOf({{"schedule", "0 6 * * *"}}), s, {}, at(2026, 12, 1, 10));
+  EXPECT_EQ(plan.create, at(2026, 12, 1, 6));
+  EXPECT_EQ(reasons(plan), std::vector<std::string>{"MissedSchedule"});
+  plan = planScheduleRun(specOf({{"schedule", "0 6 * * *"}, {"startingDeadlineSeconds", 600}}), s,
+                         {}, at(2026, 12, 1, 10));
+  EXPECT_FALSE(plan.create);
+  EXPECT_EQ(plan.next_schedule_time, at(2026, 12, 2, 6));
+}
+
 TEST(PlanScheduleRun, KeepLastKeepsTheNewestCompletedAndFailedOnesApart) {
   const sys_seconds now = at(2026, 12, 10, 12);
   std::vector<OwnedBackup> backups = {
