@@ -47,10 +47,6 @@ void raise(std::optional<sys_seconds>& field, sys_seconds t) {
   if (!field || *field < t) field = t;
 }
 
-std::string describeTime(sys_seconds t, const TimeZone& zone) {
-  return describeScheduledTime(t, zone);
-}
-
 }  // namespace
 
 std::string describeScheduledTime(sys_seconds t, const TimeZone& zone) {
@@ -162,14 +158,14 @@ ScheduleRunPlan planScheduleRun(const BackupScheduleSpec& spec, const ScheduleSt
             ? ""
             : fmt::format("{}{} earlier run{} (from {}) {} missed", missed,
                           missed >= kMaxMissedRunsCounted ? " or more" : "", missed == 1 ? "" : "s",
-                          describeTime(*first_missed, zone), missed == 1 ? "was" : "were");
+                          describeScheduledTime(*first_missed, zone), missed == 1 ? "was" : "were");
     const seconds late = now - *due;
     if (spec.starting_deadline && late > *spec.starting_deadline) {
       plan.state.last_skipped_time = *due;
       plan.skipped = SkipReason::kStartingDeadlineExceeded;
       plan.skipped_message = fmt::format(
           "the run of {} was not started: it is {} late, past startingDeadlineSeconds ({}){}",
-          describeTime(*due, zone), durationText(late), spec.starting_deadline->count(),
+          describeScheduledTime(*due, zone), durationText(late), spec.starting_deadline->count(),
           missed ? "; " + missed_text : "");
       plan.events.push_back({true, "MissedSchedule", plan.skipped_message});
     } else {
@@ -178,13 +174,13 @@ ScheduleRunPlan planScheduleRun(const BackupScheduleSpec& spec, const ScheduleSt
             {true, "MissedSchedule",
              fmt::format("{} (was the operator not running?); only the most recent, of {}, "
                          "starts now{}",
-                         missed_text, describeTime(*due, zone),
+                         missed_text, describeScheduledTime(*due, zone),
                          late > kLateAfter ? ", " + durationText(late) + " late" : "")});
       } else if (late > kLateAfter) {
         plan.events.push_back(
             {true, "MissedSchedule",
              fmt::format("the run of {} starts {} late (was the operator not running?)",
-                         describeTime(*due, zone), durationText(late))});
+                         describeScheduledTime(*due, zone), durationText(late))});
       }
       if (!active.empty() && spec.concurrency_policy == ConcurrencyPolicy::kForbid) {
         std::vector<std::string> running;
@@ -196,7 +192,7 @@ ScheduleRunPlan planScheduleRun(const BackupScheduleSpec& spec, const ScheduleSt
         plan.skipped_message = fmt::format(
             "the run of {} was skipped: {} of this schedule {} not finished (concurrencyPolicy "
             "Forbid)",
-            describeTime(*due, zone), fmt::join(running, ", "),
+            describeScheduledTime(*due, zone), fmt::join(running, ", "),
             running.size() == 1 ? "has" : "have");
         plan.events.push_back({true, "RunSkipped", plan.skipped_message});
       } else {
@@ -206,8 +202,9 @@ ScheduleRunPlan planScheduleRun(const BackupScheduleSpec& spec, const ScheduleSt
                 {backup->name, backup->uid,
                  fmt::format("{}, scheduled {}: replaced by the run of {} (concurrencyPolicy "
                              "Replace)",
-                             backupPhaseName(backup->phase), describeTime(backup->runTime(), zone),
-                             describeTime(*due, zone))});
+                             backupPhaseName(backup->phase),
+                             describeScheduledTime(backup->runTime(), zone),
+                             describeScheduledTime(*due, zone))});
           }
         }
         plan.create = *due;
@@ -255,7 +252,7 @@ ScheduleRunPlan planScheduleRun(const BackupScheduleSpec& spec, const ScheduleSt
       if (!why.empty()) {
         plan.prune.push_back({backup->name, backup->uid,
                               fmt::format("{}, scheduled {}: {}", backupPhaseName(backup->phase),
-                                          describeTime(backup->runTime(), zone), why)});
+                                          describeScheduledTime(backup->runTime(), zone), why)});
       } else if (max_age) {
         // Retention looks again once this one is past maxAge.
         const sys_seconds expiry = backup->runTime() + *max_age + seconds(1);
