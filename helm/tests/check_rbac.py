@@ -38,13 +38,13 @@ USED = {
     ("rtable.io", "backupschedules/finalizers"): ({"update"},
         "scheduled ClusterBackups carry blockOwnerDeletion owner references"),
     ("rtable.io", "clusterbackups"): ({"get", "list", "watch", "create", "delete"},
-        "informer (owner enqueue); scheduled runs created, read on AlreadyExists; Replace and "
-        "retention delete"),
+        "ClusterBackup controller: informer, reconcile reads the backup; BackupSchedule "
+        "controller: informer (owner enqueue), scheduled runs created, read on AlreadyExists, "
+        "Replace and retention delete"),
+    ("rtable.io", "clusterbackups/status"): ({"patch"}, "the ClusterBackup controller's status"),
 }
-# Granted ahead of the code: the ClusterBackup controller's status.
-RESERVED = {
-    ("rtable.io", "clusterbackups/status"): {"patch"},
-}
+# Granted ahead of the code: nothing now.
+RESERVED = {}
 # Functions of controllers/ that name a custom resource type -> (group, resource).
 CUSTOM_RESOURCE_FUNCTIONS = {
     "replicatedTables": ("rtable.io", "replicatedtables"),
