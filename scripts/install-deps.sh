@@ -18,6 +18,8 @@ packages=(
   # The local Kubernetes control plane makes its certificates with the openssl CLI
   # (docs/control-plane.md); its binaries are built from Go modules, not installed.
   openssl
+  # The IANA time zones of BackupSchedule's spec.timeZone (TimeZone reads their TZif files).
+  tzdata
 )
 if [[ "${1:-}" == "--test" ]]; then
   # The side-by-side reference: ClickHouse 18.16's ReplicatedMergeTree on our ZooKeeper.

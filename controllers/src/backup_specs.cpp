@@ -16,6 +16,9 @@ using detail::indexPath;
 using detail::JsonFields;
 using nlohmann::json;
 
+// 10 years: a bound for the CRD's schema, far beyond any useful deadline.
+constexpr int64_t kMaxStartingDeadlineSeconds = 315'360'000;
+
 const std::regex& dns1035LabelPattern() {
   static const std::regex pattern("[a-z]([-a-z0-9]*[a-z0-9])?");
   return pattern;
@@ -317,6 +320,8 @@ std::expected<CronSchedule, std::string> CronSchedule::parse(std::string_view te
   }
   schedule.day_of_month_any_ = any[2];
   schedule.day_of_week_any_ = any[4];
+  // Vixie cron's MIN_STAR / HR_STAR: the field's text starts with '*' ("*", "*/15").
+  schedule.fixed_time_ = !parts[0].starts_with('*') && !parts[1].starts_with('*');
   return schedule;
 }
 
@@ -330,20 +335,84 @@ bool CronSchedule::matchesDay(std::chrono::year_month_day day) const {
   return dom || dow;
 }
 
-std::optional<std::chrono::sys_seconds> CronSchedule::next(std::chrono::sys_seconds after) const {
+std::vector<std::chrono::sys_seconds> CronSchedule::runsOn(std::chrono::local_days day,
+                                                           const TimeZone& zone) const {
   using namespace std::chrono;
-  const sys_seconds start = floor<minutes>(after) + minutes(1);
-  sys_days day = floor<days>(start);
-  for (int n = 0; n < 5 * 366 + 1; ++n, day += days(1)) {
-    if (!matchesDay(year_month_day(day))) continue;
-    for (int h = 0; h < 24; ++h) {
-      if (!hours_.test(static_cast<std::size_t>(h))) continue;
-      for (int m = 0; m < 60; ++m) {
-        if (!minutes_.test(static_cast<std::size_t>(m))) continue;
-        const sys_seconds at = day + hours(h) + minutes(m);
-        if (at >= start) return at;
+  std::vector<sys_seconds> runs;
+  if (!matchesDay(year_month_day(sys_days(day.time_since_epoch())))) return runs;
+  // Most days have no transition near them: one offset for the whole day.
+  const auto offset = zone.fixedOffsetBetween(sys_seconds(day.time_since_epoch()) - hours(27),
+                                              sys_seconds(day.time_since_epoch()) + hours(51));
+  for (int h = 0; h < 24; ++h) {
+    if (!hours_.test(static_cast<std::size_t>(h))) continue;
+    for (int m = 0; m < 60; ++m) {
+      if (!minutes_.test(static_cast<std::size_t>(m))) continue;
+      const local_seconds local = day + hours(h) + minutes(m);
+      if (offset) {
+        runs.push_back(sys_seconds(local.time_since_epoch() - *offset));
+        continue;
+      }
+      const TimeZone::LocalLookup found = zone.lookup(local);
+      switch (found.kind) {
+        case TimeZone::LocalLookup::Kind::kUnique:
+          runs.push_back(found.first);
+          break;
+        case TimeZone::LocalLookup::Kind::kRepeated:
+          runs.push_back(found.first);
+          if (!fixed_time_) runs.push_back(found.second);
+          break;
+        case TimeZone::LocalLookup::Kind::kSkipped:
+          if (fixed_time_) runs.push_back(found.first);  // the end of the gap
+          break;
       }
     }
+  }
+  std::sort(runs.begin(), runs.end());
+  runs.erase(std::unique(runs.begin(), runs.end()), runs.end());
+  return runs;
+}
+
+std::optional<std::chrono::sys_seconds> CronSchedule::next(std::chrono::sys_seconds after,
+                                                           const TimeZone& zone) const {
+  using namespace std::chrono;
+  after = floor<minutes>(after) + seconds(59);  // strictly after the minute of `after`
+  // From the day before: a run of that day can fall after `after` (a gap's end).
+  local_days day = floor<days>(zone.toLocal(after)) - days(1);
+  std::optional<sys_seconds> best;
+  for (int n = 0; n < 5 * 366 + 3; ++n, day += days(1)) {
+    for (sys_seconds run : runsOn(day, zone)) {
+      if (run > after && (!best || run < *best)) best = run;
+    }
+    // A day's runs all come before the next day's, but for a gap's end, which is checked too.
+    if (best && sys_seconds(day.time_since_epoch()) > *best + hours(48)) break;
+  }
+  return best;
+}
+
+std::optional<std::chrono::sys_seconds> CronSchedule::previous(std::chrono::sys_seconds at,
+                                                               const TimeZone& zone) const {
+  using namespace std::chrono;
+  local_days day = floor<days>(zone.toLocal(at)) + days(1);
+  std::optional<sys_seconds> best;
+  for (int n = 0; n < 5 * 366 + 3; ++n, day -= days(1)) {
+    for (sys_seconds run : runsOn(day, zone)) {
+      if (run <= at && (!best || run > *best)) best = run;
+    }
+    if (best && sys_seconds(day.time_since_epoch()) + hours(48) < *best) break;
+  }
+  return best;
+}
+
+std::optional<SpecError> checkBackupScheduleName(std::string_view name) {
+  static const std::regex subdomain(
+      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  if (name.size() > 63 || !std::regex_match(std::string(name), subdomain)) {
+    return SpecError{
+        "metadata.name",
+        fmt::format("'{}' must be a DNS-1123 subdomain of at most 63 characters: it is "
+                    "the value of the label rtable.io/backup-schedule on its "
+                    "ClusterBackups and the prefix of their names",
+                    name)};
   }
   return std::nullopt;
 }
@@ -412,6 +481,13 @@ std::expected<BackupScheduleSpec, SpecError> BackupScheduleSpec::parse(const jso
     auto schedule = CronSchedule::parse(spec.string("schedule", 512));
     if (!schedule) fail(spec.at("schedule"), schedule.error());
     result.schedule = std::move(*schedule);
+    auto zone = TimeZone::load(spec.optionalString("timeZone", 64).value_or("UTC"));
+    if (!zone) fail(spec.at("timeZone"), zone.error());
+    result.time_zone = std::move(*zone);
+    if (auto deadline =
+            spec.optionalInteger("startingDeadlineSeconds", 1, kMaxStartingDeadlineSeconds)) {
+      result.starting_deadline = std::chrono::seconds(*deadline);
+    }
 
     const json* template_value = spec.find("template");
     if (!template_value) fail(spec.at("template"), "required");
@@ -460,6 +536,8 @@ std::expected<BackupScheduleSpec, SpecError> BackupScheduleSpec::parse(const jso
 json BackupScheduleSpec::toJson() const {
   json spec = json::object();
   spec["schedule"] = schedule.text();
+  spec["timeZone"] = time_zone.name();
+  if (starting_deadline) spec["startingDeadlineSeconds"] = starting_deadline->count();
   json templ = json::object();
   if (!template_labels.empty())
     templ["metadata"]["labels"] = detail::stringMapJson(template_labels);

@@ -1,9 +1,11 @@
 // rtable-operator: the operator process (operator_main.h: flags, health/metrics servers, leader
-// election, graceful shutdown) running the ReplicatedTable controller.
+// election, graceful shutdown) running the ReplicatedTable, ClusterBackup and BackupSchedule
+// controllers.
 //
 // Environment (as operators deployed by Helm commonly take them):
 //   RTABLE_CORE_IMAGE  the image of the replica pods (default rtable/rtable:dev)
-//   WATCH_NAMESPACE    only tables in this namespace (default: every namespace)
+//   WATCH_NAMESPACE    only tables, backups and schedules in this namespace (default: every
+//                      namespace)
 //   RTABLE_OPERATOR_FAILPOINT  tests only, unset in production: `swap-after-step:<step>` makes
 //                      the process SIGKILL itself right after it recorded that table swap step
 //                      (open, pause, ..., cleanup, abort) in ZooKeeper, as a crash there would
@@ -19,6 +21,7 @@
 #include <functional>
 #include <string>
 
+#include "rtable/controllers/backup_schedule_controller.h"
 #include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/replicated_table_controller.h"
 
@@ -67,6 +70,12 @@ int main(int argc, char** argv) {
         }
         rtable::controllers::ClusterBackupControllerOptions backups;
         backups.watch_namespace = options.watch_namespace;
-        return rtable::controllers::addClusterBackupController(process, std::move(backups));
+        if (auto added = rtable::controllers::addClusterBackupController(process, backups);
+            !added) {
+          return added;
+        }
+        rtable::controllers::BackupScheduleControllerOptions schedules;
+        schedules.watch_namespace = options.watch_namespace;
+        return rtable::controllers::addBackupScheduleController(process, std::move(schedules));
       });
 }

@@ -65,6 +65,74 @@ TEST(CronSchedule, NextRunTimes) {
   EXPECT_EQ(CronSchedule::parse("0 0 29 2 *")->next(at(2026, 1, 1, 0, 0)), at(2028, 2, 29, 0, 0));
 }
 
+TimeZone zone(const char* name) {
+  auto loaded = TimeZone::load(name);
+  EXPECT_TRUE(loaded) << loaded.error();
+  return loaded ? *loaded : TimeZone();
+}
+
+// Europe/Berlin in 2026: clocks go 02:00 -> 03:00 on March 29 (at 01:00 UTC) and 03:00 -> 02:00
+// on October 25 (at 01:00 UTC). Vixie cron's rules (the class comment).
+TEST(CronSchedule, AcrossDaylightSavingChangesInBerlin) {
+  const TimeZone berlin = zone("Europe/Berlin");
+  auto nightly = CronSchedule::parse("30 2 * * *");
+  ASSERT_TRUE(nightly);
+  EXPECT_TRUE(nightly->fixedTime());
+  // Winter: 02:30 CET is 01:30 UTC.
+  EXPECT_EQ(nightly->next(at(2026, 3, 27, 12, 0), berlin), at(2026, 3, 28, 1, 30));
+  // 02:30 does not exist on March 29: the run is at the end of the gap, 03:00 CEST.
+  EXPECT_EQ(nightly->next(at(2026, 3, 28, 1, 30), berlin), at(2026, 3, 29, 1, 0));
+  EXPECT_EQ(nightly->next(at(2026, 3, 29, 1, 0), berlin), at(2026, 3, 30, 0, 30));
+  EXPECT_EQ(nightly->previous(at(2026, 3, 29, 1, 0), berlin), at(2026, 3, 29, 1, 0));
+  EXPECT_EQ(nightly->previous(at(2026, 3, 29, 0, 59), berlin), at(2026, 3, 28, 1, 30));
+  // 02:30 happens twice on October 25: one run, at the first (CEST, 00:30 UTC).
+  EXPECT_EQ(nightly->next(at(2026, 10, 24, 12, 0), berlin), at(2026, 10, 25, 0, 30));
+  EXPECT_EQ(nightly->next(at(2026, 10, 25, 0, 30), berlin), at(2026, 10, 26, 1, 30));
+  EXPECT_EQ(nightly->previous(at(2026, 10, 26, 1, 29), berlin), at(2026, 10, 25, 0, 30));
+
+  // Wildcard schedules follow elapsed time: no run at the local times that do not exist, a run
+  // at both occurrences of those that repeat.
+  auto half_hourly = CronSchedule::parse("*/30 * * * *");
+  ASSERT_TRUE(half_hourly);
+  EXPECT_FALSE(half_hourly->fixedTime());
+  EXPECT_EQ(half_hourly->next(at(2026, 3, 29, 0, 30), berlin), at(2026, 3, 29, 1, 0));
+  std::vector<sys_seconds> fall;
+  for (sys_seconds t = at(2026, 10, 24, 23, 30); fall.size() < 6;) {
+    t = *half_hourly->next(t, berlin);
+    fall.push_back(t);
+  }
+  EXPECT_EQ(fall, (std::vector<sys_seconds>{at(2026, 10, 25, 0, 0), at(2026, 10, 25, 0, 30),
+                                            at(2026, 10, 25, 1, 0), at(2026, 10, 25, 1, 30),
+                                            at(2026, 10, 25, 2, 0), at(2026, 10, 25, 2, 30)}));
+  auto hourly = CronSchedule::parse("30 * * * *");
+  ASSERT_TRUE(hourly);
+  EXPECT_EQ(hourly->next(at(2026, 3, 29, 0, 30), berlin), at(2026, 3, 29, 1, 30));  // 03:30
+  EXPECT_EQ(hourly->next(at(2026, 10, 25, 0, 30), berlin), at(2026, 10, 25, 1, 30));
+  EXPECT_EQ(hourly->previous(at(2026, 10, 25, 1, 29), berlin), at(2026, 10, 25, 0, 30));
+  // Hours outside the change are plain local times.
+  EXPECT_EQ(CronSchedule::parse("0 3 * * *")->next(at(2026, 7, 1, 0, 0), berlin),
+            at(2026, 7, 1, 1, 0));
+}
+
+// New York changes at 02:00 local (March 8 and November 1, 2026); Sydney is the other way round.
+TEST(CronSchedule, AcrossDaylightSavingChangesElsewhere) {
+  const TimeZone new_york = zone("America/New_York");
+  // 02:00 itself is skipped: the run is at 03:00 EDT, 07:00 UTC.
+  EXPECT_EQ(CronSchedule::parse("0 2 * * *")->next(at(2026, 3, 7, 12, 0), new_york),
+            at(2026, 3, 8, 7, 0));
+  // 01:00 happens at 05:00 UTC (EDT) and 06:00 UTC (EST): one run.
+  auto one = CronSchedule::parse("0 1 * * *");
+  EXPECT_EQ(one->next(at(2026, 10, 31, 12, 0), new_york), at(2026, 11, 1, 5, 0));
+  EXPECT_EQ(one->next(at(2026, 11, 1, 5, 0), new_york), at(2026, 11, 2, 6, 0));
+  // Sundays at 02:30 in Sydney: the October 4 run is at 03:00 AEDT (16:00 UTC the day before).
+  const TimeZone sydney = zone("Australia/Sydney");
+  EXPECT_EQ(CronSchedule::parse("30 2 * * SUN")->next(at(2026, 10, 1, 0, 0), sydney),
+            at(2026, 10, 3, 16, 0));
+  // A day's match is by the local date: Monday 00:15 in Sydney is Sunday in UTC.
+  EXPECT_EQ(CronSchedule::parse("15 0 * * MON")->next(at(2026, 12, 1, 0, 0), sydney),
+            at(2026, 12, 6, 13, 15));
+}
+
 TEST(CronSchedule, ErrorsSayWhatIsWrong) {
   const std::vector<std::pair<const char*, const char*>> cases = {
       {"0 3 * *", "'0 3 * *' has 4 fields, expected 5"},
@@ -211,11 +279,16 @@ TEST(BackupScheduleSpec, ParsesTheExamplesWithDefaults) {
   EXPECT_FALSE(nightly->suspend);
   EXPECT_EQ(nightly->toJson()["concurrencyPolicy"], "Forbid");
   EXPECT_EQ(nightly->toJson()["suspend"], false);
+  EXPECT_EQ(nightly->time_zone.name(), "UTC");
+  EXPECT_EQ(nightly->toJson()["timeZone"], "UTC");
+  EXPECT_FALSE(nightly->starting_deadline);
 
   auto weekly = BackupScheduleSpec::parse(exampleSpec("weekly-backup.yaml"));
   ASSERT_TRUE(weekly) << weekly.error().toString();
   EXPECT_TRUE(weekly->suspend);
   EXPECT_EQ(weekly->retention->maxAge(), hours(28 * 24));
+  EXPECT_EQ(weekly->time_zone.name(), "Europe/Berlin");
+  EXPECT_EQ(weekly->starting_deadline, hours(6));
   for (const auto* s : {&*nightly, &*weekly}) {
     auto again = BackupScheduleSpec::parse(s->toJson());
     ASSERT_TRUE(again) << again.error().toString();
@@ -238,6 +311,9 @@ TEST(BackupScheduleSpec, ErrorsNameTheField) {
        {{"matchLabels", {{"a", "b"}}}},
        "spec.template.spec: exactly one of table and selector"},
       {"/suspend", "no", "spec.suspend: expected true or false"},
+      {"/timeZone", "Mars/Olympus_Mons", "spec.timeZone: unknown time zone 'Mars/Olympus_Mons'"},
+      {"/timeZone", "Europe Berlin", "spec.timeZone: 'Europe Berlin' is not a time zone name"},
+      {"/startingDeadlineSeconds", 0, "spec.startingDeadlineSeconds: must be from 1 to"},
   };
   for (const auto& [pointer, value, error] : cases) {
     json spec = base;
@@ -250,6 +326,15 @@ TEST(BackupScheduleSpec, ErrorsNameTheField) {
   json no_template = base;
   no_template.erase("template");
   EXPECT_EQ(BackupScheduleSpec::parse(no_template).error().toString(), "spec.template: required");
+}
+
+TEST(BackupScheduleSpec, TheNameIsALabelValue) {
+  EXPECT_FALSE(checkBackupScheduleName("nightly"));
+  EXPECT_FALSE(checkBackupScheduleName("team.nightly-2"));
+  EXPECT_FALSE(checkBackupScheduleName(std::string(63, 'a')));
+  EXPECT_EQ(checkBackupScheduleName(std::string(64, 'a'))->path, "metadata.name");
+  EXPECT_TRUE(checkBackupScheduleName("Nightly"));
+  EXPECT_TRUE(checkBackupScheduleName("-nightly"));
 }
 
 TEST(RetentionAge, Units) {

@@ -29,6 +29,7 @@ std::optional<SpecError> check(const json& object) {
     auto spec = ClusterBackupSpec::parse(object.value("spec", json()));
     if (!spec) return spec.error();
   } else if (kind == "BackupSchedule") {
+    if (auto error = checkBackupScheduleName(object["metadata"].value("name", ""))) return error;
     auto spec = BackupScheduleSpec::parse(object.value("spec", json()));
     if (!spec) return spec.error();
   } else {
