@@ -76,6 +76,7 @@ ClusterBackupReconciler::ClusterBackupReconciler(op::KubeClient& client,
                                                  ClusterBackupReconcilerOptions options)
     : client_(client), options_(std::move(options)) {
   if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
+  if (options_.registry) metrics_ = std::make_unique<BackupMetrics>(*options_.registry);
   if (!options_.new_session) {
     options_.new_session =
         [](const std::string& connect) -> core::KeeperResult<std::unique_ptr<core::Keeper>> {
@@ -85,6 +86,40 @@ ClusterBackupReconciler::ClusterBackupReconciler(op::KubeClient& client,
       return std::unique_ptr<core::Keeper>(std::move(*client));
     };
   }
+}
+
+namespace {
+
+// The schedule that made a backup ("" when made by hand), its tables (status.tables, else
+// spec.table), and times in seconds since the epoch.
+std::string scheduleOf(const json& object) {
+  return textAt(object, "/metadata/labels/rtable.io~1backup-schedule");
+}
+std::vector<std::string> tablesOf(const json& object) {
+  std::vector<std::string> tables;
+  const json listed = object.value(json::json_pointer("/status/tables"), json::array());
+  if (listed.is_array()) {
+    for (const auto& table : listed) {
+      if (table.is_string()) tables.push_back(table.get<std::string>());
+    }
+  }
+  if (tables.empty()) {
+    std::string table = textAt(object, "/spec/table");
+    tables.push_back(table.empty() ? "(selector)" : table);
+  }
+  return tables;
+}
+double secondsOf(const std::string& rfc3339) {
+  auto time = common::parseRfc3339(rfc3339);
+  return time ? std::chrono::duration<double>(time->time_since_epoch()).count() : 0;
+}
+
+}  // namespace
+
+void ClusterBackupReconciler::recordFailure(const json& object, const std::string& reason) {
+  if (metrics_)
+    metrics_->failed(textAt(object, "/metadata/namespace"), tablesOf(object), scheduleOf(object),
+                     reason);
 }
 
 core::KeeperFactory ClusterBackupReconciler::factoryFor(const std::string& connect) const {
@@ -150,6 +185,15 @@ op::ReconcileOutcome ClusterBackupReconciler::reconcile(const op::ObjectKey& key
     auto it = running_.find(uid);
     if (it != running_.end()) running = it->second;
   }
+  if (phase == "Completed" && metrics_) {
+    const json status = object->value("status", json::object());
+    BackupMetrics::Completed completed;
+    completed.started_seconds = secondsOf(status.value("startedAt", ""));
+    completed.completed_seconds = secondsOf(status.value("completedAt", ""));
+    completed.bytes_written = status.value("bytesWritten", 0.0);
+    completed.bytes_reused = status.value("bytesReused", 0.0);
+    metrics_->observeCompleted(key.ns, tablesOf(*object), scheduleOf(*object), completed);
+  }
   if (phase == "Completed" || phase == "Failed") {
     if (running) {
       // The status was patched, the clean-up not yet done (or it failed): again.
@@ -170,6 +214,7 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
   const std::string phase = textAt(object, "/status/phase");
   auto fail = [&](const std::string& reason, const std::string& message) -> op::ReconcileOutcome {
     event(object, op::EventType::kWarning, "Failed", message);
+    recordFailure(object, reason);
     json status = {{"phase", "Failed"},
                    {"error", message},
                    {"completedAt", now},
@@ -403,6 +448,7 @@ op::ReconcileOutcome ClusterBackupReconciler::follow(const op::ObjectKey& key, c
     status["error"] = error.toString();
     status["conditions"] = conditionsFor(object, "Failed", error.reason, error.toString(), now);
     event(object, op::EventType::kWarning, "Failed", error.toString());
+    recordFailure(object, error.reason);
   }
   auto patched = patchStatus(key, object, std::move(status));
   if (!patched) return patched;
@@ -420,6 +466,7 @@ std::expected<void, std::string> addClusterBackupController(
     return std::unexpected("the ClusterBackup controller needs at least one worker");
   }
   if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();
+  if (!options.reconciler.registry) options.reconciler.registry = &process.registry();
   auto reconciler = std::make_shared<ClusterBackupReconciler>(process.client(), options.reconciler);
   op::ControllerOptions controller_options;
   controller_options.name = "clusterbackup";

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "rtable/backup/backup_initiator.h"
+#include "rtable/controllers/backup_metrics.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
@@ -46,6 +47,8 @@ struct ClusterBackupReconcilerOptions {
   std::function<core::KeeperResult<std::unique_ptr<core::Keeper>>(const std::string& connect)>
       new_session;
   op::EventRecorder* events = nullptr;  // must outlive the reconciler
+  // Where the backup metrics go (BackupMetrics); null: none. Must outlive the reconciler.
+  prometheus::Registry* registry = nullptr;
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   backup::StageSyncOptions sync;
   std::chrono::milliseconds poll_period{1000};
@@ -72,8 +75,12 @@ class ClusterBackupReconciler {
              const std::string& message);
   core::KeeperFactory factoryFor(const std::string& connect) const;
 
+  // The backup's tables and schedule, for the metrics.
+  void recordFailure(const nlohmann::json& object, const std::string& reason);
+
   op::KubeClient& client_;
   ClusterBackupReconcilerOptions options_;
+  std::unique_ptr<BackupMetrics> metrics_;  // null without options_.registry
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Running>> running_;  // by the ClusterBackup's uid
 };
