@@ -462,6 +462,74 @@ TEST_F(BackupProtocol, ASecondBackupOfTheTableIsRefusedWhileOneRunsAndASwapWaits
   EXPECT_NE(waits.error().message.find("table swap runs"), std::string::npos);
 }
 
+TEST_F(BackupProtocol, AnOperatorThatDiesMidBackupIsReplacedAndTheBackupCompletes) {
+  insert("r1", 0, 60);
+  syncAll();
+  CountingStorage storage;
+  BackupOperation op = operation("u-resume", "resumed");
+  StageSyncOptions sync = fastSync();
+  sync.initiator_lost_timeout = 30s;  // the replicas wait this long for a new operator
+  auto first = std::make_unique<BackupInitiator>(zookeeperFactory(), paths(op.uid), op, sync);
+  ASSERT_TRUE(first->start());
+  std::map<std::string, BackupResult<HostStats>> results;
+  std::mutex mu;
+  std::vector<std::thread> hosts;
+  for (const auto& host : op.hosts()) {
+    hosts.emplace_back([&, host] {
+      BackupHostOptions options;
+      options.sync = sync;
+      BackupHost runner(paths(op.uid), op, host, *sources_.at(host), storage, zookeeperFactory(),
+                        options);
+      auto result = runner.run();
+      std::lock_guard lock(mu);
+      results.emplace(host, std::move(result));
+    });
+  }
+  // The replicas reach the first barrier and wait there for the initiator, which dies (its
+  // session, and so its alive node, end with it).
+  ASSERT_TRUE(common::testing::waitFor(
+      [&] {
+        auto progress = first->poll();
+        std::this_thread::sleep_for(20ms);
+        if (!progress) return false;
+        for (const auto& [host, state] : progress->hosts) {
+          if (state.stage.empty()) return false;
+        }
+        return true;
+      },
+      30s));
+  first.reset();
+  // The next operator process resumes the operation from ZooKeeper and sees it through.
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  ASSERT_TRUE(common::testing::waitFor(
+      [&] { return !(*keeper)->exists(paths(op.uid).alive(""))->has_value(); }, 30s));
+  BackupInitiator second(zookeeperFactory(), paths(op.uid), op, sync);
+  ASSERT_TRUE(second.resume());
+  // Alive again: the replicas see the initiator back before they would give up on it.
+  EXPECT_TRUE((*keeper)->exists(paths(op.uid).alive(""))->has_value());
+  BackupProgress last;
+  ASSERT_TRUE(common::testing::waitFor(
+      [&] {
+        std::this_thread::sleep_for(20ms);
+        auto progress = second.poll();
+        if (!progress) return false;
+        last = *progress;
+        return progress->phase != BackupProgress::Phase::kRunning;
+      },
+      60s));
+  for (auto& thread : hosts) thread.join();
+  ASSERT_EQ(last.phase, BackupProgress::Phase::kCompleted)
+      << (last.error ? last.error->toString() : "");
+  for (const auto& [host, result] : results) {
+    EXPECT_TRUE(result) << host << ": " << result.error().toString();
+  }
+  ASSERT_TRUE(second.cleanUp());
+  auto manifest = readManifest(storage, "resumed");
+  ASSERT_TRUE(manifest) << manifest.error().message;
+  EXPECT_EQ(manifest->tables.at(0).rows, 60u);
+}
+
 TEST_F(BackupProtocol, ADeadOperationsLockIsTakenOver) {
   {
     BackupInitiator dead(zookeeperFactory(), paths("u1"), operation("u1", "a"), fastSync());
