@@ -5,8 +5,8 @@
 //   - Completed under writes: the backup is one replica's parts at one moment (pairwise disjoint,
 //     every file's size and checksum as the manifest says, each part verifies), holding every row
 //     acknowledged before it began exactly once;
-//   - a second and third backup once the writers stopped: the third writes only the data files
-//     the second did not hold (none, when no merge ran in between) and reuses the rest;
+//   - a second and third backup once the writers stopped: the third writes exactly the data files
+//     the destination did not hold (none, when no merge ran in between) and reuses the rest;
 //   - a destination that does not exist: Failed, the condition's reason NoBucket, no manifest.
 #include "operator_stack.h"
 #include "rtable/backup/backup_reader.h"
@@ -126,13 +126,15 @@ TEST_F(OperatorBackup, BackupsUnderWritesHoldEveryAcknowledgedRowOnceAndReuseSto
   auto m2 = backup::readManifest(storage, std::string(kNs) + ".b2");
   auto m3 = backup::readManifest(storage, std::string(kNs) + ".b3");
   ASSERT_TRUE(m2 && m3);
-  // What b3 wrote is exactly what b2 did not hold (a merge in between would add its part).
-  std::set<std::string> in_b2;
-  for (const auto& file : m2->dataFiles()) in_b2.insert(file);
+  // What b3 wrote is exactly what the destination did not hold: b1's and b2's data files (a
+  // merge between b2 and b3 adds its part's files).
+  std::set<std::string> stored;
+  for (const auto& file : manifest->dataFiles()) stored.insert(file);
+  for (const auto& file : m2->dataFiles()) stored.insert(file);
   uint64_t new_bytes = 0;
   std::set<std::string> counted;
   for (const auto& file : m3->files) {
-    if (!file.data_file.empty() && !in_b2.contains(file.data_file) &&
+    if (!file.data_file.empty() && !stored.contains(file.data_file) &&
         counted.insert(file.data_file).second) {
       new_bytes += file.size;
     }
