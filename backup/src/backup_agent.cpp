@@ -20,6 +20,45 @@ BackupAgent::~BackupAgent() {
   stop();
 }
 
+void BackupAgent::restoreInto(RestoreTarget& target, DestinationOpener open,
+                              std::function<void(std::optional<std::string>)> refuse_inserts,
+                              RestoreOptions options) {
+  restore_target_ = &target;
+  restore_open_ = std::move(open);
+  refuse_inserts_ = std::move(refuse_inserts);
+  restore_options_ = options;
+}
+
+core::WatchCallback BackupAgent::waker() {
+  return [this](const core::WatchEvent&) {
+    {
+      std::lock_guard lock(mu_);
+      wake_ = true;
+    }
+    cv_.notify_all();
+  };
+}
+
+void BackupAgent::lookAtRestore() {
+  // The watch wakes the loop when the request appears or changes (another replica's progress,
+  // its end); the poll covers a lost watch.
+  const std::string path = restoreRequestPath(table_root_);
+  auto there = keeper_->exists(path, waker());
+  if (!there) return;
+  if (!*there) {
+    refuse_inserts_(std::nullopt);
+    return;
+  }
+  auto request = restoreIfAsked(*keeper_, table_root_, host_, *restore_target_, restore_open_,
+                                restore_options_);
+  if (!request) {
+    // Passing (restoreIfAsked): the refusal stays as it was; the next look goes on.
+    spdlog::warn("restore: {} (trying again)", request.error());
+    return;
+  }
+  refuse_inserts_(restoreRefusal(*request));
+}
+
 void BackupAgent::start() {
   thread_ = std::thread([this] { loop(); });
 }
@@ -55,25 +94,13 @@ void BackupAgent::lookAndRun() {
     if (!fresh) return;  // ZooKeeper unreachable: the next period tries again
     keeper_ = std::shared_ptr<core::Keeper>(std::move(*fresh));
   }
+  if (restore_target_) lookAtRestore();
   // A new operation wakes the loop at once (the watch fires once; the next look sets it again).
-  auto children = keeper_->children(backups_root_, [this](const core::WatchEvent&) {
-    {
-      std::lock_guard lock(mu_);
-      wake_ = true;
-    }
-    cv_.notify_all();
-  });
+  auto children = keeper_->children(backups_root_, waker());
   if (!children) {
-    if (children.error().code == core::KeeperCode::kNoNode) {
-      // No backup ever ran here: be told when the root appears.
-      (void)keeper_->exists(backups_root_, [this](const core::WatchEvent&) {
-        {
-          std::lock_guard lock(mu_);
-          wake_ = true;
-        }
-        cv_.notify_all();
-      });
-    }
+    // No backup ever ran here: be told when the root appears.
+    if (children.error().code == core::KeeperCode::kNoNode)
+      (void)keeper_->exists(backups_root_, waker());
     return;
   }
   std::vector<std::string> names = children->names;

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "destination_json.h"
+
 namespace rtable::backup {
 namespace {
 
@@ -21,7 +23,60 @@ std::string_view kindName(DestinationRef::Kind kind) {
   return kind == DestinationRef::Kind::kS3 ? "s3" : "filesystem";
 }
 
+std::expected<std::string, std::string> stringField(const json& object, const char* field,
+                                                    std::string_view where) {
+  auto it = object.find(field);
+  if (it == object.end() || !it->is_string()) {
+    return std::unexpected(fmt::format("{}{}: a string is required", where, field));
+  }
+  return it->get<std::string>();
+}
+
 }  // namespace
+
+json destinationToJson(const DestinationRef& destination) {
+  json out = {{"kind", kindName(destination.kind)}};
+  if (destination.kind == DestinationRef::Kind::kFilesystem) {
+    out["path"] = destination.path;
+  } else {
+    out["endpoint"] = destination.endpoint;
+    out["bucket"] = destination.bucket;
+    out["prefix"] = destination.prefix;
+    out["region"] = destination.region;
+  }
+  return out;
+}
+
+std::expected<DestinationRef, std::string> destinationFromJson(const json& doc,
+                                                               std::string_view where) {
+  if (!doc.is_object()) return std::unexpected(fmt::format("{}: an object is required", where));
+  DestinationRef destination;
+  auto kind = stringField(doc, "kind", where);
+  if (!kind) return std::unexpected(kind.error());
+  if (*kind == "filesystem") {
+    destination.kind = DestinationRef::Kind::kFilesystem;
+    auto path = stringField(doc, "path", where);
+    if (!path) return std::unexpected(path.error());
+    if (path->empty() || path->front() != '/') {
+      return std::unexpected(fmt::format("{}path: '{}' is not absolute", where, *path));
+    }
+    destination.path = *path;
+  } else if (*kind == "s3") {
+    destination.kind = DestinationRef::Kind::kS3;
+    for (auto [field, target] :
+         {std::pair{"endpoint", &destination.endpoint}, std::pair{"bucket", &destination.bucket},
+          std::pair{"prefix", &destination.prefix}, std::pair{"region", &destination.region}}) {
+      auto value = stringField(doc, field, where);
+      if (!value) return std::unexpected(value.error());
+      *target = *value;
+    }
+    if (destination.bucket.empty())
+      return std::unexpected(fmt::format("{}bucket: required", where));
+  } else {
+    return std::unexpected(fmt::format("{}kind: '{}' is neither filesystem nor s3", where, *kind));
+  }
+  return destination;
+}
 
 std::string DestinationRef::location() const {
   if (kind == Kind::kFilesystem) return path;
@@ -51,41 +106,24 @@ std::string BackupOperation::format() const {
                            {"generation", table.generation},
                            {"hosts", table.hosts}});
   }
-  json destination_json = {{"kind", kindName(destination.kind)}};
-  if (destination.kind == DestinationRef::Kind::kFilesystem) {
-    destination_json["path"] = destination.path;
-  } else {
-    destination_json["endpoint"] = destination.endpoint;
-    destination_json["bucket"] = destination.bucket;
-    destination_json["prefix"] = destination.prefix;
-    destination_json["region"] = destination.region;
-  }
   return json{{"uid", uid},
               {"name", name},
               {"startedMs", started_ms},
               {"tables", tables_json},
-              {"destination", destination_json}}
+              {"destination", destinationToJson(destination)}}
       .dump();
 }
 
 std::expected<BackupOperation, std::string> BackupOperation::parse(std::string_view text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return std::unexpected("not a JSON object");
-  auto string_field = [](const json& object, const char* field,
-                         std::string_view where) -> std::expected<std::string, std::string> {
-    auto it = object.find(field);
-    if (it == object.end() || !it->is_string()) {
-      return std::unexpected(fmt::format("{}{}: a string is required", where, field));
-    }
-    return it->get<std::string>();
-  };
   BackupOperation op;
-  auto uid = string_field(doc, "uid", "");
+  auto uid = stringField(doc, "uid", "");
   if (!uid) return std::unexpected(uid.error());
   op.uid = *uid;
   if (!isPlainName(op.uid))
     return std::unexpected(fmt::format("uid: '{}' is not a plain name", op.uid));
-  auto name = string_field(doc, "name", "");
+  auto name = stringField(doc, "name", "");
   if (!name) return std::unexpected(name.error());
   op.name = *name;
   if (!isPlainName(op.name)) {
@@ -104,13 +142,13 @@ std::expected<BackupOperation, std::string> BackupOperation::parse(std::string_v
     std::string where = fmt::format("tables[{}].", i);
     if (!item.is_object()) return std::unexpected(fmt::format("tables[{}]: not an object", i));
     BackupTableRef table;
-    auto table_name = string_field(item, "table", where);
+    auto table_name = stringField(item, "table", where);
     if (!table_name) return std::unexpected(table_name.error());
     table.table = *table_name;
     if (!isPlainName(table.table)) {
       return std::unexpected(fmt::format("{}table: '{}' is not a plain name", where, table.table));
     }
-    auto root = string_field(item, "tableRoot", where);
+    auto root = stringField(item, "tableRoot", where);
     if (!root) return std::unexpected(root.error());
     table.table_root = *root;
     auto generation = item.find("generation");
@@ -139,31 +177,9 @@ std::expected<BackupOperation, std::string> BackupOperation::parse(std::string_v
   if (destination == doc.end() || !destination->is_object()) {
     return std::unexpected("destination: an object is required");
   }
-  auto kind = string_field(*destination, "kind", "destination.");
-  if (!kind) return std::unexpected(kind.error());
-  if (*kind == "filesystem") {
-    op.destination.kind = DestinationRef::Kind::kFilesystem;
-    auto path = string_field(*destination, "path", "destination.");
-    if (!path) return std::unexpected(path.error());
-    if (path->empty() || path->front() != '/') {
-      return std::unexpected(fmt::format("destination.path: '{}' is not absolute", *path));
-    }
-    op.destination.path = *path;
-  } else if (*kind == "s3") {
-    op.destination.kind = DestinationRef::Kind::kS3;
-    for (auto [field, target] :
-         {std::pair{"endpoint", &op.destination.endpoint},
-          std::pair{"bucket", &op.destination.bucket}, std::pair{"prefix", &op.destination.prefix},
-          std::pair{"region", &op.destination.region}}) {
-      auto value = string_field(*destination, field, "destination.");
-      if (!value) return std::unexpected(value.error());
-      *target = *value;
-    }
-    if (op.destination.bucket.empty()) return std::unexpected("destination.bucket: required");
-  } else {
-    return std::unexpected(
-        fmt::format("destination.kind: '{}' is neither filesystem nor s3", *kind));
-  }
+  auto parsed = destinationFromJson(*destination, "destination.");
+  if (!parsed) return std::unexpected(parsed.error());
+  op.destination = std::move(*parsed);
   return op;
 }
 

@@ -72,6 +72,24 @@ op::ResourceType clusterBackups() {
   return {"rtable.io", "v1alpha1", "clusterbackups", "ClusterBackup", true, true};
 }
 
+std::string backupNameFor(const op::ObjectKey& key) {
+  return key.ns + "." + key.name;
+}
+
+std::expected<backup::DestinationRef, std::pair<std::string, std::string>> destinationOf(
+    const ClusterBackupSpec& spec) {
+  if (!spec.destination.filesystem) {
+    return std::unexpected(std::pair<std::string, std::string>(
+        "UnsupportedDestination",
+        "spec.destination.persistentVolumeClaim: the replicas do not mount backup claims "
+        "yet; use spec.destination.filesystem with a path every replica has mounted"));
+  }
+  backup::DestinationRef destination;
+  destination.kind = backup::DestinationRef::Kind::kFilesystem;
+  destination.path = spec.destination.filesystem->path;
+  return destination;
+}
+
 ClusterBackupReconciler::ClusterBackupReconciler(op::KubeClient& client,
                                                  ClusterBackupReconcilerOptions options)
     : client_(client), options_(std::move(options)) {
@@ -238,15 +256,11 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     if (!failed) return failed;
     return std::unexpected(op::ReconcileError::terminalError(spec.error().toString()));
   }
-  backup::DestinationRef destination;
-  if (spec->destination.filesystem) {
-    destination.kind = backup::DestinationRef::Kind::kFilesystem;
-    destination.path = spec->destination.filesystem->path;
-  } else {
-    return fail("UnsupportedDestination",
-                "spec.destination.persistentVolumeClaim: the replicas do not mount backup claims "
-                "yet; use spec.destination.filesystem with a path every replica has mounted");
+  auto resolved_destination = destinationOf(*spec);
+  if (!resolved_destination) {
+    return fail(resolved_destination.error().first, resolved_destination.error().second);
   }
+  const backup::DestinationRef destination = *resolved_destination;
 
   // The tables, by name or by selector, in this namespace.
   std::vector<json> tables;
@@ -329,7 +343,7 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
 
   backup::BackupOperation operation;
   operation.uid = textAt(object, "/metadata/uid");
-  operation.name = key.ns + "." + key.name;
+  operation.name = backupNameFor(key);
   operation.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              options_.wall_clock().time_since_epoch())
                              .count();

@@ -7,7 +7,10 @@
 #include <fstream>
 #include <random>
 
+#include "rtable/backup/restore.h"
 #include "rtable/common/rfc3339.h"
+#include "rtable/controllers/backup_specs.h"
+#include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/core_config.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/controllers/replicated_table_spec.h"
@@ -162,6 +165,23 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     if (auto failed = ensureFinalizer(key, *table)) {
       return std::unexpected(op::ReconcileError::retryable("adding the finalizer: " + *failed));
     }
+    if (spec->restore_from) {
+      // A table restored from a backup waits for it: nothing is created (no tree, no pods) until
+      // the restore request is in ZooKeeper, so that its replicas refuse inserts from their
+      // start (backup/restore.h).
+      if (auto waiting = ensureRestoreRequest(key, *spec, *table)) {
+        ReplicatedTableStatus status;
+        setCondition(status.conditions,
+                     condition("Restored", false, waiting->first, waiting->second));
+        setCondition(status.conditions,
+                     condition("Ready", false, "WaitingForBackup", waiting->second));
+        if (restoreReason(*table) != waiting->first) {
+          event(*table, op::EventType::kWarning, "RestoreWaiting", waiting->second);
+        }
+        if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
+        return op::ReconcileResult::after(std::chrono::seconds(10));
+      }
+    }
     // Not fatal: rtable-core creates the tree too when it starts.
     tree = ensureZooKeeperTree(key, *spec, *table);
   }
@@ -227,13 +247,17 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
       condition("Degraded", degraded, degraded ? "ReplicasUnavailable" : "AsExpected",
                 degraded ? fmt::format("{} of {} replicas are not ready", desired - ready, desired)
                          : ""));
-  if (spec->restore_from) {
-    // Until backups land (issue 21): a user who asked for a restore must not think it happened.
+  bool restoring = false;
+  if (spec->restore_from && !options_.keeper_for) {
+    // A user who asked for a restore must not think it happened.
     setCondition(status.conditions,
-                 condition("Restored", false, "RestoreNotImplemented",
-                           fmt::format("spec.restoreFrom names backup '{}', but this operator "
-                                       "does not restore backups yet: the table started empty",
+                 condition("Restored", false, "RestoreUnavailable",
+                           fmt::format("spec.restoreFrom names backup '{}', but this operator runs "
+                                       "without ZooKeeper access and cannot restore: the table "
+                                       "started empty",
                                        spec->restore_from->backup)));
+  } else if (spec->restore_from) {
+    restoring = reconcileRestoreStatus(*table, key, *spec, status);
   }
   status.replicas = stateful_set.value(json::json_pointer("/status/replicas"), int32_t{0});
   status.ready_replicas = ready;
@@ -248,6 +272,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   if (status.recovery && status.recovery->step && !status.recovery->finished_at) {
     return op::ReconcileResult::after(std::chrono::seconds(1));
   }
+  if (restoring) return op::ReconcileResult::after(std::chrono::seconds(5));
   if (options_.keeper_for) return op::ReconcileResult::after(std::chrono::seconds(15));
   // Readiness changes on the StatefulSet enqueue the table again (it owns the StatefulSet).
   return op::ReconcileResult::done();
@@ -631,6 +656,141 @@ std::optional<std::string> ReplicatedTableReconciler::ensureFinalizer(const op::
   auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
   if (!patched) return patched.error().toString();
   return std::nullopt;
+}
+
+std::string ReplicatedTableReconciler::restoreReason(const json& table) {
+  for (const Condition& c : currentConditions(table)) {
+    if (c.type == "Restored") return c.reason;
+  }
+  return "";
+}
+
+std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::ensureRestoreRequest(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec, const json& table) {
+  using Waiting = std::pair<std::string, std::string>;
+  const std::string& name = spec.restore_from->backup;
+  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  if (!keeper) {
+    return Waiting{"ZooKeeperUnreachable",
+                   "ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString()};
+  }
+  const std::string root = tableRoot(spec, key);
+  auto stored = backup::readRestoreRequest(**keeper, root);
+  if (!stored) return Waiting{"ZooKeeperUnreachable", stored.error()};
+  if (*stored) return std::nullopt;  // written before: the replicas take it from there
+
+  auto object = client_.get(clusterBackups(), {key.ns, name});
+  if (!object) {
+    if (object.error().kind == op::KubeErrorKind::kNotFound) {
+      return Waiting{"BackupNotFound",
+                     fmt::format("ClusterBackup {} does not exist in namespace {}: the table "
+                                 "waits for it",
+                                 name, key.ns)};
+    }
+    return Waiting{"BackupNotFound",
+                   fmt::format("reading ClusterBackup {}: {}", name, object.error().toString())};
+  }
+  const std::string phase = object->value(json::json_pointer("/status/phase"), "");
+  if (phase == "Failed") {
+    return Waiting{"BackupFailed",
+                   fmt::format("ClusterBackup {} failed: there is nothing to restore; delete this "
+                               "table and create it from another backup",
+                               name)};
+  }
+  if (phase != "Completed") {
+    return Waiting{"BackupNotCompleted",
+                   fmt::format("ClusterBackup {} is {}: the table waits for it to complete", name,
+                               phase.empty() ? "not started" : phase)};
+  }
+  auto backup_spec = ClusterBackupSpec::parse(object->value("spec", json::object()));
+  if (!backup_spec) {
+    return Waiting{"BackupInvalid",
+                   fmt::format("ClusterBackup {}: {}", name, backup_spec.error().toString())};
+  }
+  auto destination = destinationOf(*backup_spec);
+  if (!destination) return Waiting{destination.error().first, destination.error().second};
+  // The table of the backup: its only one, or the one with this table's name.
+  std::vector<std::string> tables;
+  for (const auto& item : object->value(json::json_pointer("/status/contents"), json::array())) {
+    if (item.contains("table") && item["table"].is_string()) tables.push_back(item["table"]);
+  }
+  std::string source;
+  if (tables.size() == 1) {
+    source = tables.front();
+  } else if (std::find(tables.begin(), tables.end(), key.name) != tables.end()) {
+    source = key.name;
+  } else {
+    return Waiting{"TableNotInBackup",
+                   fmt::format("ClusterBackup {} holds tables [{}]: none is named {}", name,
+                               fmt::join(tables, ", "), key.name)};
+  }
+
+  backup::RestoreRequest request;
+  request.backup = backupNameFor({key.ns, name});
+  request.table = source;
+  request.destination = *destination;
+  request.requested_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             options_.wall_clock().time_since_epoch())
+                             .count();
+  core::KeeperStatus made = core::createAncestorsAndSelf(**keeper, root);
+  if (made) {
+    auto created = (*keeper)->create(backup::restoreRequestPath(root), request.format(),
+                                     core::CreateMode::kPersistent);
+    if (!created && created.error().code != core::KeeperCode::kNodeExists) {
+      made = std::unexpected(created.error());
+    }
+  }
+  if (!made) return Waiting{"ZooKeeperUnreachable", made.error().toString()};
+  event(table, op::EventType::kNormal, "RestoreRequested",
+        fmt::format("restoring table {} of ClusterBackup {} ({}) into this table", source, name,
+                    destination->location()));
+  return std::nullopt;
+}
+
+bool ReplicatedTableReconciler::reconcileRestoreStatus(const json& table, const op::ObjectKey& key,
+                                                       const ReplicatedTableSpec& spec,
+                                                       ReplicatedTableStatus& status) {
+  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  if (!keeper) return true;  // ZooKeeper's own condition says so; look again soon
+  auto stored = backup::readRestoreRequest(**keeper, tableRoot(spec, key));
+  if (!stored || !*stored) return true;
+  const backup::RestoreRequest& request = (*stored)->request;
+  const std::string& name = spec.restore_from->backup;
+  Condition restored;
+  switch (request.state) {
+    case backup::RestoreRequest::State::kPending:
+      restored = condition("Restored", false, "RestorePending",
+                           fmt::format("waiting for a replica to restore ClusterBackup {}", name));
+      break;
+    case backup::RestoreRequest::State::kRunning:
+      restored = condition("Restored", false, "Restoring",
+                           fmt::format("replica {} is restoring ClusterBackup {}: {} of {} parts "
+                                       "({} rows); inserts wait",
+                                       request.restorer, name, request.parts_done,
+                                       request.parts_total, request.rows_done));
+      break;
+    case backup::RestoreRequest::State::kDone:
+      restored = condition("Restored", true, "Restored",
+                           fmt::format("restored ClusterBackup {} (table {}): {} parts, {} rows",
+                                       name, request.table, request.parts_done, request.rows_done));
+      break;
+    case backup::RestoreRequest::State::kFailed:
+      restored =
+          condition("Restored", false, "RestoreFailed",
+                    fmt::format("restoring ClusterBackup {} failed: {}", name, request.message));
+      break;
+  }
+  const std::string previous = restoreReason(table);
+  if (previous != restored.reason) {
+    if (request.state == backup::RestoreRequest::State::kDone) {
+      event(table, op::EventType::kNormal, "Restored", restored.message);
+    } else if (request.state == backup::RestoreRequest::State::kFailed) {
+      event(table, op::EventType::kWarning, "RestoreFailed", restored.message);
+    }
+  }
+  setCondition(status.conditions, std::move(restored));
+  return request.state == backup::RestoreRequest::State::kPending ||
+         request.state == backup::RestoreRequest::State::kRunning;
 }
 
 std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTree(

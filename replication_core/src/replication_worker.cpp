@@ -1037,13 +1037,24 @@ std::expected<void, std::string> ReplicationWorker::attachOneByOne(Keeper& keepe
 
 std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
     const std::vector<DataPartPtr>& parts) {
+  // One id per (partition, contents): the same part attached again is a duplicate.
+  std::vector<std::string> ids;
+  for (const auto& part : parts) {
+    ids.push_back(
+        tokenDedupId(part->name.partition_id, "attach-" + part->checksums.total.hex(), 0));
+  }
+  return attachParts(parts, ids);
+}
+
+std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
+    const std::vector<DataPartPtr>& parts, const std::vector<std::string>& dedup_ids) {
+  if (dedup_ids.size() != parts.size()) {
+    return std::unexpected(
+        fmt::format("{} dedup ids for {} parts", dedup_ids.size(), parts.size()));
+  }
   AttachSummary summary;
   std::shared_ptr<Keeper> keeper = session_.current();
   if (!keeper) return std::unexpected("no ZooKeeper session");
-  // One id per (partition, contents): the same part attached again is a duplicate.
-  auto dedupIdOf = [](const DataPart& part) {
-    return tokenDedupId(part.name.partition_id, "attach-" + part.checksums.total.hex(), 0);
-  };
   // The ids in this generation's dedup window, listed once: before the swap's first attach, only
   // those of attaches tried before. Without the listing (too long for one answer, say), every
   // part's id is read.
@@ -1061,7 +1072,7 @@ std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
     std::vector<std::string> dedup_paths;
     std::vector<std::size_t> read;
     for (std::size_t i = start; i < end; ++i) {
-      const std::string id = dedupIdOf(*parts[i]);
+      const std::string id = dedup_ids[i];
       if (present && !present->contains(id)) continue;
       dedup_paths.push_back(paths_.dedupHash(id));
       read.push_back(i);
@@ -1083,7 +1094,7 @@ std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
               fmt::format("attaching {}: {}", parts[i]->name.format(), found.error().toString()));
         }
       }
-      wanted.emplace_back(parts[i]->name.partition_id, dedupIdOf(*parts[i]));
+      wanted.emplace_back(parts[i]->name.partition_id, dedup_ids[i]);
       batch.push_back(parts[i]);
     }
     if (batch.empty()) continue;

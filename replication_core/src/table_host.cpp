@@ -131,9 +131,15 @@ std::shared_ptr<TableReplica> TableHost::generation(int64_t generation) const {
 
 std::expected<TableHost::InsertLease, std::string> TableHost::admitInsert() {
   std::lock_guard lock(mu_);
+  if (refused_) return std::unexpected(*refused_);
   if (paused_) return std::unexpected(*paused_);
   ++inserts_in_flight_;
   return InsertLease(this, generations_.at(serving_));
+}
+
+void TableHost::setInsertRefusal(std::optional<std::string> reason) {
+  std::lock_guard lock(mu_);
+  refused_ = std::move(reason);
 }
 
 std::string TableHost::swapState() const {

@@ -187,6 +187,14 @@ int main(int argc, char** argv) {
       spec->table, spec->replica, state.generation, state.active_parts, state.rows,
       state.broken_parts.size(), state.unexpected_parts.size(), state.lost_parts.size());
 
+  // A table being restored takes no insert from the first request on (backup/restore.h); the
+  // backup agent below keeps this up to date.
+  if (auto keeper = factory(); keeper) {
+    if (auto stored = rtable::backup::readRestoreRequest(**keeper, spec->tableRoot());
+        stored && *stored) {
+      table->setInsertRefusal(rtable::backup::restoreRefusal((*stored)->request));
+    }
+  }
   auto server =
       rtable::core::ReplicaHttpServer::start(*table, spec->listen_address, spec->http_port);
   if (!server) {
@@ -196,20 +204,27 @@ int main(int argc, char** argv) {
   spdlog::info("serving http://{}:{} and metrics on http://{}/metrics", spec->listen_address,
                spec->http_port, metrics_address);
 
-  // Cluster backups that name this replica (backup/, DESIGN.md 2.7).
+  // Cluster backups that name this replica, and the table's restore (backup/, DESIGN.md 2.7).
+  const rtable::backup::DestinationOpener open_destination =
+      [](const rtable::backup::DestinationRef& destination)
+      -> rtable::backup::StorageResult<std::unique_ptr<rtable::backup::BackupStorage>> {
+    if (destination.kind == rtable::backup::DestinationRef::Kind::kFilesystem) {
+      return std::make_unique<rtable::backup::FilesystemStorage>(destination.path);
+    }
+    return std::unexpected(rtable::backup::StorageError{
+        rtable::backup::StorageError::Kind::kAccessDenied,
+        "S3 destinations need credentials, which replicas are not given yet"});
+  };
   rtable::backup::ReplicaBackupSource backup_source([&table] { return table->serving(); });
   rtable::backup::BackupAgent backups(
       factory, rtable::backup::BackupPaths::rootFor(spec->zookeeper_root), spec->tableRoot(),
-      spec->replica, backup_source,
-      [](const rtable::backup::BackupOperation& operation)
-          -> rtable::backup::StorageResult<std::unique_ptr<rtable::backup::BackupStorage>> {
-        if (operation.destination.kind == rtable::backup::DestinationRef::Kind::kFilesystem) {
-          return std::make_unique<rtable::backup::FilesystemStorage>(operation.destination.path);
-        }
-        return std::unexpected(rtable::backup::StorageError{
-            rtable::backup::StorageError::Kind::kAccessDenied,
-            "S3 destinations need credentials, which replicas are not given yet"});
+      spec->replica, backup_source, [&](const rtable::backup::BackupOperation& operation) {
+        return open_destination(operation.destination);
       });
+  rtable::backup::ReplicaRestoreTarget restore_target([&table] { return table->serving(); });
+  backups.restoreInto(
+      restore_target, open_destination,
+      [&table](std::optional<std::string> reason) { table->setInsertRefusal(std::move(reason)); });
   backups.start();
 
   int signal = 0;

@@ -17,7 +17,9 @@
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/backup/backup_manifest.h"
 #include "rtable/backup/backup_reader.h"
+#include "rtable/backup/filesystem_storage.h"
 #include "rtable/backup/replica_backup_source.h"
+#include "rtable/backup/restore.h"
 #include "rtable/common/testing/files.h"
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/common/testing/wait.h"
@@ -138,12 +140,12 @@ class BackupProtocol : public ::testing::Test {
   void TearDown() override {
     servers_.clear();
     replicas_.clear();
+    restored_.clear();
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  core::TableSpec spec(const std::string& name, uint16_t port) {
-    auto parsed =
-        core::TableSpec::parseYaml(fmt::format(R"(
+  core::TableSpec spec(const std::string& table, const std::string& name, uint16_t port) {
+    auto parsed = core::TableSpec::parseYaml(fmt::format(R"(
 table: {}
 columns: [{{name: d, type: Date}}, {{name: x, type: UInt64}}, {{name: s, type: String}}]
 partitionBy: toYYYYMM(d)
@@ -154,20 +156,25 @@ ports: {{http: {}}}
 dataDir: {}
 replication: {{secretFile: {}}}
 )",
-                                               table_, zookeeper().connectString(), name, port,
-                                               (dir_ / name).string(), (dir_ / "secret").string()));
+                                                         table, zookeeper().connectString(), name,
+                                                         port, (dir_ / table / name).string(),
+                                                         (dir_ / "secret").string()));
     EXPECT_TRUE(parsed) << parsed.error();
     return *parsed;
   }
 
-  void open(const std::string& name) {
+  void open(const std::string& name) { openInto(name, table_, replicas_); }
+
+  // Opens replica `name` of `table` (served over HTTP: replicas fetch from each other) into `into`.
+  void openInto(const std::string& name, const std::string& table_name,
+                std::map<std::string, std::shared_ptr<core::TableReplica>>& into) {
     for (int attempt = 0; attempt < 5; ++attempt) {
       auto port = common::testing::findFreeLoopbackPort();
       ASSERT_TRUE(port) << port.error();
       core::TableReplicaOptions options;
       options.parts.journal_part_bytes = 0;
       auto table = core::TableReplica::open(
-          spec(name, static_cast<uint16_t>(*port)), zookeeperFactory(),
+          spec(table_name, name, static_cast<uint16_t>(*port)), zookeeperFactory(),
           *registries_.emplace_back(std::make_unique<prometheus::Registry>()), options);
       ASSERT_TRUE(table) << table.error();
       auto shared = std::shared_ptr<core::TableReplica>(std::move(*table));
@@ -175,15 +182,17 @@ replication: {{secretFile: {}}}
           core::ReplicaHttpServer::start(*shared, "127.0.0.1", static_cast<uint16_t>(*port), 2);
       if (!http) continue;
       servers_.push_back(std::move(*http));
-      replicas_[name] = shared;
-      sources_[name] = std::make_unique<ReplicaBackupSource>([shared] { return shared; });
+      into[name] = shared;
+      if (&into == &replicas_) {
+        sources_[name] = std::make_unique<ReplicaBackupSource>([shared] { return shared; });
+      }
       return;
     }
     FAIL() << "no free port for " << name;
   }
 
   void insert(const std::string& replica, uint64_t from, uint64_t count,
-              const std::string& date = "2026-12-01") {
+              const std::string& date = "2026-12-01", const std::string& token = "") {
     auto& table = *replicas_.at(replica);
     core::Block block = table.spec().schema.emptyBlock();
     for (uint64_t x = from; x < from + count; ++x) {
@@ -191,7 +200,9 @@ replication: {{secretFile: {}}}
       std::get<std::vector<uint64_t>>(block.columns[1].values).push_back(x);
       std::get<std::vector<std::string>>(block.columns[2].values).push_back(fmt::format("v{}", x));
     }
-    auto pending = table.beginInsert({});
+    core::InsertOptions options;
+    options.deduplication_token = token;
+    auto pending = table.beginInsert(options);
     ASSERT_TRUE(pending->add(std::move(block)));
     auto committed = table.commit(*pending);
     ASSERT_TRUE(committed) << committed.error().message;
@@ -274,6 +285,7 @@ replication: {{secretFile: {}}}
   fs::path dir_;
   std::vector<std::unique_ptr<prometheus::Registry>> registries_;
   std::map<std::string, std::shared_ptr<core::TableReplica>> replicas_;
+  std::map<std::string, std::shared_ptr<core::TableReplica>> restored_;  // BackupRestore's
   std::map<std::string, std::unique_ptr<BackupTableSource>> sources_;
   std::vector<std::unique_ptr<core::ReplicaHttpServer>> servers_;
 };
@@ -626,6 +638,248 @@ TEST_F(BackupProtocol, EachReplicasAgentJoinsTheOperationsThatNameItAndOnlyThose
   auto manifest = BackupManifest::parse(*storage.read(manifestName("by-agents")));
   ASSERT_TRUE(manifest);
   EXPECT_EQ(manifest->tables.at(0).rows, 40u);
+}
+
+// Restore (restore.h): a backup in a real directory, read back into a new table of three
+// replicas by one of them, the others fetching.
+class BackupRestore : public BackupProtocol {
+ protected:
+  void SetUp() override {
+    BackupProtocol::SetUp();
+    destination_.path = (dir_ / "destination").string();
+    fs::create_directories(destination_.path);  // a mounted volume: rtable never creates it
+  }
+
+  void backUp(const std::string& name) {
+    FilesystemStorage storage(destination_.path);
+    auto outcome = run(operation("u-" + name, name), storage);
+    ASSERT_EQ(outcome.progress.phase, BackupProgress::Phase::kCompleted)
+        << (outcome.progress.error ? outcome.progress.error->toString() : "");
+  }
+
+  void openRestored() {
+    for (const char* name : {"r1", "r2", "r3"}) openInto(name, table_ + "-restored", restored_);
+  }
+  std::string restoredRoot() { return restored_.at("r1")->spec().tableRoot(); }
+
+  void request(const std::string& backup, const std::string& table_root) {
+    RestoreRequest request;
+    request.backup = backup;
+    request.table = table_;
+    request.destination = destination_;
+    request.requested_ms = 1;
+    auto keeper = zookeeper().connect();
+    ASSERT_TRUE(keeper);
+    auto created = (*keeper)->create(restoreRequestPath(table_root), request.format(),
+                                     core::CreateMode::kPersistent);
+    ASSERT_TRUE(created) << created.error().toString();
+  }
+
+  static DestinationOpener opener() {
+    return [](const DestinationRef& destination) -> StorageResult<std::unique_ptr<BackupStorage>> {
+      return std::make_unique<FilesystemStorage>(destination.path);
+    };
+  }
+
+  // One look by `replica` of the restored table.
+  std::expected<std::optional<RestoreRequest>, std::string> look(const std::string& replica,
+                                                                 RestoreTarget* target = nullptr,
+                                                                 std::size_t batch = 2) {
+    auto keeper = zookeeper().connect();
+    EXPECT_TRUE(keeper);
+    auto shared = restored_.at(replica);
+    ReplicaRestoreTarget own([shared] { return shared; });
+    RestoreOptions options;
+    options.batch = batch;
+    return restoreIfAsked(**keeper, restoredRoot(), replica, target ? *target : own, opener(),
+                          options);
+  }
+
+  RestoreRequest stored(const std::string& table_root) {
+    auto keeper = zookeeper().connect();
+    EXPECT_TRUE(keeper);
+    auto read = readRestoreRequest(**keeper, table_root);
+    EXPECT_TRUE(read && *read) << (read ? "no request" : read.error());
+    return read && *read ? (*read)->request : RestoreRequest{};
+  }
+
+  // Every row's (x, s) of a replica's active parts.
+  static std::multiset<std::pair<uint64_t, std::string>> rowsOf(const core::TableReplica& table) {
+    std::multiset<std::pair<uint64_t, std::string>> rows;
+    for (const auto& part : table.activeParts()) {
+      auto block = core::readDataPart(*part, table.spec().schema);
+      EXPECT_TRUE(block) << block.error();
+      if (!block) continue;
+      const auto& xs = std::get<std::vector<uint64_t>>(block->columns[1].values);
+      const auto& ss = std::get<std::vector<std::string>>(block->columns[2].values);
+      for (std::size_t i = 0; i < xs.size(); ++i) rows.emplace(xs[i], ss[i]);
+    }
+    return rows;
+  }
+
+  DestinationRef destination_;
+};
+
+TEST_F(BackupRestore, ABackupRestoresIntoANewTableOnEveryReplicaEachRowOnce) {
+  insert("r1", 0, 100);
+  insert("r2", 100, 50, "2026-11-05");
+  insert("r3", 150, 10, "2026-10-01");
+  // Two parts with equal contents (two inserts with their own tokens): both are the table's.
+  insert("r3", 500, 10, "2026-09-01", "first");
+  insert("r1", 500, 10, "2026-09-01", "second");
+  syncAll();
+  const auto source_rows = rowsOf(*replicas_.at("r1"));
+  ASSERT_EQ(source_rows.size(), 180u);
+  backUp("nightly");
+  openRestored();
+  request("nightly", restoredRoot());
+
+  // Every replica looks at once: one restores (in batches of 2), the others leave it to it.
+  std::map<std::string, std::expected<std::optional<RestoreRequest>, std::string>> looks;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (const char* name : {"r1", "r2", "r3"}) {
+    threads.emplace_back([&, name] {
+      auto result = look(name);
+      std::lock_guard lock(mu);
+      looks.emplace(name, std::move(result));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  int restorers = 0;
+  for (const auto& [name, result] : looks) {
+    ASSERT_TRUE(result) << name << ": " << result.error();
+    ASSERT_TRUE(result->has_value()) << name;
+    if ((*result)->state == RestoreRequest::State::kDone) ++restorers;
+  }
+  EXPECT_GE(restorers, 1);
+  RestoreRequest done = stored(restoredRoot());
+  ASSERT_EQ(done.state, RestoreRequest::State::kDone) << done.message;
+  auto manifest = readManifest(*opener()(destination_).value(), "nightly");
+  ASSERT_TRUE(manifest);
+  EXPECT_EQ(done.parts_total, manifest->tables.at(0).parts.size());
+  EXPECT_EQ(done.parts_done, done.parts_total);
+  EXPECT_EQ(done.rows_done, 180u);
+  EXPECT_FALSE(restoreRefusal(done));
+  // Every replica of the new table holds the backed-up rows, each once (the two equal parts
+  // included), fetched from the restorer.
+  for (auto& [name, replica] : restored_) {
+    ASSERT_TRUE(replica->syncQueue(60s)) << name;
+    EXPECT_EQ(rowsOf(*replica), source_rows) << name;
+  }
+  // Looking again changes nothing.
+  auto again = look("r2");
+  ASSERT_TRUE(again && *again);
+  EXPECT_EQ((*again)->state, RestoreRequest::State::kDone);
+  EXPECT_EQ(rowsOf(*restored_.at("r2")), source_rows);
+}
+
+// A target whose attach succeeds and then reports a failure, as a restorer that died after its
+// attach but before it recorded the batch.
+class AttachThenFail final : public RestoreTarget {
+ public:
+  AttachThenFail(RestoreTarget& real, int fail_at) : real_(real), fail_at_(fail_at) {}
+  std::string metadataText() const override { return real_.metadataText(); }
+  bool catchUp(std::chrono::milliseconds timeout) override { return real_.catchUp(timeout); }
+  std::size_t activePartCount() const override { return real_.activePartCount(); }
+  std::filesystem::path stagingDir() const override { return real_.stagingDir(); }
+  std::expected<void, std::string> attach(const std::vector<StagedPart>& parts) override {
+    auto attached = real_.attach(parts);
+    if (!attached) return attached;
+    if (++calls_ == fail_at_) return std::unexpected("the restorer died (test)");
+    return {};
+  }
+
+ private:
+  RestoreTarget& real_;
+  const int fail_at_;
+  int calls_ = 0;
+};
+
+TEST_F(BackupRestore, ARestoreCutShortIsTakenUpByAnotherReplicaAndDoublesNothing) {
+  // Six partitions: six parts no merge can join.
+  for (int month = 1; month <= 6; ++month) {
+    insert(month % 2 ? "r1" : "r2", month * 100, 20, fmt::format("2026-{:02}-10", month));
+  }
+  syncAll();
+  const auto source_rows = rowsOf(*replicas_.at("r1"));
+  backUp("cut");
+  openRestored();
+  request("cut", restoredRoot());
+  auto shared = restored_.at("r1");
+  ReplicaRestoreTarget real([shared] { return shared; });
+  AttachThenFail dying(real, 2);
+  auto cut = look("r1", &dying, 2);
+  ASSERT_FALSE(cut);
+  EXPECT_NE(cut.error().find("the restorer died"), std::string::npos) << cut.error();
+  // The first batch recorded, the second attached but not recorded.
+  RestoreRequest running = stored(restoredRoot());
+  EXPECT_EQ(running.state, RestoreRequest::State::kRunning);
+  EXPECT_EQ(running.parts_done, 2u);
+  EXPECT_EQ(running.parts_total, 6u);
+  ASSERT_TRUE(restoreRefusal(running));
+  EXPECT_NE(restoreRefusal(running)->find("2 of 6 parts"), std::string::npos);
+
+  // Another replica goes on from the record: the second batch's parts are found by their ids.
+  auto resumed = look("r3");
+  ASSERT_TRUE(resumed && *resumed) << (resumed ? "none" : resumed.error());
+  EXPECT_EQ((*resumed)->state, RestoreRequest::State::kDone) << (*resumed)->message;
+  EXPECT_EQ((*resumed)->restorer, "r3");
+  for (auto& [name, replica] : restored_) {
+    ASSERT_TRUE(replica->syncQueue(60s)) << name;
+    EXPECT_EQ(rowsOf(*replica), source_rows) << name;
+    EXPECT_EQ(replica->activeParts().size(), 6u) << name;
+  }
+}
+
+TEST_F(BackupRestore, ATableWithPartsIsNotRestoredIntoAndADamagedBackupIsNamed) {
+  insert("r1", 0, 30);
+  insert("r2", 30, 30, "2026-08-01");
+  syncAll();
+  const auto source_rows = rowsOf(*replicas_.at("r1"));
+  backUp("base");
+
+  // Into the table that has rows: refused for good, nothing added.
+  request("base", replicas_.at("r1")->spec().tableRoot());
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  ReplicaRestoreTarget full_table([this] { return replicas_.at("r1"); });
+  auto into_full =
+      restoreIfAsked(**keeper, replicas_.at("r1")->spec().tableRoot(), "r1", full_table, opener());
+  ASSERT_TRUE(into_full && *into_full) << (into_full ? "none" : into_full.error());
+  EXPECT_EQ((*into_full)->state, RestoreRequest::State::kFailed);
+  EXPECT_NE((*into_full)->message.find("the table is not empty"), std::string::npos)
+      << (*into_full)->message;
+  EXPECT_EQ(rowsOf(*replicas_.at("r1")), source_rows);
+
+  // A data file damaged in the destination: the restore fails naming the file, attaches nothing,
+  // and the table keeps refusing inserts, saying why.
+  auto manifest = readManifest(*opener()(destination_).value(), "base");
+  ASSERT_TRUE(manifest);
+  const ManifestFile* victim = nullptr;
+  for (const auto& file : manifest->files) {
+    if (file.size > 8 && !file.name.ends_with("checksums.txt")) victim = &file;
+  }
+  ASSERT_NE(victim, nullptr);
+  const fs::path damaged = fs::path(destination_.path) / victim->data_file;
+  std::string bytes = common::testing::readFile(damaged);
+  bytes[bytes.size() / 2] ^= 0x20;
+  common::testing::writeFile(damaged, bytes);
+  openRestored();
+  request("base", restoredRoot());
+  auto failed = look("r2");
+  ASSERT_TRUE(failed && *failed) << (failed ? "none" : failed.error());
+  EXPECT_EQ((*failed)->state, RestoreRequest::State::kFailed);
+  EXPECT_NE((*failed)->message.find(victim->name + ": checksum"), std::string::npos)
+      << (*failed)->message;
+  for (auto& [name, replica] : restored_) EXPECT_TRUE(replica->activeParts().empty()) << name;
+  auto refusal = restoreRefusal(*failed);
+  ASSERT_TRUE(refusal);
+  EXPECT_NE(refusal->find("failed"), std::string::npos) << *refusal;
+  // Looked at again: failed stays failed.
+  auto again = look("r1");
+  ASSERT_TRUE(again && *again);
+  EXPECT_EQ((*again)->state, RestoreRequest::State::kFailed);
 }
 
 }  // namespace

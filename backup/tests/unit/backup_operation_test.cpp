@@ -1,4 +1,5 @@
-// The backup's plain data (operation, file infos, part lists, manifest, stats) round trips and
+// The backup's plain data (operation, file infos, part lists, manifest, stats, the restore
+// request) round trips and
 // refusals, the global file plan (sort, index, (size, checksum) dedup), the choice of the source
 // replica, and chunked values.
 #include "rtable/backup/backup_operation.h"
@@ -10,6 +11,7 @@
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_manifest.h"
 #include "rtable/backup/file_infos.h"
+#include "rtable/backup/restore.h"
 #include "rtable/replication_core/testing/fake_keeper.h"
 
 namespace rtable::backup {
@@ -235,6 +237,72 @@ TEST(ChunkedValues, SplitIntoOrderedChildrenAndReadBackWhole) {
   // Empty values are one empty chunk.
   ASSERT_TRUE(writeChunked(*keeper, "/b/empty", "", 1000));
   EXPECT_EQ(*readChunked(*keeper, "/b/empty"), "");
+}
+
+TEST(RestoreRequest, RoundTripsAndRefusalsNameTheField) {
+  RestoreRequest request;
+  request.backup = "prod.nightly-20261206";
+  request.table = "events";
+  request.destination.path = "/backups";
+  request.state = RestoreRequest::State::kRunning;
+  request.restorer = "events-1";
+  request.parts_total = 12;
+  request.parts_done = 4;
+  request.rows_done = 4000;
+  request.requested_ms = 1765000000000;
+  auto parsed = RestoreRequest::parse(request.format());
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_EQ(*parsed, request);
+  request.state = RestoreRequest::State::kFailed;
+  request.message = "events/202612_1_1_0/x.bin: checksum ...";
+  request.destination = DestinationRef{};
+  request.destination.kind = DestinationRef::Kind::kS3;
+  request.destination.bucket = "b";
+  EXPECT_EQ(RestoreRequest::parse(request.format()).value(), request);
+
+  auto refused = [](nlohmann::json doc) {
+    auto parsed = RestoreRequest::parse(doc.dump());
+    return parsed ? std::string("accepted") : parsed.error();
+  };
+  nlohmann::json good = nlohmann::json::parse(request.format());
+  nlohmann::json bad = good;
+  bad.erase("backup");
+  EXPECT_EQ(refused(bad), "backup: a non-empty string is required");
+  bad = good;
+  bad["backup"] = "../etc";
+  EXPECT_EQ(refused(bad), "backup: '../etc' is not a plain name");
+  bad = good;
+  bad["state"] = "paused";
+  EXPECT_EQ(refused(bad), "state: '\"paused\"' is none of pending, running, done, failed");
+  bad = good;
+  bad["partsDone"] = 13;
+  EXPECT_EQ(refused(bad), "partsDone: 13 is more than partsTotal 12");
+  bad = good;
+  bad["destination"] = {{"kind", "filesystem"}, {"path", "relative"}};
+  EXPECT_EQ(refused(bad), "destination.path: 'relative' is not absolute");
+  EXPECT_EQ(RestoreRequest::parse("[]").error(), "not a JSON object");
+}
+
+TEST(RestoreRequest, InsertsWaitUntilItIsDoneAndAFailureSaysWhatToDo) {
+  EXPECT_FALSE(restoreRefusal(std::nullopt));
+  RestoreRequest request;
+  request.backup = "nightly";
+  request.parts_total = 6;
+  request.parts_done = 2;
+  request.state = RestoreRequest::State::kPending;
+  EXPECT_EQ(restoreRefusal(request),
+            "the table is being restored from backup 'nightly' (2 of 6 parts): inserts wait "
+            "until it is done");
+  request.state = RestoreRequest::State::kRunning;
+  EXPECT_TRUE(restoreRefusal(request));
+  request.state = RestoreRequest::State::kFailed;
+  request.message = "no manifest";
+  EXPECT_EQ(restoreRefusal(request),
+            "the table's restore from backup 'nightly' failed (no manifest): it takes no "
+            "inserts; delete the ReplicatedTable and create it again");
+  request.state = RestoreRequest::State::kDone;
+  EXPECT_FALSE(restoreRefusal(request));
+  EXPECT_EQ(restoreRequestPath("/rtable/tables/abc"), "/rtable/tables/abc/restore");
 }
 
 }  // namespace

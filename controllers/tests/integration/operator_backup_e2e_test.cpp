@@ -7,6 +7,8 @@
 //     acknowledged before it began exactly once;
 //   - a second and third backup once the writers stopped: the third writes exactly the data files
 //     the destination did not hold (none, when no merge ran in between) and reuses the rest;
+//   - a new table restored from the second backup (spec.restoreFrom): Restored, and each of its
+//     three replicas holds every acknowledged row exactly once;
 //   - a destination that does not exist: Failed, the condition's reason NoBucket, no manifest.
 #include "operator_stack.h"
 #include "rtable/backup/backup_reader.h"
@@ -52,6 +54,43 @@ spec:
         180s))
         << name << ": " << object.dump();
     return object;
+  }
+
+  // A second table, `restored`, made from ClusterBackup `backup` (spec.restoreFrom); its status
+  // once the restore ended (the Restored condition True, or its reason RestoreFailed).
+  json applyRestoredTable(const std::string& backup) {
+    EXPECT_TRUE(plane_->apply(fmt::format(R"(apiVersion: rtable.io/v1alpha1
+kind: ReplicatedTable
+metadata: {{name: restored, namespace: {}}}
+spec:
+  table: events
+  columns:
+    - {{name: id, type: UInt64}}
+    - {{name: d, type: Date}}
+    - {{name: user, type: String}}
+  partitionBy: toYYYYMM(d)
+  orderBy: [id]
+  replicas: 3
+  zookeeper: {{connect: "{}", sessionTimeoutMs: 10000}}
+  storage: {{size: 1Gi}}
+  restoreFrom: {{backup: {}}}
+)",
+                                          kNs, zookeeper_->connectString(), backup)));
+    json status;
+    EXPECT_TRUE(eventually(
+        [&] {
+          auto object = client_->get(replicatedTables(), {kNs, "restored"});
+          status = object ? object->value("status", json::object()) : json::object();
+          for (const auto& condition : status.value("conditions", json::array())) {
+            if (condition.value("type", "") != "Restored") continue;
+            return condition.value("status", "") == "True" ||
+                   condition.value("reason", "") == "RestoreFailed";
+          }
+          return false;
+        },
+        240s))
+        << status.dump();
+    return status;
   }
 
   core::TableSchema schema() {
@@ -144,6 +183,34 @@ TEST_F(OperatorBackup, BackupsUnderWritesHoldEveryAcknowledgedRowOnceAndReuseSto
   EXPECT_GT(b3["status"]["bytesReused"].get<uint64_t>(), 0u);
   // And the table's backup lock is gone: nothing holds the table.
   EXPECT_FALSE(zkExists(root() + "/backup"));
+
+  // Restored from b2 into a new table: one of its replicas restores, the others fetch; each
+  // holds every acknowledged row exactly once.
+  const json restored = applyRestoredTable("b2");
+  json condition;
+  for (const auto& item : restored.value("conditions", json::array())) {
+    if (item.value("type", "") == "Restored") condition = item;
+  }
+  ASSERT_EQ(condition.value("status", ""), "True") << restored.dump();
+  EXPECT_EQ(condition["message"],
+            fmt::format("restored ClusterBackup b2 (table events): {} parts, {} rows",
+                        m2->tables.at(0).parts.size(), m2->tables.at(0).rows));
+  const std::multiset<uint64_t> expected(writers_->acknowledged().begin(),
+                                         writers_->acknowledged().end());
+  for (const char* pod : {"restored-0", "restored-1", "restored-2"}) {
+    std::string answer;
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto synced = httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+          answer = synced ? synced->body : synced.error();
+          return synced && synced->status == 200;
+        },
+        180s))
+        << pod << ": " << answer;
+    auto holds = core::testing::checkReplicaHolds(core::testing::ReplicaEndpoint{podIp(pod), 8123},
+                                                  1, expected);
+    EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
+  }
 }
 
 TEST_F(OperatorBackup, ADestinationThatDoesNotExistFailsTheBackupNamingIt) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include "rtable/backup/restore.h"
+#include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/operator/testing/fake_event_recorder.h"
 #include "rtable/operator/testing/fake_kube_client.h"
@@ -208,14 +210,14 @@ TEST_F(Reconciler, AnInvalidSpecWritesOnlyTheGenerationAndReady) {
                                    "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"})"));
 }
 
-TEST_F(Reconciler, ARestoreThatIsNotImplementedYetIsSaidSo) {
+TEST_F(Reconciler, ARestoreThatThisOperatorCannotDoIsSaidSo) {
   json restored = table(1);
   restored["spec"]["restoreFrom"] = {{"backup", "nightly-2026-12-01"}};
   ASSERT_TRUE(client_.create(replicatedTables(), restored));
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   const json restore = condition("Restored");
   EXPECT_EQ(restore["status"], "False");
-  EXPECT_EQ(restore["reason"], "RestoreNotImplemented");
+  EXPECT_EQ(restore["reason"], "RestoreUnavailable");
   EXPECT_NE(restore["message"].get<std::string>().find("'nightly-2026-12-01'"), std::string::npos);
 }
 
@@ -923,6 +925,84 @@ TEST_F(Reconciler, WithoutZooKeeperNoFinalizer) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   EXPECT_FALSE(get(replicatedTables(), "events")["metadata"].contains("finalizers"));
+}
+
+TEST_F(ReconcilerWithZooKeeper,
+       ARestoredTableWaitsForItsBackupThenAsksItsReplicasAndSaysHowItWent) {
+  json restored = table(3);
+  restored["spec"]["restoreFrom"] = {{"backup", "nightly"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), restored));
+  const std::string request_path = "/rtable/tables/analytics.events/restore";
+
+  // No such backup: nothing is created, the table says what it waits for.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "BackupNotFound");
+  EXPECT_EQ(condition("Ready")["reason"], "WaitingForBackup");
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+  EXPECT_FALSE(*operator_session_->exists("/rtable/tables/analytics.events"));
+  EXPECT_EQ(events_.withReason("RestoreWaiting").size(), 1u);
+
+  // The backup runs: still waiting.
+  json backup = {{"apiVersion", "rtable.io/v1alpha1"},
+                 {"kind", "ClusterBackup"},
+                 {"metadata", {{"name", "nightly"}, {"namespace", "analytics"}}},
+                 {"spec",
+                  {{"table", "events-old"},
+                   {"destination", {{"filesystem", {{"path", "/backups/nightly"}}}}}}}};
+  auto created = client_.create(clusterBackups(), backup);
+  ASSERT_TRUE(created) << created.error().toString();
+  (*created)["status"] = {{"phase", "Running"}};
+  auto running = client_.updateStatus(clusterBackups(), *created);
+  ASSERT_TRUE(running) << running.error().toString();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "BackupNotCompleted");
+  EXPECT_NE(condition("Restored")["message"].get<std::string>().find("is Running"),
+            std::string::npos);
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  // Completed: the request goes to ZooKeeper before the tree and the pods.
+  (*running)["status"] = {{"phase", "Completed"},
+                          {"contents", json::array({{{"table", "events-old"}, {"rows", 30}}})}};
+  ASSERT_TRUE(client_.updateStatus(clusterBackups(), *running));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto node = operator_session_->get(request_path);
+  ASSERT_TRUE(node) << node.error().toString();
+  auto request = backup::RestoreRequest::parse(node->data);
+  ASSERT_TRUE(request) << request.error();
+  EXPECT_EQ(request->backup, "analytics.nightly");
+  EXPECT_EQ(request->table, "events-old");
+  EXPECT_EQ(request->destination.path, "/backups/nightly");
+  EXPECT_EQ(request->state, backup::RestoreRequest::State::kPending);
+  EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "RestorePending");
+  EXPECT_EQ(events_.withReason("RestoreRequested").size(), 1u);
+
+  // A replica restores: the condition follows the request; done is said once.
+  request->state = backup::RestoreRequest::State::kRunning;
+  request->restorer = "events-1";
+  request->parts_total = 3;
+  request->parts_done = 1;
+  request->rows_done = 10;
+  ASSERT_TRUE(operator_session_->set(request_path, request->format(), -1));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(condition("Restored")["reason"], "Restoring");
+  EXPECT_NE(condition("Restored")["message"].get<std::string>().find("1 of 3 parts"),
+            std::string::npos);
+  request->state = backup::RestoreRequest::State::kDone;
+  request->parts_done = 3;
+  request->rows_done = 30;
+  ASSERT_TRUE(operator_session_->set(request_path, request->format(), -1));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["status"], "True");
+  EXPECT_EQ(condition("Restored")["message"],
+            "restored ClusterBackup nightly (table events-old): 3 parts, 30 rows");
+  EXPECT_EQ(events_.withReason("Restored").size(), 1u);
+  // The backup may go now: the table no longer needs it.
+  ASSERT_TRUE(client_.remove(clusterBackups(), {"analytics", "nightly"}));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["status"], "True");
 }
 
 }  // namespace

@@ -256,6 +256,17 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   }
 }
 
+TEST_F(TableSwap, ARefusalOfTheHostsOwnerStopsInsertsUntilLifted) {
+  TableHost& r1 = open("r1");
+  // As a restore not done yet does (backup/restore.h).
+  r1.setInsertRefusal("the table is being restored");
+  EXPECT_EQ(insertOnce(r1, 1), "the table is being restored");
+  EXPECT_TRUE(ids(*r1.serving()).empty());
+  r1.setInsertRefusal(std::nullopt);
+  EXPECT_EQ(insertOnce(r1, 1), "");
+  EXPECT_EQ(ids(*r1.serving()), (std::multiset<uint64_t>{1}));
+}
+
 TEST_F(TableSwap, AnAbortedSwapLeavesTheTableAsItWas) {
   TableHost& r1 = open("r1");
   TableHost& r2 = open("r2");

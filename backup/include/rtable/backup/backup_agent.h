@@ -1,6 +1,7 @@
 // A replica's watcher of cluster backups: looks at <backups root> (on a child watch, and every
 // `poll_period` in case a watch was lost), and runs BackupHost for each operation that names
-// this replica and that it has not started yet, one at a time, in its own thread. A replica
+// this replica and that it has not started yet, one at a time, in its own thread. With
+// restoreInto, it also looks at the table's restore request and restores when elected. A replica
 // that restarts mid-operation does not rejoin it (its started| node exists): the operation
 // fails cleanly, and the operator starts a new one.
 //
@@ -19,6 +20,7 @@
 
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_storage.h"
+#include "rtable/backup/restore.h"
 
 namespace rtable::backup {
 
@@ -39,6 +41,13 @@ class BackupAgent {
               BackupAgentOptions options = {});
   ~BackupAgent();
 
+  // Restores too (restore.h): the table this replica serves is `target` (must outlive the
+  // agent); `refuse_inserts` is told, at each look, why inserts must wait (nullopt: they need
+  // not). Before start().
+  void restoreInto(RestoreTarget& target, DestinationOpener open,
+                   std::function<void(std::optional<std::string>)> refuse_inserts,
+                   RestoreOptions options = {});
+
   void start();
   void stop();
 
@@ -50,6 +59,9 @@ class BackupAgent {
  private:
   void loop();
   void lookAndRun();
+  void lookAtRestore();
+  // A watch callback that wakes the loop.
+  core::WatchCallback waker();
   void runOperation(const BackupOperation& operation);
 
   const core::KeeperFactory factory_;
@@ -67,7 +79,11 @@ class BackupAgent {
   std::set<std::string> seen_;                   // operation node names looked at
   std::map<std::string, std::string> outcomes_;  // uid -> outcome
   BackupHost* running_ = nullptr;                // guarded by mu_
-  std::shared_ptr<core::Keeper> keeper_;         // the watch's session (loop thread only)
+  RestoreTarget* restore_target_ = nullptr;      // set before start()
+  DestinationOpener restore_open_;
+  std::function<void(std::optional<std::string>)> refuse_inserts_;
+  RestoreOptions restore_options_;
+  std::shared_ptr<core::Keeper> keeper_;  // the watch's session (loop thread only)
   std::thread thread_;
 };
 

@@ -29,6 +29,7 @@
 
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/controllers/backup_metrics.h"
+#include "rtable/controllers/backup_specs.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
@@ -39,6 +40,12 @@ namespace rtable::controllers {
 
 // group rtable.io, version v1alpha1, clusterbackups.
 op::ResourceType clusterBackups();
+
+// A ClusterBackup's name in its destination (backups/<name>/): "<namespace>.<name>".
+std::string backupNameFor(const op::ObjectKey& key);
+// Where a ClusterBackup's spec sends it, or why this operator cannot (reason, message).
+std::expected<backup::DestinationRef, std::pair<std::string, std::string>> destinationOf(
+    const ClusterBackupSpec& spec);
 
 struct ClusterBackupReconcilerOptions {
   std::string field_manager = "rtable-operator";

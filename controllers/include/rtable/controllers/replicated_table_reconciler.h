@@ -115,6 +115,18 @@ class ReplicatedTableReconciler {
                                                           const nlohmann::json& table);
   void event(const nlohmann::json& table, op::EventType type, std::string_view reason,
              const std::string& message);
+  // spec.restoreFrom: writes the restore request (backup/restore.h) into the table's ZooKeeper
+  // root if it is not there yet, from the ClusterBackup it names. nullopt: the request is there;
+  // otherwise why the table waits (condition reason, message): BackupNotFound,
+  // BackupNotCompleted, BackupFailed, TableNotInBackup, ZooKeeperUnreachable, ...
+  std::optional<std::pair<std::string, std::string>> ensureRestoreRequest(
+      const op::ObjectKey& key, const ReplicatedTableSpec& spec, const nlohmann::json& table);
+  // The Restored condition from the request's state (Events Restored and RestoreFailed when it
+  // changes); true while the restore has still to end.
+  bool reconcileRestoreStatus(const nlohmann::json& table, const op::ObjectKey& key,
+                              const ReplicatedTableSpec& spec, ReplicatedTableStatus& status);
+  // The reason of the table's Restored condition now ("" when it has none).
+  static std::string restoreReason(const nlohmann::json& table);
   // Fills the ZooKeeper part of `status` (fields and conditions) and removes scaled-down replicas,
   // given the table's active generation (ensureZooKeeperTree); an error message when ZooKeeper
   // could not be asked.

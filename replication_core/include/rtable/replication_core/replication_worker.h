@@ -130,6 +130,11 @@ class ReplicationWorker {
   // because this generation's block numbers start afresh. Idempotent: a part's dedup id is its
   // checksum's, so a retry after a crash or a lost answer attaches nothing twice (`already`).
   std::expected<AttachSummary, std::string> attachParts(const std::vector<DataPartPtr>& parts);
+  // The same with the dedup id of each part given (`dedup_ids[i]` for `parts[i]`, a token of
+  // the caller's): a restore attaches parts that may have equal contents, each of which must be
+  // attached.
+  std::expected<AttachSummary, std::string> attachParts(const std::vector<DataPartPtr>& parts,
+                                                        const std::vector<std::string>& dedup_ids);
   // While frozen, this replica (as leader) assigns no merges: the table swap keeps the old
   // generation's part set from changing but by the inserts it still takes. Entries already in the
   // log still run.

@@ -57,6 +57,9 @@ class TableHost {
     std::shared_ptr<TableReplica> table_;
   };
   std::expected<InsertLease, std::string> admitInsert();
+  // Refuses inserts for a reason of the caller's (a restore not done yet: restore.h) until
+  // called with nullopt; independent of a swap's pause.
+  void setInsertRefusal(std::optional<std::string> reason);
 
   // The swap step this replica acknowledged last ("" when no swap runs), for /replica.
   std::string swapState() const;
@@ -90,10 +93,11 @@ class TableHost {
   std::condition_variable inserts_done_;
   std::map<int64_t, std::shared_ptr<TableReplica>> generations_;  // guarded by mu_
   int64_t serving_ = 0;                                           // guarded by mu_
-  std::optional<std::string> paused_;  // guarded by mu_: why inserts are refused
-  std::size_t inserts_in_flight_ = 0;  // guarded by mu_
-  std::string swap_state_;             // guarded by mu_
-  std::optional<SwapPlan> acked_;      // guarded by mu_: the plan step acknowledged "ok" last
+  std::optional<std::string> paused_;   // guarded by mu_: why inserts are refused
+  std::optional<std::string> refused_;  // guarded by mu_: setInsertRefusal's reason
+  std::size_t inserts_in_flight_ = 0;   // guarded by mu_
+  std::string swap_state_;              // guarded by mu_
+  std::optional<SwapPlan> acked_;       // guarded by mu_: the plan step acknowledged "ok" last
 
   std::mutex follow_mu_;            // one follow() at a time
   std::shared_ptr<Keeper> keeper_;  // guarded by follow_mu_: the host's own session

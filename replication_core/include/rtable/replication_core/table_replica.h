@@ -100,6 +100,16 @@ class TableReplica {
     return worker_->attachParts(previous.activeParts());
   }
 
+  // Attaches parts from outside the table (a restore from a backup), `parts[i]` under
+  // `dedup_ids[i]` (ReplicationWorker::attachParts).
+  std::expected<AttachSummary, std::string> attachParts(const std::vector<DataPartPtr>& parts,
+                                                        const std::vector<std::string>& dedup_ids) {
+    return worker_->attachParts(parts, dedup_ids);
+  }
+  // Where files meant to become parts are written first (the directory PartStore::open empties:
+  // never a part after a crash), on the parts' file system.
+  std::filesystem::path stagingDir() const { return store_->dataDir() / "staging"; }
+
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.
   std::vector<DataPartPtr> activeParts() const { return store_->activeParts(); }
   DataPartPtr activePart(const PartName& name) const { return store_->activePart(name); }
