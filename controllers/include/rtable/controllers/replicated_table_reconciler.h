@@ -31,8 +31,12 @@
 //   create it; and the finalizer rtable.io/zookeeper-cleanup, added before anything is created,
 //   makes a deletion wait until the StatefulSet's pods are gone and then removes the table's
 //   ZooKeeper subtree (every generation), retried until it is done.
+// - spec.restoreFrom (with ZooKeeper): nothing is created until the ClusterBackup it names is
+//   Completed; then the restore request (backup/restore.h) is written before the tree, and the
+//   Restored condition follows the replicas' progress.
 // - Events (with `events`): InvalidSpec, ApplyFailed, ZooKeeperTreeCreated, ReplicaRemoved,
-//   ZooKeeperUnreachable, WaitingForPods, ZooKeeperTreeRemoved, CleanupFailed.
+//   ZooKeeperUnreachable, WaitingForPods, ZooKeeperTreeRemoved, CleanupFailed, RestoreWaiting,
+//   RestoreRequested, Restored, RestoreFailed.
 //
 // Thread safety: reconcile() may run on several workers at once for different keys (the work
 // queue never hands one key to two workers); the client must be thread-safe.
