@@ -89,17 +89,23 @@ std::expected<std::optional<RestoreRequest>, std::string> restore(RequestNode& n
     return node.fail(fmt::format("reading the manifest of backup '{}': {}", request.backup,
                                  manifest.error().message));
   }
-  const ManifestTable* table = manifest->table(request.table);
+  // No table named: the backup's only one.
+  const ManifestTable* table = request.table.empty() && manifest->tables.size() == 1
+                                   ? &manifest->tables.front()
+                                   : manifest->table(request.table);
   if (!table) {
     std::string names;
     for (const auto& one : manifest->tables) names += (names.empty() ? "" : ", ") + one.table;
-    return node.fail(fmt::format("backup '{}' has no table '{}' (it has: {})", request.backup,
-                                 request.table, names));
+    return node.fail(
+        request.table.empty()
+            ? fmt::format("backup '{}' holds several tables ({}): name one", request.backup, names)
+            : fmt::format("backup '{}' has no table '{}' (it has: {})", request.backup,
+                          request.table, names));
   }
   if (table->metadata != target.metadataText()) {
     return node.fail(fmt::format(
         "backup '{}' holds table '{}' with another schema: the backup's is\n{}this table's is\n{}",
-        request.backup, request.table, table->metadata, target.metadataText()));
+        request.backup, table->table, table->metadata, target.metadataText()));
   }
   if (!target.catchUp(options.catch_up_timeout)) {
     return std::unexpected("this replica did not catch up with the table's log in time");
@@ -115,6 +121,7 @@ std::expected<std::optional<RestoreRequest>, std::string> restore(RequestNode& n
     request.parts_total = table->parts.size();
   }
   request.restorer = host;
+  request.table = table->table;  // the one found, when none was named
   if (auto saved = node.save(); !saved) return std::unexpected(saved.error());
 
   const fs::path staging = target.stagingDir();
@@ -134,7 +141,7 @@ std::expected<std::optional<RestoreRequest>, std::string> restore(RequestNode& n
       std::error_code ec;
       fs::remove_all(dir, ec);  // a copy an earlier attempt left
       fs::create_directories(staging, ec);
-      if (auto made = materializePart(**storage, *manifest, request.table, part.name, dir); !made) {
+      if (auto made = materializePart(**storage, *manifest, table->table, part.name, dir); !made) {
         removeStaged(staged);
         return node.fail(made.error());
       }
@@ -155,7 +162,7 @@ std::expected<std::optional<RestoreRequest>, std::string> restore(RequestNode& n
   request.state = State::kDone;
   request.finished_ms = nowMs();
   if (auto saved = node.save(); !saved) return std::unexpected(saved.error());
-  spdlog::info("restored table {} from backup {}: {} parts, {} rows", request.table, request.backup,
+  spdlog::info("restored table {} from backup {}: {} parts, {} rows", table->table, request.backup,
                request.parts_done, request.rows_done);
   return request;
 }
@@ -200,7 +207,7 @@ std::expected<RestoreRequest, std::string> RestoreRequest::parse(std::string_vie
   if (doc.is_discarded() || !doc.is_object()) return std::unexpected("not a JSON object");
   RestoreRequest request;
   for (auto [field, target, required] :
-       {std::tuple{"backup", &request.backup, true}, std::tuple{"table", &request.table, true},
+       {std::tuple{"backup", &request.backup, true}, std::tuple{"table", &request.table, false},
         std::tuple{"message", &request.message, false},
         std::tuple{"restorer", &request.restorer, false}}) {
     auto it = doc.find(field);

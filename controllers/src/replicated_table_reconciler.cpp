@@ -679,6 +679,20 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
   if (!stored) return Waiting{"ZooKeeperUnreachable", stored.error()};
   if (*stored) return std::nullopt;  // written before: the replicas take it from there
 
+  backup::RestoreRequest request;
+  request.requested_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             options_.wall_clock().time_since_epoch())
+                             .count();
+  if (!spec.restore_from->filesystem_path.empty()) {
+    // By location: what is there is for the restoring replica to find (the operator does not
+    // mount the destination).
+    request.backup = spec.restore_from->name;
+    request.table = spec.restore_from->table;
+    request.destination.kind = backup::DestinationRef::Kind::kFilesystem;
+    request.destination.path = spec.restore_from->filesystem_path;
+    return writeRestoreRequest(table, **keeper, root, request, spec.restore_from->describe());
+  }
+
   auto object = client_.get(clusterBackups(), {key.ns, name});
   if (!object) {
     if (object.error().kind == op::KubeErrorKind::kNotFound) {
@@ -714,8 +728,13 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
   for (const auto& item : object->value(json::json_pointer("/status/contents"), json::array())) {
     if (item.contains("table") && item["table"].is_string()) tables.push_back(item["table"]);
   }
-  std::string source;
-  if (tables.size() == 1) {
+  std::string source = spec.restore_from->table;
+  if (!source.empty()) {
+    if (std::find(tables.begin(), tables.end(), source) == tables.end()) {
+      return Waiting{"TableNotInBackup", fmt::format("ClusterBackup {} holds tables [{}]: not {}",
+                                                     name, fmt::join(tables, ", "), source)};
+    }
+  } else if (tables.size() == 1) {
     source = tables.front();
   } else if (std::find(tables.begin(), tables.end(), key.name) != tables.end()) {
     source = key.name;
@@ -725,25 +744,30 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
                                fmt::join(tables, ", "), key.name)};
   }
 
-  backup::RestoreRequest request;
   request.backup = backupNameFor({key.ns, name});
   request.table = source;
   request.destination = *destination;
-  request.requested_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             options_.wall_clock().time_since_epoch())
-                             .count();
-  core::KeeperStatus made = core::createAncestorsAndSelf(**keeper, root);
+  return writeRestoreRequest(table, **keeper, root, request, spec.restore_from->describe());
+}
+
+std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::writeRestoreRequest(
+    const json& table, core::Keeper& keeper, const std::string& root,
+    const backup::RestoreRequest& request, const std::string& source) {
+  core::KeeperStatus made = core::createAncestorsAndSelf(keeper, root);
   if (made) {
-    auto created = (*keeper)->create(backup::restoreRequestPath(root), request.format(),
-                                     core::CreateMode::kPersistent);
+    auto created = keeper.create(backup::restoreRequestPath(root), request.format(),
+                                 core::CreateMode::kPersistent);
     if (!created && created.error().code != core::KeeperCode::kNodeExists) {
       made = std::unexpected(created.error());
     }
   }
-  if (!made) return Waiting{"ZooKeeperUnreachable", made.error().toString()};
+  if (!made) {
+    return std::pair<std::string, std::string>{"ZooKeeperUnreachable", made.error().toString()};
+  }
   event(table, op::EventType::kNormal, "RestoreRequested",
-        fmt::format("restoring table {} of ClusterBackup {} ({}) into this table", source, name,
-                    destination->location()));
+        fmt::format("restoring {} from {} ({}) into this table",
+                    request.table.empty() ? "its table" : "table " + request.table, source,
+                    request.destination.location()));
   return std::nullopt;
 }
 
@@ -755,29 +779,28 @@ bool ReplicatedTableReconciler::reconcileRestoreStatus(const json& table, const 
   auto stored = backup::readRestoreRequest(**keeper, tableRoot(spec, key));
   if (!stored || !*stored) return true;
   const backup::RestoreRequest& request = (*stored)->request;
-  const std::string& name = spec.restore_from->backup;
+  const std::string name = spec.restore_from->describe();
   Condition restored;
   switch (request.state) {
     case backup::RestoreRequest::State::kPending:
       restored = condition("Restored", false, "RestorePending",
-                           fmt::format("waiting for a replica to restore ClusterBackup {}", name));
+                           fmt::format("waiting for a replica to restore {}", name));
       break;
     case backup::RestoreRequest::State::kRunning:
       restored = condition("Restored", false, "Restoring",
-                           fmt::format("replica {} is restoring ClusterBackup {}: {} of {} parts "
+                           fmt::format("replica {} is restoring {}: {} of {} parts "
                                        "({} rows); inserts wait",
                                        request.restorer, name, request.parts_done,
                                        request.parts_total, request.rows_done));
       break;
     case backup::RestoreRequest::State::kDone:
       restored = condition("Restored", true, "Restored",
-                           fmt::format("restored ClusterBackup {} (table {}): {} parts, {} rows",
-                                       name, request.table, request.parts_done, request.rows_done));
+                           fmt::format("restored {} (table {}): {} parts, {} rows", name,
+                                       request.table, request.parts_done, request.rows_done));
       break;
     case backup::RestoreRequest::State::kFailed:
-      restored =
-          condition("Restored", false, "RestoreFailed",
-                    fmt::format("restoring ClusterBackup {} failed: {}", name, request.message));
+      restored = condition("Restored", false, "RestoreFailed",
+                           fmt::format("restoring {} failed: {}", name, request.message));
       break;
   }
   const std::string previous = restoreReason(table);

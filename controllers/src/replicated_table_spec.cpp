@@ -289,9 +289,33 @@ ReplicatedTableSpec parseSpec(const json& object) {
 
   if (const json* value = spec.find("restoreFrom")) {
     JsonFields restore(*value, spec.at("restoreFrom"));
-    result.restore_from = RestoreSource{restore.string("backup", 253)};
-    if (result.restore_from->backup.empty()) fail(restore.at("backup"), "required");
+    RestoreSource source;
+    source.backup = restore.optionalString("backup", 253).value_or("");
+    source.name = restore.optionalString("name", 253).value_or("");
+    source.table = restore.optionalString("table", 253).value_or("");
+    if (const json* fs = restore.find("filesystem")) {
+      JsonFields filesystem(*fs, restore.at("filesystem"));
+      source.filesystem_path = filesystem.string("path", 4096);
+      if (source.filesystem_path.size() < 2 || source.filesystem_path.front() != '/' ||
+          source.filesystem_path.back() == '/') {
+        fail(filesystem.at("path"), fmt::format("'{}' must be an absolute path without a "
+                                                "trailing '/'",
+                                                source.filesystem_path));
+      }
+      filesystem.rejectUnknown();
+    }
     restore.rejectUnknown();
+    if (source.backup.empty() == source.filesystem_path.empty()) {
+      fail(restore.path(), "exactly one of backup and filesystem must be given");
+    }
+    if (source.filesystem_path.empty() != source.name.empty()) {
+      fail(restore.at("name"),
+           "the backup's name in the destination is given with filesystem, and only with it");
+    }
+    if (source.name.find('/') != std::string::npos || source.name == "..") {
+      fail(restore.at("name"), fmt::format("'{}' is not a backup's name", source.name));
+    }
+    result.restore_from = std::move(source);
   }
   spec.rejectUnknown();
 
@@ -312,6 +336,11 @@ json namedListJson(const std::vector<json>& items) {
 bool PodTemplateAdditions::empty() const {
   return labels.empty() && annotations.empty() && containers.empty() && env.empty() &&
          volumes.empty() && tolerations.empty() && node_selector.empty() && !priority_class_name;
+}
+
+std::string RestoreSource::describe() const {
+  if (!backup.empty()) return "ClusterBackup " + backup;
+  return fmt::format("backup {} in {}", name, filesystem_path);
 }
 
 std::expected<ReplicatedTableSpec, SpecError> ReplicatedTableSpec::parse(const json& spec) {
@@ -367,7 +396,15 @@ json ReplicatedTableSpec::toJson() const {
     if (p.priority_class_name) pod["priorityClassName"] = *p.priority_class_name;
     spec["podTemplate"] = std::move(pod);
   }
-  if (restore_from) spec["restoreFrom"] = {{"backup", restore_from->backup}};
+  if (restore_from) {
+    json restore = json::object();
+    if (!restore_from->backup.empty()) restore["backup"] = restore_from->backup;
+    if (!restore_from->name.empty()) restore["name"] = restore_from->name;
+    if (!restore_from->filesystem_path.empty())
+      restore["filesystem"] = {{"path", restore_from->filesystem_path}};
+    if (!restore_from->table.empty()) restore["table"] = restore_from->table;
+    spec["restoreFrom"] = std::move(restore);
+  }
   return spec;
 }
 

@@ -662,10 +662,12 @@ class BackupRestore : public BackupProtocol {
   }
   std::string restoredRoot() { return restored_.at("r1")->spec().tableRoot(); }
 
-  void request(const std::string& backup, const std::string& table_root) {
+  // `table` "": the backup's only table.
+  void request(const std::string& backup, const std::string& table_root,
+               std::optional<std::string> table = std::nullopt) {
     RestoreRequest request;
     request.backup = backup;
-    request.table = table_;
+    request.table = table.value_or(table_);
     request.destination = destination_;
     request.requested_ms = 1;
     auto keeper = zookeeper().connect();
@@ -805,7 +807,7 @@ TEST_F(BackupRestore, ARestoreCutShortIsTakenUpByAnotherReplicaAndDoublesNothing
   const auto source_rows = rowsOf(*replicas_.at("r1"));
   backUp("cut");
   openRestored();
-  request("cut", restoredRoot());
+  request("cut", restoredRoot(), "");
   auto shared = restored_.at("r1");
   ReplicaRestoreTarget real([shared] { return shared; });
   AttachThenFail dying(real, 2);
@@ -817,6 +819,7 @@ TEST_F(BackupRestore, ARestoreCutShortIsTakenUpByAnotherReplicaAndDoublesNothing
   EXPECT_EQ(running.state, RestoreRequest::State::kRunning);
   EXPECT_EQ(running.parts_done, 2u);
   EXPECT_EQ(running.parts_total, 6u);
+  EXPECT_EQ(running.table, table_);  // none was named: the backup's only table
   ASSERT_TRUE(restoreRefusal(running));
   EXPECT_NE(restoreRefusal(running)->find("2 of 6 parts"), std::string::npos);
 

@@ -1005,5 +1005,24 @@ TEST_F(ReconcilerWithZooKeeper,
   EXPECT_EQ(condition("Restored")["status"], "True");
 }
 
+TEST_F(ReconcilerWithZooKeeper, ATableRestoredFromALocationNeedsNoClusterBackup) {
+  // After losing the cluster: its ClusterBackups are gone, its backups are not.
+  json restored = table(3);
+  restored["spec"]["restoreFrom"] = {{"filesystem", {{"path", "/backups"}}},
+                                     {"name", "analytics.nightly"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), restored));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto node = operator_session_->get("/rtable/tables/analytics.events/restore");
+  ASSERT_TRUE(node) << node.error().toString();
+  auto request = backup::RestoreRequest::parse(node->data);
+  ASSERT_TRUE(request) << request.error();
+  EXPECT_EQ(request->backup, "analytics.nightly");
+  EXPECT_EQ(request->table, "");  // the backup's only table: the restoring replica finds it
+  EXPECT_EQ(request->destination.path, "/backups");
+  EXPECT_TRUE(client_.get(statefulSets(), {"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["message"],
+            "waiting for a replica to restore backup analytics.nightly in /backups");
+}
+
 }  // namespace
 }  // namespace rtable::controllers

@@ -99,8 +99,8 @@ TEST(ReplicatedTableSpec, TheCrdDefaultsAreTheParserDefaults) {
 }
 
 TEST(ReplicatedTableSpec, RoundTripsEveryField) {
-  for (const char* file :
-       {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml", "restored-table.yaml"}) {
+  for (const char* file : {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml",
+                           "restored-table.yaml", "restored-from-location.yaml"}) {
     auto spec = ReplicatedTableSpec::parse(exampleSpec(file));
     ASSERT_TRUE(spec) << file << ": " << spec.error().toString();
     auto again = ReplicatedTableSpec::parse(spec->toJson());
@@ -176,7 +176,21 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
       {"/podTemplate",
        {{"tolerations", {{{"operator", "Maybe"}}}}},
        "spec.podTemplate.tolerations[0].operator: 'Maybe' is not one of"},
-      {"/restoreFrom", json::object(), "spec.restoreFrom.backup: required"},
+      {"/restoreFrom", json::object(),
+       "spec.restoreFrom: exactly one of backup and filesystem must be given"},
+      {"/restoreFrom",
+       {{"backup", "b"}, {"filesystem", {{"path", "/backups"}}}, {"name", "x"}},
+       "spec.restoreFrom: exactly one of backup and filesystem must be given"},
+      {"/restoreFrom",
+       {{"filesystem", {{"path", "/backups"}}}},
+       "spec.restoreFrom.name: the backup's name in the destination is given with filesystem, "
+       "and only with it"},
+      {"/restoreFrom",
+       {{"backup", "b"}, {"name", "x"}},
+       "spec.restoreFrom.name: the backup's name in the destination is given with filesystem"},
+      {"/restoreFrom",
+       {{"filesystem", {{"path", "backups/"}}}, {"name", "x"}},
+       "spec.restoreFrom.filesystem.path: 'backups/' must be an absolute path"},
       {"/replica", 3, "spec.replica: unknown field"},
   };
   for (const auto& c : cases) {

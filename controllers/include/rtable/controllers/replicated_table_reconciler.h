@@ -49,6 +49,7 @@
 #include <optional>
 #include <string>
 
+#include "rtable/backup/restore.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/controllers/replicated_table_status.h"
 #include "rtable/controllers/table_headroom.h"
@@ -125,6 +126,10 @@ class ReplicatedTableReconciler {
   // BackupNotCompleted, BackupFailed, TableNotInBackup, ZooKeeperUnreachable, ...
   std::optional<std::pair<std::string, std::string>> ensureRestoreRequest(
       const op::ObjectKey& key, const ReplicatedTableSpec& spec, const nlohmann::json& table);
+  // Creates the request node (and the table root); nullopt, or why not (as ensureRestoreRequest).
+  std::optional<std::pair<std::string, std::string>> writeRestoreRequest(
+      const nlohmann::json& table, core::Keeper& keeper, const std::string& root,
+      const backup::RestoreRequest& request, const std::string& source);
   // The Restored condition from the request's state (Events Restored and RestoreFailed when it
   // changes); true while the restore has still to end.
   bool reconcileRestoreStatus(const nlohmann::json& table, const op::ObjectKey& key,

@@ -78,8 +78,18 @@ struct PodTemplateAdditions {
   friend bool operator==(const PodTemplateAdditions&, const PodTemplateAdditions&) = default;
 };
 
+// Where a table is restored from: exactly one of a ClusterBackup of its namespace (`backup`) or a
+// backup found by its location (`filesystem_path` and `name`: another cluster's, or one whose
+// ClusterBackup is gone, as after losing the cluster).
 struct RestoreSource {
-  std::string backup;  // a ClusterBackup in the table's namespace
+  std::string backup;           // a ClusterBackup in the table's namespace
+  std::string name;             // with filesystem_path: the backup's name there (backups/<name>/)
+  std::string filesystem_path;  // a directory every replica mounts at this path
+  // The backup's table restored; empty: its only table (with `backup`, also the one named as
+  // this ReplicatedTable).
+  std::string table;
+  // "ClusterBackup nightly" or "backup analytics.nightly in /backups", for messages.
+  std::string describe() const;
   friend bool operator==(const RestoreSource&, const RestoreSource&) = default;
 };
 
