@@ -7,7 +7,10 @@
 // insert_deduplication_token; generation 1's log counter is raised to just under the headroom
 // threshold; the operator swaps the table to generation 2 while the rows keep arriving; every
 // replica ends with exactly the acknowledged rows, each once; rtable-inspect shows the headroom
-// before and after. Without --keep-running it then deletes the table and stops everything.
+// before and after. Then backup and restore (issue 21): a ClusterBackup of the table into a
+// directory every replica sees, and a new table restored from it (spec.restoreFrom) whose three
+// replicas hold exactly the acknowledged rows. Without --keep-running it then deletes the tables
+// and stops everything.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
@@ -53,7 +56,8 @@ constexpr const char* kUsage =
     "Starts a local Kubernetes control plane, ZooKeeper, a test kubelet and rtable-operator, "
     "applies a\n"
     "3-replica ReplicatedTable, inserts a row on one replica and reads it on all three, then\n"
-    "swaps the table to ZooKeeper generation 2 while writers keep inserting (issue 20).\n"
+    "swaps the table to ZooKeeper generation 2 while writers keep inserting (issue 20), backs it\n"
+    "up with a ClusterBackup and restores the backup into a new table (issue 21).\n"
     "--keep-running leaves it all up (Ctrl-C to stop) and prints how to point kubectl at it.\n";
 constexpr const char* kImage = "rtable/rtable:local";
 constexpr const char* kPods[] = {"events-0", "events-1", "events-2"};
@@ -147,7 +151,7 @@ std::string swapProgress(const json& status) {
 
 // The table swap under load. The table already holds the rows `acknowledged`.
 TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
-                           std::set<uint64_t> acknowledged) {
+                           std::set<uint64_t>& acknowledged) {
   const auto started = std::chrono::steady_clock::now();
   auto since = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -257,6 +261,116 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
   return {};
 }
 
+// The Restored condition of table `name`, or null.
+json restoredCondition(LocalControlPlane& plane, const std::string& name) {
+  auto object = plane.kubectl({"get", "replicatedtable", name, "-o", "json"});
+  if (!object) return json();
+  const json table = json::parse(object->out, nullptr, /*allow_exceptions=*/false);
+  for (const auto& condition : field(table, "/status/conditions")) {
+    if (condition.value("type", "") == "Restored") return condition;
+  }
+  return json();
+}
+
+// A ClusterBackup of the table (which holds exactly `acknowledged`), then a new table restored
+// from it.
+TestStatus demonstrateBackupAndRestore(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
+                                       const std::set<uint64_t>& acknowledged) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::filesystem::path directory = plane.workDir() / "backups";
+  std::filesystem::create_directories(directory);  // the mount every replica has
+  const std::string backup = fmt::format(R"(apiVersion: rtable.io/v1alpha1
+kind: ClusterBackup
+metadata: {{name: events-backup, namespace: default}}
+spec:
+  table: events
+  destination:
+    filesystem: {{path: "{}"}}
+)",
+                                         directory.string());
+  std::printf("== backup: kubectl apply -f -\n%s", backup.c_str());
+  if (auto applied = plane.apply(backup); !applied) return std::unexpected(applied.error());
+  std::string phase;
+  if (!eventually(
+          [&] {
+            auto got = plane.kubectl(
+                {"get", "clusterbackup", "events-backup", "-o", "jsonpath={.status.phase}"});
+            phase = got ? got->out : "";
+            return phase == "Completed" || phase == "Failed";
+          },
+          180s) ||
+      phase != "Completed") {
+    return std::unexpected("the backup did not complete in 180 s: phase '" + phase + "'");
+  }
+  std::printf("== kubectl get clusterbackups -o wide\n%s",
+              kubectlOutput(plane, {"get", "clusterbackups", "-o", "wide"}).c_str());
+
+  const std::string restored = fmt::format(R"(apiVersion: rtable.io/v1alpha1
+kind: ReplicatedTable
+metadata: {{name: events-restored, namespace: default}}
+spec:
+  table: events
+  columns:
+    - {{name: id, type: UInt64}}
+    - {{name: d, type: Date}}
+    - {{name: user, type: String}}
+  partitionBy: toYYYYMM(d)
+  orderBy: [id]
+  replicas: 3
+  zookeeper: {{connect: "{}"}}
+  storage: {{size: 1Gi}}
+  restoreFrom: {{backup: events-backup}}
+)",
+                                           zookeeper.connectString());
+  std::printf("== restore into a new table: kubectl apply -f -\n%s", restored.c_str());
+  if (auto applied = plane.apply(restored); !applied) return std::unexpected(applied.error());
+  std::string last;
+  json condition;
+  const bool ended = eventually(
+      [&] {
+        condition = restoredCondition(plane, "events-restored");
+        const std::string line = condition.is_object() ? condition.value("reason", "") + ": " +
+                                                             condition.value("message", "")
+                                                       : "(no Restored condition yet)";
+        if (line != last) {
+          std::printf("  %s\n", line.c_str());
+          std::fflush(stdout);
+          last = line;
+        }
+        return condition.is_object() && (condition.value("status", "") == "True" ||
+                                         condition.value("reason", "") == "RestoreFailed");
+      },
+      300s);
+  if (!ended || condition.value("status", "") != "True") {
+    return std::unexpected("the restore did not succeed in 300 s: " + last);
+  }
+  const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
+  for (const char* pod : {"events-restored-0", "events-restored-1", "events-restored-2"}) {
+    std::string answer;
+    if (!eventually(
+            [&] {
+              auto synced =
+                  httpRequest(podIp(plane, pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+              answer = synced ? synced->body : synced.error();
+              return synced && synced->status == 200;
+            },
+            120s)) {
+      return std::unexpected(std::string(pod) + " did not catch up: " + answer);
+    }
+    if (auto holds = rtable::core::testing::checkReplicaHolds(
+            ReplicaEndpoint{podIp(plane, pod), 8123}, 1, expected);
+        !holds) {
+      return std::unexpected(std::string(pod) + ": " + holds.error());
+    }
+    std::printf("%s: %zu rows, ids as acknowledged in the backed-up table\n", pod, expected.size());
+  }
+  std::printf("== kubectl get replicatedtables\n%s",
+              kubectlOutput(plane, {"get", "replicatedtables"}).c_str());
+  std::printf("== the backup and restore demo took %.0f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,7 +402,8 @@ int main(int argc, char** argv) {
   if (!plane) return fail("control plane: " + plane.error());
   auto run = [&](const std::vector<std::string>& args) { return kubectlOutput(*plane, args); };
   std::printf("%s", run({"apply", "-f", RTABLE_CRDS_DIR}).c_str());
-  run({"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io", "--timeout=60s"});
+  run({"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io",
+       "crd/clusterbackups.rtable.io", "--timeout=60s"});
 
   std::printf("== ZooKeeper\n");
   auto zookeeper = LocalZooKeeper::start();
@@ -381,9 +496,15 @@ spec:
   std::printf("== kubectl get pods -o wide\n%s", run({"get", "pods", "-o", "wide"}).c_str());
   std::printf("== up in %.0f s\n", elapsed());
 
-  if (auto demonstrated = demonstrateSwap(*plane, **zookeeper, {0}); !demonstrated) {
+  std::set<uint64_t> acknowledged = {0};
+  if (auto demonstrated = demonstrateSwap(*plane, **zookeeper, acknowledged); !demonstrated) {
     std::printf("%s", run({"get", "replicatedtables", "-o", "yaml"}).c_str());
     return fail("table swap: " + demonstrated.error() + "; " + keepLogs());
+  }
+  if (auto demonstrated = demonstrateBackupAndRestore(*plane, **zookeeper, acknowledged);
+      !demonstrated) {
+    std::printf("%s", run({"get", "replicatedtables,clusterbackups", "-o", "yaml"}).c_str());
+    return fail("backup and restore: " + demonstrated.error() + "; " + keepLogs());
   }
 
   if (keep_running) {
@@ -395,8 +516,10 @@ spec:
     while (!interrupted) std::this_thread::sleep_for(200ms);
   }
   std::printf(
-      "== kubectl delete replicatedtable events (the operator removes its ZooKeeper tree)\n%s",
-      run({"delete", "replicatedtable/events", "--timeout=120s"}).c_str());
+      "== kubectl delete replicatedtables events events-restored (the operator removes their "
+      "ZooKeeper trees)\n%s",
+      run({"delete", "replicatedtable/events", "replicatedtable/events-restored", "--timeout=120s"})
+          .c_str());
   operator_process->stop(5s);
   return 0;
 }

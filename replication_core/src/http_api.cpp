@@ -68,12 +68,16 @@ struct ServedTables {
   // An open generation (part transfers), or null.
   std::function<std::shared_ptr<TableReplica>(int64_t)> generation;
   // An insert's admission: the generation it goes to and a lease held while it runs, or why
-  // inserts are paused (a table swap).
+  // inserts are paused (a table swap, TABLE_SWAP_IN_PROGRESS; a restore, TABLE_RESTORING).
   struct Admitted {
     std::shared_ptr<void> lease;
     std::shared_ptr<TableReplica> table;
   };
-  std::function<std::expected<Admitted, std::string>()> admit_insert;
+  struct Refused {
+    std::string code;
+    std::string message;
+  };
+  std::function<std::expected<Admitted, Refused>()> admit_insert;
   std::function<std::string()> swap_state;
 };
 
@@ -250,7 +254,7 @@ class ReplicaHttpServer::Impl {
     }
     auto admitted = tables_.admit_insert();
     if (!admitted) {
-      return replyError(request, 503, "TABLE_SWAP_IN_PROGRESS", admitted.error() + "; retry",
+      return replyError(request, 503, admitted.error().code, admitted.error().message + "; retry",
                         json::object(), {{"Retry-After", "1"}});
     }
     TableReplica& table = *admitted->table;
@@ -625,7 +629,7 @@ std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer
   ServedTables tables{
       table.spec(), [one] { return one; },
       [one](int64_t generation) { return generation == one->paths().generation ? one : nullptr; },
-      [one]() -> std::expected<ServedTables::Admitted, std::string> {
+      [one]() -> std::expected<ServedTables::Admitted, ServedTables::Refused> {
         return ServedTables::Admitted{nullptr, one};
       },
       [] { return std::string(); }};
@@ -636,15 +640,19 @@ std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer
 
 std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
     TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers) {
-  ServedTables tables{host.spec(), [&host] { return host.serving(); },
-                      [&host](int64_t generation) { return host.generation(generation); },
-                      [&host]() -> std::expected<ServedTables::Admitted, std::string> {
-                        auto lease = host.admitInsert();
-                        if (!lease) return std::unexpected(lease.error());
-                        auto held = std::make_shared<TableHost::InsertLease>(std::move(*lease));
-                        return ServedTables::Admitted{held, held->shared()};
-                      },
-                      [&host] { return host.swapState(); }};
+  ServedTables tables{
+      host.spec(), [&host] { return host.serving(); },
+      [&host](int64_t generation) { return host.generation(generation); },
+      [&host]() -> std::expected<ServedTables::Admitted, ServedTables::Refused> {
+        auto lease = host.admitInsert();
+        if (!lease) {
+          return std::unexpected(ServedTables::Refused{
+              host.insertsRefused() ? "TABLE_RESTORING" : "TABLE_SWAP_IN_PROGRESS", lease.error()});
+        }
+        auto held = std::make_shared<TableHost::InsertLease>(std::move(*lease));
+        return ServedTables::Admitted{held, held->shared()};
+      },
+      [&host] { return host.swapState(); }};
   auto impl = openImpl(std::move(tables), listen_address, port, workers);
   if (!impl) return std::unexpected(impl.error());
   return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(*impl)));

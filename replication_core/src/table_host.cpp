@@ -137,6 +137,11 @@ std::expected<TableHost::InsertLease, std::string> TableHost::admitInsert() {
   return InsertLease(this, generations_.at(serving_));
 }
 
+bool TableHost::insertsRefused() const {
+  std::lock_guard lock(mu_);
+  return refused_.has_value();
+}
+
 void TableHost::setInsertRefusal(std::optional<std::string> reason) {
   std::lock_guard lock(mu_);
   refused_ = std::move(reason);

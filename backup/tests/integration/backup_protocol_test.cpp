@@ -885,5 +885,25 @@ TEST_F(BackupRestore, ATableWithPartsIsNotRestoredIntoAndADamagedBackupIsNamed) 
   EXPECT_EQ((*again)->state, RestoreRequest::State::kFailed);
 }
 
+TEST_F(BackupRestore, ReplicasThatJoinAfterTheRestoreFetchItsParts) {
+  insert("r1", 0, 50);
+  insert("r2", 50, 50, "2026-11-05");
+  syncAll();
+  const auto source_rows = rowsOf(*replicas_.at("r1"));
+  backUp("early");
+  openInto("r1", table_ + "-restored", restored_);
+  request("early", restoredRoot());
+  auto done = look("r1");
+  ASSERT_TRUE(done && *done) << (done ? "none" : done.error());
+  ASSERT_EQ((*done)->state, RestoreRequest::State::kDone) << (*done)->message;
+  // As pods that start after the first one restored: they clone it.
+  openInto("r2", table_ + "-restored", restored_);
+  openInto("r3", table_ + "-restored", restored_);
+  for (auto& [name, replica] : restored_) {
+    ASSERT_TRUE(replica->syncQueue(60s)) << name << ": " << replica->checkQueueInvariant();
+    EXPECT_EQ(rowsOf(*replica), source_rows) << name;
+  }
+}
+
 }  // namespace
 }  // namespace rtable::backup

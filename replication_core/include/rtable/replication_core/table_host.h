@@ -60,6 +60,7 @@ class TableHost {
   // Refuses inserts for a reason of the caller's (a restore not done yet: restore.h) until
   // called with nullopt; independent of a swap's pause.
   void setInsertRefusal(std::optional<std::string> reason);
+  bool insertsRefused() const;
 
   // The swap step this replica acknowledged last ("" when no swap runs), for /replica.
   std::string swapState() const;
