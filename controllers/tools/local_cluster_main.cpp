@@ -261,6 +261,28 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
   return {};
 }
 
+// A 3-replica table of core::testing::idRow (the demo writers' rows) named `name`; `extra` is
+// more of its spec (indented lines).
+std::string tableManifest(const std::string& name, const std::string& zookeeper,
+                          const std::string& extra) {
+  return fmt::format(R"(apiVersion: rtable.io/v1alpha1
+kind: ReplicatedTable
+metadata: {{name: {}, namespace: default}}
+spec:
+  table: events
+  columns:
+    - {{name: id, type: UInt64}}
+    - {{name: d, type: Date}}
+    - {{name: user, type: String}}
+  partitionBy: toYYYYMM(d)
+  orderBy: [id]
+  replicas: 3
+  zookeeper: {{connect: "{}"}}
+  storage: {{size: 1Gi}}
+{})",
+                     name, zookeeper, extra);
+}
+
 // The Restored condition of table `name`, or null.
 json restoredCondition(LocalControlPlane& plane, const std::string& name) {
   auto object = plane.kubectl({"get", "replicatedtable", name, "-o", "json"});
@@ -305,23 +327,8 @@ spec:
   std::printf("== kubectl get clusterbackups -o wide\n%s",
               kubectlOutput(plane, {"get", "clusterbackups", "-o", "wide"}).c_str());
 
-  const std::string restored = fmt::format(R"(apiVersion: rtable.io/v1alpha1
-kind: ReplicatedTable
-metadata: {{name: events-restored, namespace: default}}
-spec:
-  table: events
-  columns:
-    - {{name: id, type: UInt64}}
-    - {{name: d, type: Date}}
-    - {{name: user, type: String}}
-  partitionBy: toYYYYMM(d)
-  orderBy: [id]
-  replicas: 3
-  zookeeper: {{connect: "{}"}}
-  storage: {{size: 1Gi}}
-  restoreFrom: {{backup: events-backup}}
-)",
-                                           zookeeper.connectString());
+  const std::string restored = tableManifest("events-restored", zookeeper.connectString(),
+                                             "  restoreFrom: {backup: events-backup}\n");
   std::printf("== restore into a new table: kubectl apply -f -\n%s", restored.c_str());
   if (auto applied = plane.apply(restored); !applied) return std::unexpected(applied.error());
   std::string last;
@@ -439,23 +446,9 @@ int main(int argc, char** argv) {
   };
 
   // The table of core::testing::idRow, which the swap demo's writers insert.
-  const std::string manifest = fmt::format(R"(apiVersion: rtable.io/v1alpha1
-kind: ReplicatedTable
-metadata: {{name: events, namespace: default}}
-spec:
-  table: events
-  columns:
-    - {{name: id, type: UInt64}}
-    - {{name: d, type: Date}}
-    - {{name: user, type: String}}
-  partitionBy: toYYYYMM(d)
-  orderBy: [id]
-  replicas: 3
-  zookeeper: {{connect: "{}"}}
-  storage: {{size: 1Gi}}
-  headroom: {{thresholdPercent: {}, autoRecover: true}}
-)",
-                                           (*zookeeper)->connectString(), kThresholdPercent);
+  const std::string manifest = tableManifest(
+      "events", (*zookeeper)->connectString(),
+      fmt::format("  headroom: {{thresholdPercent: {}, autoRecover: true}}\n", kThresholdPercent));
   std::printf("== kubectl apply -f -\n%s", manifest.c_str());
   if (auto applied = plane->apply(manifest); !applied)
     return fail("kubectl apply: " + applied.error());

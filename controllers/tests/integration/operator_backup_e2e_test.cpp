@@ -59,23 +59,8 @@ spec:
   // A second table, `restored`, made from ClusterBackup `backup` (spec.restoreFrom); its status
   // once the restore ended (the Restored condition True, or its reason RestoreFailed).
   json applyRestoredTable(const std::string& backup) {
-    EXPECT_TRUE(plane_->apply(fmt::format(R"(apiVersion: rtable.io/v1alpha1
-kind: ReplicatedTable
-metadata: {{name: restored, namespace: {}}}
-spec:
-  table: events
-  columns:
-    - {{name: id, type: UInt64}}
-    - {{name: d, type: Date}}
-    - {{name: user, type: String}}
-  partitionBy: toYYYYMM(d)
-  orderBy: [id]
-  replicas: 3
-  zookeeper: {{connect: "{}", sessionTimeoutMs: 10000}}
-  storage: {{size: 1Gi}}
-  restoreFrom: {{backup: {}}}
-)",
-                                          kNs, zookeeper_->connectString(), backup)));
+    EXPECT_TRUE(plane_->apply(
+        tableManifest("restored", fmt::format("  restoreFrom: {{backup: {}}}\n", backup))));
     json status;
     EXPECT_TRUE(eventually(
         [&] {

@@ -163,9 +163,15 @@ class OperatorStack : public ::testing::Test {
   // The swap tests' table (3 replicas, rows of core::testing::idRow), autoRecover off: a swap
   // waits for the test to allow or ask for it. Returns once its 3 replicas are ready.
   void applyTable() {
-    ASSERT_TRUE(plane_->apply(fmt::format(R"(apiVersion: rtable.io/v1alpha1
+    ASSERT_TRUE(plane_->apply(tableManifest("events", "  headroom: {autoRecover: false}\n")));
+    ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+  }
+  // A 3-replica table of core::testing::idRow named `name`; `extra`: more of its spec (indented
+  // lines).
+  std::string tableManifest(const std::string& name, const std::string& extra) {
+    return fmt::format(R"(apiVersion: rtable.io/v1alpha1
 kind: ReplicatedTable
-metadata: {{name: events, namespace: {}}}
+metadata: {{name: {}, namespace: {}}}
 spec:
   table: events
   columns:
@@ -177,10 +183,8 @@ spec:
   replicas: 3
   zookeeper: {{connect: "{}", sessionTimeoutMs: 10000}}
   storage: {{size: 1Gi}}
-  headroom: {{autoRecover: false}}
-)",
-                                          kNs, zookeeper_->connectString())));
-    ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+{})",
+                       name, kNs, zookeeper_->connectString(), extra);
   }
 
   // Four writers into applyTable()'s table that retry every failed or timed-out block with its
