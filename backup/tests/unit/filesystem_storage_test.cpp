@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "../storage_conformance.h"
 #include "rtable/backup/testing/fake_storage.h"
 #include "rtable/common/testing/files.h"
@@ -220,6 +222,21 @@ TEST(FilesystemStorageTest, ADirectoryWithoutWritePermissionIsAccessDenied) {
     prefix = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
     // A copy nobody can run: the build folder may be under a home only root can enter.
     std::filesystem::copy_file(RTABLE_BACKUP_STORAGE_PROBE, binary);
+    // Under TSan the probe reads the suppressions file, which may sit in a clone nobody can
+    // enter (CI's mktemp -d, mode 0700): a readable copy instead.
+    if (const char* options = std::getenv("TSAN_OPTIONS")) {
+      std::string text = options;
+      const std::string key = "suppressions=";
+      if (auto at = text.find(key); at != std::string::npos) {
+        const auto end = text.find_first_of(" :", at);
+        const std::string file = text.substr(at + key.size(), end - at - key.size());
+        const auto copy = dir.path() / "tsan.supp";
+        std::filesystem::copy_file(file, copy);
+        std::filesystem::permissions(copy, std::filesystem::perms(0644));
+        text.replace(at + key.size(), file.size(), copy.string());
+        prefix.insert(prefix.end(), {"env", "TSAN_OPTIONS=" + text});
+      }
+    }
   } else {
     std::filesystem::permissions(root, std::filesystem::perms(0555));
   }
