@@ -40,6 +40,9 @@ core::WatchCallback BackupAgent::waker() {
 }
 
 void BackupAgent::lookAtRestore() {
+  // A restore that ended never starts again (a table is restored once, at its creation): its
+  // refusal, or none, stands, and there is nothing more to look at.
+  if (restore_ended_) return;
   // The watch wakes the loop when the request appears or changes (another replica's progress,
   // its end); the poll covers a lost watch.
   const std::string path = restoreRequestPath(table_root_);
@@ -57,6 +60,27 @@ void BackupAgent::lookAtRestore() {
     return;
   }
   refuse_inserts_(restoreRefusal(*request));
+  restore_ended_ = *request && ((*request)->state == RestoreRequest::State::kDone ||
+                                (*request)->state == RestoreRequest::State::kFailed);
+}
+
+void BackupAgent::lookAtDeletions() {
+  // A request appearing wakes the loop (the watch is set again at each look).
+  const std::string path = deletionsPath(backups_root_);
+  auto watched = keeper_->children(path, waker());
+  if (!watched) {
+    if (watched.error().code == core::KeeperCode::kNoNode) (void)keeper_->exists(path, waker());
+    return;
+  }
+  if (watched->names.empty()) return;
+  const DestinationOpener open = [this](const DestinationRef& destination) {
+    BackupOperation operation;
+    operation.destination = destination;
+    return storage_(operation);
+  };
+  auto finished =
+      deleteIfAsked(*keeper_, backups_root_, table_root_, host_, open, options_.deletion);
+  if (!finished) spdlog::warn("backup deletion: {} (trying again)", finished.error());
 }
 
 void BackupAgent::start() {
@@ -95,6 +119,7 @@ void BackupAgent::lookAndRun() {
     keeper_ = std::shared_ptr<core::Keeper>(std::move(*fresh));
   }
   if (restore_target_) lookAtRestore();
+  lookAtDeletions();
   // A new operation wakes the loop at once (the watch fires once; the next look sets it again).
   auto children = keeper_->children(backups_root_, waker());
   if (!children) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "rtable/backup/backup_deletion.h"
 #include "rtable/replication_core/table_swap.h"
 
 namespace rtable::backup {
@@ -38,7 +39,8 @@ std::expected<void, StartRefusal> BackupInitiator::start() {
     auto outcome = sync_.withRetries(
         "", "starting the operation",
         [&](core::Keeper& keeper) -> core::KeeperResult<std::optional<StartRefusal>> {
-          for (const auto& node : {paths_.root, paths_.aliveTracker()}) {
+          for (const auto& node :
+               {paths_.root, paths_.aliveTracker(), destinationLocksPath(paths_.root)}) {
             if (auto made = core::createAncestorsAndSelf(keeper, node); !made) {
               return std::unexpected(made.error());
             }
@@ -50,6 +52,10 @@ std::expected<void, StartRefusal> BackupInitiator::start() {
                {paths_.stage(), paths_.parts(), paths_.fileInfos(), paths_.writingFiles()}) {
             ops.push_back(core::op::Create{child, "", core::CreateMode::kPersistent});
           }
+          // No deletion cleans the destination meanwhile (backup_deletion.h).
+          const std::size_t destination_check = ops.size();
+          ops.push_back(
+              core::op::CheckNotExists{destinationLockPath(paths_.root, operation_.destination)});
           std::size_t first_table_op = ops.size();
           for (const auto& table : operation_.tables) {
             ops.push_back(core::op::CheckNotExists{core::swapPath(table.table_root)});
@@ -66,6 +72,13 @@ std::expected<void, StartRefusal> BackupInitiator::start() {
           if (index == 0) {
             // Our operation exists: an earlier attempt's answer was lost.
             return std::optional<StartRefusal>{};
+          }
+          if (index == destination_check) {
+            return std::optional<StartRefusal>{StartRefusal{
+                StartRefusal::Kind::kBusy,
+                fmt::format("the data of a deleted backup is being removed from {}; the backup "
+                            "starts when that ends",
+                            operation_.destination.location())}};
           }
           if (index < first_table_op) return std::unexpected(error);
           const BackupTableRef& table = operation_.tables[(index - first_table_op) / 2];

@@ -43,6 +43,9 @@ json destinationToJson(const DestinationRef& destination) {
     out["bucket"] = destination.bucket;
     out["prefix"] = destination.prefix;
     out["region"] = destination.region;
+    out["credentials"] = {{"secretName", destination.credentials_secret},
+                          {"accessKeyIdKey", destination.access_key_id_key},
+                          {"secretAccessKeyKey", destination.secret_access_key_key}};
   }
   return out;
 }
@@ -72,6 +75,22 @@ std::expected<DestinationRef, std::string> destinationFromJson(const json& doc,
     }
     if (destination.bucket.empty())
       return std::unexpected(fmt::format("{}bucket: required", where));
+    // Written by every version that writes S3 destinations; still optional, so that a node
+    // written before it reads (its S3 destination then fails to open, naming the Secret missing).
+    if (auto credentials = doc.find("credentials"); credentials != doc.end()) {
+      const std::string inner = fmt::format("{}credentials.", where);
+      if (!credentials->is_object()) {
+        return std::unexpected(fmt::format("{}credentials: an object is required", where));
+      }
+      for (auto [field, target] :
+           {std::pair{"secretName", &destination.credentials_secret},
+            std::pair{"accessKeyIdKey", &destination.access_key_id_key},
+            std::pair{"secretAccessKeyKey", &destination.secret_access_key_key}}) {
+        auto value = stringField(*credentials, field, inner);
+        if (!value) return std::unexpected(value.error());
+        *target = *value;
+      }
+    }
   } else {
     return std::unexpected(fmt::format("{}kind: '{}' is neither filesystem nor s3", where, *kind));
   }

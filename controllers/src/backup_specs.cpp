@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "json_fields.h"
+#include "s3_spec.h"
 
 namespace rtable::controllers {
 namespace {
@@ -74,6 +75,64 @@ json selectorJson(const LabelSelectorSpec& selector) {
   return result;
 }
 
+}  // namespace
+
+const std::regex& secretNamePattern() {
+  static const std::regex pattern(
+      R"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)");
+  return pattern;
+}
+
+BackupDestination::S3 parseS3(const json& value, const std::string& path) {
+  static const std::regex endpoint_pattern(R"(https?://[^/\s]+(/\S*)?)");
+  // S3's bucket naming rule (the part every implementation shares).
+  static const std::regex bucket_pattern(R"([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])");
+  // A Secret's keys (Kubernetes' rule for data keys).
+  static const std::regex key_pattern(R"([-._a-zA-Z0-9]+)");
+  JsonFields fields(value, path);
+  BackupDestination::S3 s3;
+  s3.endpoint = fields.string("endpoint", 2048);
+  detail::checkPattern(fields.at("endpoint"), s3.endpoint, endpoint_pattern,
+                       "an http:// or https:// URL");
+  s3.bucket = fields.string("bucket", 63);
+  detail::checkPattern(fields.at("bucket"), s3.bucket, bucket_pattern,
+                       "a bucket name (3 to 63 of a-z, 0-9, '.' and '-')");
+  s3.prefix = fields.optionalString("prefix", 1024).value_or("");
+  if (s3.prefix.starts_with('/')) fail(fields.at("prefix"), "must not start with '/'");
+  s3.region = fields.optionalString("region", 64).value_or(s3.region);
+  if (s3.region.empty()) fail(fields.at("region"), "may not be empty");
+  const json* credentials_value = fields.find("credentials");
+  if (!credentials_value) fail(fields.at("credentials"), "required");
+  JsonFields credentials(*credentials_value, fields.at("credentials"));
+  s3.credentials_secret = credentials.string("secretName", 253);
+  detail::checkPattern(credentials.at("secretName"), s3.credentials_secret, secretNamePattern(),
+                       "a Secret's name");
+  for (auto [key, target] : {std::pair{"accessKeyIdKey", &s3.access_key_id_key},
+                             std::pair{"secretAccessKeyKey", &s3.secret_access_key_key}}) {
+    if (auto given = credentials.optionalString(key, 253)) {
+      detail::checkPattern(credentials.at(key), *given, key_pattern, "a Secret's key");
+      *target = std::move(*given);
+    }
+  }
+  credentials.rejectUnknown();
+  fields.rejectUnknown();
+  return s3;
+}
+
+json s3Json(const BackupDestination::S3& s3) {
+  json out = {{"endpoint", s3.endpoint},
+              {"bucket", s3.bucket},
+              {"region", s3.region},
+              {"credentials",
+               {{"secretName", s3.credentials_secret},
+                {"accessKeyIdKey", s3.access_key_id_key},
+                {"secretAccessKeyKey", s3.secret_access_key_key}}}};
+  if (!s3.prefix.empty()) out["prefix"] = s3.prefix;
+  return out;
+}
+
+namespace {
+
 BackupDestination parseDestination(JsonFields& spec) {
   const json* value = spec.find("destination");
   if (!value) fail(spec.at("destination"), "required");
@@ -99,9 +158,12 @@ BackupDestination parseDestination(JsonFields& spec) {
     claim.rejectUnknown();
     destination.persistent_volume_claim = std::move(result);
   }
+  if (const json* s3 = fields.find("s3")) destination.s3 = parseS3(*s3, fields.at("s3"));
   fields.rejectUnknown();
-  if (destination.filesystem.has_value() == destination.persistent_volume_claim.has_value()) {
-    fail(fields.path(), "exactly one of filesystem and persistentVolumeClaim must be given");
+  if (destination.filesystem.has_value() + destination.persistent_volume_claim.has_value() +
+          destination.s3.has_value() !=
+      1) {
+    fail(fields.path(), "exactly one of filesystem, persistentVolumeClaim and s3 must be given");
   }
   return destination;
 }
@@ -119,6 +181,13 @@ ClusterBackupSpec parseBackupSpec(const json& object, const std::string& path) {
   if (const json* selector = spec.find("selector"))
     result.selector = parseSelector(*selector, spec.at("selector"));
   result.destination = parseDestination(spec);
+  if (auto policy = spec.optionalString("deletionPolicy")) {
+    if (*policy == "Retain") {
+      result.deletion_policy = DeletionPolicy::kRetain;
+    } else if (*policy != "Delete") {
+      fail(spec.at("deletionPolicy"), fmt::format("'{}' is neither Delete nor Retain", *policy));
+    }
+  }
   spec.rejectUnknown();
   if (result.table.has_value() == result.selector.has_value()) {
     fail(path, "exactly one of table and selector must be given");
@@ -258,13 +327,23 @@ json ClusterBackupSpec::toJson() const {
     }
     spec["destination"]["persistentVolumeClaim"] = std::move(claim);
   }
+  if (destination.s3) spec["destination"]["s3"] = s3Json(*destination.s3);
+  spec["deletionPolicy"] = deletionPolicyName(deletion_policy);
   return spec;
+}
+
+std::string_view deletionPolicyName(DeletionPolicy policy) {
+  return policy == DeletionPolicy::kRetain ? "Retain" : "Delete";
 }
 
 std::optional<SpecError> checkClusterBackupUpdate(const ClusterBackupSpec& old_spec,
                                                   const ClusterBackupSpec& new_spec) {
-  if (old_spec == new_spec) return std::nullopt;
-  return SpecError{"spec", "a ClusterBackup's spec is immutable: create a new ClusterBackup"};
+  ClusterBackupSpec compared = new_spec;
+  compared.deletion_policy = old_spec.deletion_policy;
+  if (old_spec == compared) return std::nullopt;
+  return SpecError{"spec",
+                   "a ClusterBackup's spec is immutable but for deletionPolicy: create a new "
+                   "ClusterBackup"};
 }
 
 std::expected<CronSchedule, std::string> CronSchedule::parse(std::string_view text) {

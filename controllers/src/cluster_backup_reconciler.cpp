@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "finalizers.h"
+#include "rtable/backup/backup_deletion.h"
 #include "rtable/common/rfc3339.h"
 #include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/core_config.h"
@@ -76,13 +78,62 @@ std::string backupNameFor(const op::ObjectKey& key) {
   return key.ns + "." + key.name;
 }
 
+backup::DestinationRef s3DestinationRef(const BackupDestination::S3& s3) {
+  backup::DestinationRef destination;
+  destination.kind = backup::DestinationRef::Kind::kS3;
+  destination.endpoint = s3.endpoint;
+  destination.bucket = s3.bucket;
+  destination.prefix = s3.prefix;
+  destination.region = s3.region;
+  destination.credentials_secret = s3.credentials_secret;
+  destination.access_key_id_key = s3.access_key_id_key;
+  destination.secret_access_key_key = s3.secret_access_key_key;
+  return destination;
+}
+
+std::optional<std::pair<std::string, std::string>> credentialsProblem(
+    op::KubeClient& client, const std::string& ns, const std::string& table,
+    const ReplicatedTableSpec& spec, const backup::DestinationRef& destination) {
+  using Problem = std::pair<std::string, std::string>;
+  if (destination.kind != backup::DestinationRef::Kind::kS3) return std::nullopt;
+  const std::string& secret = destination.credentials_secret;
+  auto object = client.get(op::resources::secrets(), {ns, secret});
+  if (!object && object.error().kind == op::KubeErrorKind::kNotFound) {
+    return Problem{"CredentialsNotFound",
+                   fmt::format("the credentials Secret {} of {} does not exist in namespace {}",
+                               secret, destination.location(), ns)};
+  }
+  if (!object) {
+    return Problem{"CredentialsNotFound", fmt::format("reading the credentials Secret {}: {}",
+                                                      secret, object.error().toString())};
+  }
+  for (const std::string& key :
+       {destination.access_key_id_key, destination.secret_access_key_key}) {
+    if (!object->contains(json::json_pointer("/data/" + key))) {
+      return Problem{"CredentialsNotFound",
+                     fmt::format("the credentials Secret {} has no key '{}'", secret, key)};
+    }
+  }
+  const std::vector<std::string> mounted = spec.mountedCredentials();
+  if (std::find(mounted.begin(), mounted.end(), secret) == mounted.end()) {
+    return Problem{"CredentialsNotMounted",
+                   fmt::format("the replicas of table {} do not mount the credentials Secret {} "
+                               "of {}: add it to the table's spec.backupCredentials (its pods "
+                               "restart, one at a time, to mount it)",
+                               table, secret, destination.location())};
+  }
+  return std::nullopt;
+}
+
 std::expected<backup::DestinationRef, std::pair<std::string, std::string>> destinationOf(
     const ClusterBackupSpec& spec) {
+  if (spec.destination.s3) return s3DestinationRef(*spec.destination.s3);
   if (!spec.destination.filesystem) {
     return std::unexpected(std::pair<std::string, std::string>(
         "UnsupportedDestination",
         "spec.destination.persistentVolumeClaim: the replicas do not mount backup claims "
-        "yet; use spec.destination.filesystem with a path every replica has mounted"));
+        "yet; use spec.destination.s3, or spec.destination.filesystem with a path every replica "
+        "has mounted"));
   }
   backup::DestinationRef destination;
   destination.kind = backup::DestinationRef::Kind::kFilesystem;
@@ -178,22 +229,23 @@ op::ReconcileOutcome ClusterBackupReconciler::reconcile(const op::ObjectKey& key
       return std::unexpected(op::ReconcileError::retryable(object.error().toString()));
     }
     // Deleted: a run of it stops (failed), and its nodes and locks go.
-    std::shared_ptr<Running> gone;
-    {
-      std::lock_guard lock(mu_);
-      for (auto it = running_.begin(); it != running_.end(); ++it) {
-        if (it->second->key == key) {
-          gone = it->second;
-          running_.erase(it);
-          break;
-        }
-      }
-    }
-    if (gone) {
-      gone->initiator->fail("the ClusterBackup was deleted");
-      (void)gone->initiator->cleanUp();
-    }
+    stopRunning(key, "the ClusterBackup was deleted");
     return op::ReconcileResult::done();
+  }
+  if (object->contains(json::json_pointer("/metadata/deletionTimestamp"))) {
+    return finalize(key, *object);
+  }
+  // A backup whose data goes with it carries the finalizer before it writes anything.
+  if (auto parsed = ClusterBackupSpec::parse(object->value("spec", json::object()));
+      parsed && parsed->deletion_policy == DeletionPolicy::kDelete &&
+      !detail::hasFinalizer(*object, kBackupDataFinalizer)) {
+    auto patched = client_.patch(clusterBackups(), key, op::PatchType::kJson,
+                                 detail::addFinalizerPatch(*object, kBackupDataFinalizer));
+    if (!patched) {
+      return std::unexpected(
+          op::ReconcileError::retryable("adding the finalizer: " + patched.error().toString()));
+    }
+    *object = std::move(*patched);
   }
   const std::string uid = textAt(*object, "/metadata/uid");
   const std::string phase = textAt(*object, "/status/phase");
@@ -225,6 +277,150 @@ op::ReconcileOutcome ClusterBackupReconciler::reconcile(const op::ObjectKey& key
   }
   if (running) return follow(key, *object, *running);
   return start(key, *object);
+}
+
+void ClusterBackupReconciler::stopRunning(const op::ObjectKey& key, const std::string& why) {
+  std::shared_ptr<Running> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = running_.begin(); it != running_.end(); ++it) {
+      if (it->second->key == key) {
+        gone = it->second;
+        running_.erase(it);
+        break;
+      }
+    }
+  }
+  if (gone) {
+    gone->initiator->fail(why);
+    (void)gone->initiator->cleanUp();
+  }
+}
+
+op::ReconcileOutcome ClusterBackupReconciler::removeFinalizer(const op::ObjectKey& key,
+                                                              const json& object) {
+  auto patched = client_.patch(clusterBackups(), key, op::PatchType::kJson,
+                               detail::removeFinalizerPatch(object, kBackupDataFinalizer));
+  if (!patched && patched.error().kind != op::KubeErrorKind::kNotFound) {
+    return std::unexpected(
+        op::ReconcileError::retryable("removing the finalizer: " + patched.error().toString()));
+  }
+  return op::ReconcileResult::done();
+}
+
+op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
+                                                       const json& object) {
+  stopRunning(key, "the ClusterBackup was deleted");
+  if (!detail::hasFinalizer(object, kBackupDataFinalizer)) return op::ReconcileResult::done();
+  auto spec = ClusterBackupSpec::parse(object.value("spec", json::object()));
+  const std::string phase = textAt(object, "/status/phase");
+  if (!spec || spec->deletion_policy == DeletionPolicy::kRetain) {
+    return removeFinalizer(key, object);
+  }
+  // Never started: nothing was written.
+  if (textAt(object, "/status/operation").empty()) return removeFinalizer(key, object);
+  auto destination = destinationOf(*spec);
+  if (!destination) return removeFinalizer(key, object);
+  const std::string location = destination->location();
+  auto retained = [&](const std::string& why) {
+    event(object, op::EventType::kWarning, "DataRetained",
+          fmt::format("the data of backup {} stays in {}: {}", backupNameFor(key), location, why));
+    return removeFinalizer(key, object);
+  };
+
+  // Its tables' replicas delete (they can open the destination); tables being deleted do not
+  // count (their replicas are going).
+  std::string connect;
+  std::string zookeeper_root;
+  std::vector<std::string> table_roots;
+  std::vector<std::string> names;
+  for (const auto& item : object.value(json::json_pointer("/status/tables"), json::array())) {
+    if (!item.is_string()) continue;
+    const std::string name = item.get<std::string>();
+    auto table = client_.get(replicatedTables(), {key.ns, name});
+    if (!table && table.error().kind != op::KubeErrorKind::kNotFound) {
+      return std::unexpected(op::ReconcileError::retryable(table.error().toString()));
+    }
+    if (!table || table->contains(json::json_pointer("/metadata/deletionTimestamp"))) continue;
+    auto table_spec = ReplicatedTableSpec::parse(table->value("spec", json::object()));
+    if (!table_spec) continue;
+    if (connect.empty()) {
+      connect = table_spec->zookeeper.connect;
+      zookeeper_root = table_spec->zookeeper.root;
+    } else if (table_spec->zookeeper.connect != connect ||
+               table_spec->zookeeper.root != zookeeper_root) {
+      continue;
+    }
+    table_roots.push_back(table_spec->zookeeper.root + "/" + tableUid(key.ns, name));
+    names.push_back(name);
+  }
+  if (table_roots.empty()) {
+    return retained(fmt::format(
+        "no table of it is left to delete it (only their replicas can open the destination); "
+        "remove backups/{}/ there by hand (the next deletion there then removes its data files)",
+        backupNameFor(key)));
+  }
+  auto session = options_.new_session(connect);
+  if (!session) {
+    return std::unexpected(op::ReconcileError::retryable(
+        "ZooKeeper " + connect + " cannot be reached: " + session.error().toString()));
+  }
+  core::Keeper& keeper = **session;
+  const std::string backups_root = backup::BackupPaths::rootFor(zookeeper_root);
+  const std::string path =
+      backup::deletionRequestPath(backups_root, textAt(object, "/metadata/uid"));
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             options_.wall_clock().time_since_epoch())
+                             .count();
+  auto node = keeper.get(path);
+  if (!node && node.error().code == core::KeeperCode::kNoNode) {
+    backup::DeletionRequest request;
+    request.backup = backupNameFor(key);
+    request.destination = *destination;
+    request.table_roots = table_roots;
+    request.requested_ms = now_ms;
+    core::KeeperStatus made =
+        core::createAncestorsAndSelf(keeper, backup::deletionsPath(backups_root));
+    if (made) {
+      auto created = keeper.create(path, request.format(), core::CreateMode::kPersistent);
+      if (!created && created.error().code != core::KeeperCode::kNodeExists) {
+        made = std::unexpected(created.error());
+      }
+    }
+    if (!made) return std::unexpected(op::ReconcileError::retryable(made.error().toString()));
+    event(object, op::EventType::kNormal, "DeletingData",
+          fmt::format("removing backup {} from {} (a replica of {} does it)", request.backup,
+                      location, fmt::join(names, ", ")));
+    return op::ReconcileResult::after(options_.busy_retry);
+  }
+  if (!node) return std::unexpected(op::ReconcileError::retryable(node.error().toString()));
+  auto request = backup::DeletionRequest::parse(node->data);
+  if (request && request->state == backup::DeletionRequest::State::kPending &&
+      now_ms - request->requested_ms < options_.deletion_give_up.count()) {
+    return op::ReconcileResult::after(options_.busy_retry);
+  }
+  if (!request) {
+    event(object, op::EventType::kWarning, "DataRetained",
+          fmt::format("the deletion request {} is unreadable ({}); the data stays in {}", path,
+                      request.error(), location));
+  } else if (request->state == backup::DeletionRequest::State::kDone) {
+    event(object, op::EventType::kNormal, "DataDeleted",
+          fmt::format("{} (by {})", request->message, request->deleter));
+  } else if (request->state == backup::DeletionRequest::State::kFailed) {
+    event(object, op::EventType::kWarning, "DataRetained",
+          fmt::format("removing backup {} from {} failed: {}; the data stays", request->backup,
+                      location, request->message));
+  } else {
+    event(object, op::EventType::kWarning, "DataRetained",
+          fmt::format("no replica of {} removed backup {} from {} within {} s; the data stays",
+                      fmt::join(names, ", "), request->backup, location,
+                      options_.deletion_give_up.count() / 1000));
+  }
+  if (auto removed = keeper.remove(path);
+      !removed && removed.error().code != core::KeeperCode::kNoNode) {
+    return std::unexpected(op::ReconcileError::retryable(removed.error().toString()));
+  }
+  return removeFinalizer(key, object);
 }
 
 op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, const json& object) {
@@ -304,6 +500,9 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
                   fmt::format("the tables use different ZooKeepers ({} and {}): one ClusterBackup "
                               "per ZooKeeper",
                               resolved.connect, table_spec->zookeeper.connect));
+    }
+    if (auto problem = credentialsProblem(client_, key.ns, name, *table_spec, destination)) {
+      return wait(problem->first, problem->second);
     }
     backup::BackupTableRef ref;
     ref.table = name;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "rtable/backup/open_destination.h"
 #include "rtable/common/base64.h"
 #include "rtable/controllers/core_config.h"
 #include "rtable/replication_core/hash128.h"
@@ -36,6 +37,12 @@ json servicePorts() {
 json envFromField(const std::string& name, const std::string& path) {
   return {{"name", name},
           {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", path}}}}}};
+}
+
+// The volume of the i-th mounted credentials Secret (a Secret's name may be too long for a
+// volume's).
+std::string credentialsVolume(std::size_t i) {
+  return fmt::format("backup-credentials-{}", i);
 }
 
 json httpProbe(const std::string& path, int period, int failures, int initial_delay) {
@@ -80,6 +87,14 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
         {"readOnlyRootFilesystem", true},
         {"capabilities", {{"drop", {"ALL"}}}}}},
   };
+  // Each S3 credentials Secret where rtable-core's openDestination looks for it.
+  const std::vector<std::string> credentials = spec.mountedCredentials();
+  for (std::size_t i = 0; i < credentials.size(); ++i) {
+    container["volumeMounts"].push_back(
+        {{"name", credentialsVolume(i)},
+         {"mountPath", fmt::format("{}/{}", backup::kDefaultCredentialsDir, credentials[i])},
+         {"readOnly", true}});
+  }
   if (!spec.resources.empty()) container["resources"] = spec.resources;
   return container;
 }
@@ -171,6 +186,11 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
       json::array({{{"name", "config"}, {"configMap", {{"name", name + "-config"}}}},
                    {{"name", "interserver"},
                     {"secret", {{"secretName", name + "-interserver"}, {"defaultMode", 0400}}}}});
+  const std::vector<std::string> credentials = spec.mountedCredentials();
+  for (std::size_t i = 0; i < credentials.size(); ++i) {
+    volumes.push_back({{"name", credentialsVolume(i)},
+                       {"secret", {{"secretName", credentials[i]}, {"defaultMode", 0400}}}});
+  }
   for (const auto& extra : spec.pod_template.volumes) volumes.push_back(extra);
 
   json pod_spec = {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "finalizers.h"
 #include "rtable/backup/restore.h"
 #include "rtable/common/rfc3339.h"
 #include "rtable/controllers/backup_specs.h"
@@ -76,9 +77,7 @@ std::string tableRoot(const ReplicatedTableSpec& spec, const op::ObjectKey& key)
 }
 
 bool hasFinalizer(const json& table) {
-  const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
-  return std::find(finalizers.begin(), finalizers.end(), std::string(kZooKeeperFinalizer)) !=
-         finalizers.end();
+  return detail::hasFinalizer(table, kZooKeeperFinalizer);
 }
 
 // The metadata text rtable-core writes for this spec, from the same TableSpec the replicas' config
@@ -640,20 +639,8 @@ void ReplicatedTableReconciler::event(const json& table, op::EventType type,
 std::optional<std::string> ReplicatedTableReconciler::ensureFinalizer(const op::ObjectKey& key,
                                                                       const json& table) {
   if (hasFinalizer(table)) return std::nullopt;
-  // The resourceVersion test makes this a compare-and-swap: never a lost concurrent edit.
-  json patch =
-      json::array({{{"op", "test"},
-                    {"path", "/metadata/resourceVersion"},
-                    {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}}});
-  if (table.contains(json::json_pointer("/metadata/finalizers"))) {
-    patch.push_back(
-        {{"op", "add"}, {"path", "/metadata/finalizers/-"}, {"value", kZooKeeperFinalizer}});
-  } else {
-    patch.push_back({{"op", "add"},
-                     {"path", "/metadata/finalizers"},
-                     {"value", json::array({kZooKeeperFinalizer})}});
-  }
-  auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
+  auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson,
+                               detail::addFinalizerPatch(table, kZooKeeperFinalizer));
   if (!patched) return patched.error().toString();
   return std::nullopt;
 }
@@ -683,13 +670,19 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
   request.requested_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              options_.wall_clock().time_since_epoch())
                              .count();
-  if (!spec.restore_from->filesystem_path.empty()) {
+  if (!spec.restore_from->filesystem_path.empty() || spec.restore_from->s3) {
     // By location: what is there is for the restoring replica to find (the operator does not
-    // mount the destination).
+    // mount the destination). An S3 location's Secret is mounted by the pods (mountedCredentials).
     request.backup = spec.restore_from->name;
     request.table = spec.restore_from->table;
-    request.destination.kind = backup::DestinationRef::Kind::kFilesystem;
-    request.destination.path = spec.restore_from->filesystem_path;
+    if (spec.restore_from->s3) {
+      request.destination = s3DestinationRef(*spec.restore_from->s3);
+    } else {
+      request.destination.kind = backup::DestinationRef::Kind::kFilesystem;
+      request.destination.path = spec.restore_from->filesystem_path;
+    }
+    if (auto problem = credentialsProblem(client_, key.ns, key.name, spec, request.destination))
+      return problem;
     return writeRestoreRequest(table, **keeper, root, request, spec.restore_from->describe());
   }
 
@@ -723,6 +716,8 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
   }
   auto destination = destinationOf(*backup_spec);
   if (!destination) return Waiting{destination.error().first, destination.error().second};
+  if (auto problem = credentialsProblem(client_, key.ns, key.name, spec, *destination))
+    return problem;
   // The table of the backup: its only one, or the one with this table's name.
   std::vector<std::string> tables;
   for (const auto& item : object->value(json::json_pointer("/status/contents"), json::array())) {
@@ -892,17 +887,8 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
     event(table, op::EventType::kNormal, "ZooKeeperTreeRemoved",
           "removed the table's ZooKeeper tree " + root);
   }
-  json rest = json::array();
-  const json finalizers = table.value(json::json_pointer("/metadata/finalizers"), json::array());
-  for (const auto& finalizer : finalizers) {
-    if (finalizer != std::string(kZooKeeperFinalizer)) rest.push_back(finalizer);
-  }
-  const json patch =
-      json::array({{{"op", "test"},
-                    {"path", "/metadata/resourceVersion"},
-                    {"value", table.value(json::json_pointer("/metadata/resourceVersion"), "")}},
-                   {{"op", "replace"}, {"path", "/metadata/finalizers"}, {"value", rest}}});
-  auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson, patch);
+  auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson,
+                               detail::removeFinalizerPatch(table, kZooKeeperFinalizer));
   if (!patched && patched.error().kind != op::KubeErrorKind::kNotFound) {
     return std::unexpected(
         op::ReconcileError::retryable("removing the finalizer: " + patched.error().toString()));

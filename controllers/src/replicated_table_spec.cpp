@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 
 #include "json_fields.h"
+#include "s3_spec.h"
 
 namespace rtable::controllers {
 namespace {
@@ -287,6 +289,20 @@ ReplicatedTableSpec parseSpec(const json& object) {
 
   result.pod_template = parsePodTemplate(spec);
 
+  const json& credentials = spec.array("backupCredentials", 16);
+  for (std::size_t i = 0; i < credentials.size(); ++i) {
+    const std::string path = indexPath(spec.at("backupCredentials"), i);
+    if (!credentials[i].is_string()) fail(path, "expected a Secret's name");
+    std::string name = credentials[i].get<std::string>();
+    if (name.size() > 253) fail(path, "may not be longer than 253 characters");
+    detail::checkPattern(path, name, secretNamePattern(), "a Secret's name");
+    if (std::find(result.backup_credentials.begin(), result.backup_credentials.end(), name) !=
+        result.backup_credentials.end()) {
+      fail(path, fmt::format("'{}' is listed twice", name));
+    }
+    result.backup_credentials.push_back(std::move(name));
+  }
+
   if (const json* value = spec.find("restoreFrom")) {
     JsonFields restore(*value, spec.at("restoreFrom"));
     RestoreSource source;
@@ -304,13 +320,16 @@ ReplicatedTableSpec parseSpec(const json& object) {
       }
       filesystem.rejectUnknown();
     }
+    if (const json* s3 = restore.find("s3")) source.s3 = parseS3(*s3, restore.at("s3"));
     restore.rejectUnknown();
-    if (source.backup.empty() == source.filesystem_path.empty()) {
-      fail(restore.path(), "exactly one of backup and filesystem must be given");
+    const bool by_location = !source.filesystem_path.empty() || source.s3.has_value();
+    if (!source.backup.empty() + !source.filesystem_path.empty() + source.s3.has_value() != 1) {
+      fail(restore.path(), "exactly one of backup, filesystem and s3 must be given");
     }
-    if (source.filesystem_path.empty() != source.name.empty()) {
+    if (by_location == source.name.empty()) {
       fail(restore.at("name"),
-           "the backup's name in the destination is given with filesystem, and only with it");
+           "name is given with filesystem or s3, and only with them (the backup's name in that "
+           "location)");
     }
     if (source.name.find('/') != std::string::npos || source.name == "..") {
       fail(restore.at("name"), fmt::format("'{}' is not a backup's name", source.name));
@@ -340,7 +359,22 @@ bool PodTemplateAdditions::empty() const {
 
 std::string RestoreSource::describe() const {
   if (!backup.empty()) return "ClusterBackup " + backup;
+  if (s3) {
+    return s3->prefix.empty()
+               ? fmt::format("backup {} in s3://{}", name, s3->bucket)
+               : fmt::format("backup {} in s3://{}/{}", name, s3->bucket, s3->prefix);
+  }
   return fmt::format("backup {} in {}", name, filesystem_path);
+}
+
+std::vector<std::string> ReplicatedTableSpec::mountedCredentials() const {
+  std::vector<std::string> secrets = backup_credentials;
+  if (restore_from && restore_from->s3 &&
+      std::find(secrets.begin(), secrets.end(), restore_from->s3->credentials_secret) ==
+          secrets.end()) {
+    secrets.push_back(restore_from->s3->credentials_secret);
+  }
+  return secrets;
 }
 
 std::expected<ReplicatedTableSpec, SpecError> ReplicatedTableSpec::parse(const json& spec) {
@@ -402,9 +436,11 @@ json ReplicatedTableSpec::toJson() const {
     if (!restore_from->name.empty()) restore["name"] = restore_from->name;
     if (!restore_from->filesystem_path.empty())
       restore["filesystem"] = {{"path", restore_from->filesystem_path}};
+    if (restore_from->s3) restore["s3"] = s3Json(*restore_from->s3);
     if (!restore_from->table.empty()) restore["table"] = restore_from->table;
     spec["restoreFrom"] = std::move(restore);
   }
+  if (!backup_credentials.empty()) spec["backupCredentials"] = backup_credentials;
   return spec;
 }
 

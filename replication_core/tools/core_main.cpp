@@ -12,11 +12,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
 #include "rtable/backup/backup_agent.h"
-#include "rtable/backup/filesystem_storage.h"
+#include "rtable/backup/open_destination.h"
 #include "rtable/backup/replica_backup_source.h"
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/keeper_retry.h"
@@ -33,10 +34,13 @@ constexpr auto kHandOffTimeout = std::chrono::seconds(10);
 
 constexpr const char* kUsage =
     "usage: rtable-core --config SPEC.yaml [--replica-name NAME] [--replica-host HOST]\n"
-    "                   [--listen ADDRESS] [--data-dir DIR]\n"
+    "                   [--listen ADDRESS] [--data-dir DIR] [--backup-credentials-dir DIR]\n"
     "Serves one replica of the table the spec describes (see docs/rtable-core.md).\n"
-    "The other flags override the spec's replica.name, replica.host, listen and dataDir, so one\n"
-    "spec file (a ConfigMap) can serve every replica. Each takes --flag VALUE or --flag=VALUE.\n";
+    "The flags --replica-name, --replica-host, --listen and --data-dir override the spec's\n"
+    "replica.name, replica.host, listen and dataDir, so one spec file (a ConfigMap) can serve\n"
+    "every replica. --backup-credentials-dir: where the Secrets an S3 backup destination names\n"
+    "are mounted, one folder each (default /etc/rtable/backup-credentials).\n"
+    "Each takes --flag VALUE or --flag=VALUE.\n";
 
 // A flag that overrides one field of the spec file: the flag and the field's path in the YAML.
 struct Override {
@@ -92,6 +96,7 @@ int waitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
 
 int main(int argc, char** argv) {
   std::string config;
+  std::filesystem::path credentials_dir(rtable::backup::kDefaultCredentialsDir);
   std::vector<std::pair<const Override*, std::string>> overrides;  // in command-line order
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
     for (const auto& o : kOverrides) {
       if (name == o.flag) flag = &o;
     }
-    if (name != "--config" && !flag) {
+    if (name != "--config" && name != "--backup-credentials-dir" && !flag) {
       fmt::print(stderr, "rtable-core: unknown argument '{}' (see --help)\n", arg);
       return kExitUsage;
     }
@@ -119,6 +124,12 @@ int main(int argc, char** argv) {
     }
     if (flag) {
       overrides.emplace_back(flag, value);
+    } else if (name == "--backup-credentials-dir") {
+      if (value.empty()) {
+        fmt::print(stderr, "rtable-core: --backup-credentials-dir needs a value\n");
+        return kExitUsage;
+      }
+      credentials_dir = value;
     } else {
       config = value;
     }
@@ -206,15 +217,9 @@ int main(int argc, char** argv) {
 
   // Cluster backups that name this replica, and the table's restore (backup/, DESIGN.md 2.7).
   const rtable::backup::DestinationOpener open_destination =
-      [](const rtable::backup::DestinationRef& destination)
-      -> rtable::backup::StorageResult<std::unique_ptr<rtable::backup::BackupStorage>> {
-    if (destination.kind == rtable::backup::DestinationRef::Kind::kFilesystem) {
-      return std::make_unique<rtable::backup::FilesystemStorage>(destination.path);
-    }
-    return std::unexpected(rtable::backup::StorageError{
-        rtable::backup::StorageError::Kind::kAccessDenied,
-        "S3 destinations need credentials, which replicas are not given yet"});
-  };
+      [credentials_dir](const rtable::backup::DestinationRef& destination) {
+        return rtable::backup::openDestination(destination, credentials_dir);
+      };
   rtable::backup::ReplicaBackupSource backup_source([&table] { return table->serving(); });
   rtable::backup::BackupAgent backups(
       factory, rtable::backup::BackupPaths::rootFor(spec->zookeeper_root), spec->tableRoot(),

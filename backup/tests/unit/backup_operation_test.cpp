@@ -32,6 +32,8 @@ BackupOperation sampleOperation() {
   op.destination.endpoint = "http://127.0.0.1:8333";
   op.destination.bucket = "backups";
   op.destination.prefix = "prod";
+  op.destination.credentials_secret = "s3-backup";
+  op.destination.access_key_id_key = "AWS_ACCESS_KEY_ID";
   return op;
 }
 
@@ -71,6 +73,12 @@ TEST(BackupOperation, RefusalsNameTheField) {
             "destination.kind: 'ftp' is neither filesystem nor s3");
   EXPECT_EQ(error(with([](auto& d) { d["destination"].erase("bucket"); })),
             "destination.bucket: a string is required");
+  EXPECT_EQ(error(with([](auto& d) { d["destination"]["credentials"]["secretName"] = 7; })),
+            "destination.credentials.secretName: a string is required");
+  // Written before S3 destinations carried credentials: still read, with no Secret named.
+  auto older = with([](auto& d) { d["destination"].erase("credentials"); });
+  ASSERT_TRUE(older) << older.error();
+  EXPECT_EQ(older->destination.credentials_secret, "");
   EXPECT_FALSE(BackupOperation::parse("{"));
 }
 

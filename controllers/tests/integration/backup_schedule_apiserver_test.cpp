@@ -217,7 +217,9 @@ TEST_F(BackupScheduleApiServer, RunsSkipsMissesAndPrunesOnTheClock) {
   EXPECT_EQ((*backup)["metadata"]["labels"],
             json({{"team", "analytics"}, {"rtable.io/backup-schedule", "hourly"}}));
   EXPECT_EQ((*backup)["metadata"]["annotations"]["rtable.io/scheduled-at"], text(t0));
-  EXPECT_EQ((*backup)["spec"], object["spec"]["template"]["spec"]);
+  json template_spec = object["spec"]["template"]["spec"];
+  template_spec["deletionPolicy"] = "Delete";  // the CRD's default
+  EXPECT_EQ((*backup)["spec"], template_spec);
   expectStatus("lastScheduleTime", text(t0));
   expectStatus("active", json::array({{{"name", scheduledBackupName("hourly", t0)},
                                        {"uid", (*backup)["metadata"]["uid"]}}}));

@@ -283,6 +283,22 @@ TEST_F(CrdApiServer, MutableFieldsCanChange) {
   ASSERT_TRUE(parsed) << parsed.error().toString();
   EXPECT_FALSE(
       checkReplicatedTableUpdate(*ReplicatedTableSpec::parse((*created)["spec"]), *parsed));
+
+  // A ClusterBackup's spec is fixed but for deletionPolicy: keeping a backup's data is decided
+  // when it is deleted.
+  auto backup =
+      yamlDocumentsToJson(testing::readText(testing::crdsDir() / "examples/events-backup.yaml"));
+  ASSERT_TRUE(backup);
+  auto made = client_->create(kClusterBackups, inNamespace(backup->front(), ns));
+  ASSERT_TRUE(made) << made.error().toString();
+  EXPECT_EQ((*made)["spec"]["deletionPolicy"], "Delete");
+  json retained = *made;
+  retained["spec"]["deletionPolicy"] = "Retain";
+  auto kept = client_->update(kClusterBackups, retained);
+  ASSERT_TRUE(kept) << kept.error().toString();
+  EXPECT_EQ((*kept)["spec"]["deletionPolicy"], "Retain");
+  EXPECT_FALSE(checkClusterBackupUpdate(*ClusterBackupSpec::parse((*made)["spec"]),
+                                        *ClusterBackupSpec::parse((*kept)["spec"])));
 }
 
 TEST_F(CrdApiServer, PrinterColumnsStatusAndScale) {

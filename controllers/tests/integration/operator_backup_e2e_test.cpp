@@ -9,10 +9,16 @@
 //     the destination did not hold (none, when no merge ran in between) and reuses the rest;
 //   - a new table restored from the second backup (spec.restoreFrom): Restored, and each of its
 //     three replicas holds every acknowledged row exactly once;
-//   - a destination that does not exist: Failed, the condition's reason NoBucket, no manifest.
+//   - a destination that does not exist: Failed, the condition's reason NoBucket, no manifest;
+//   - to S3 (a real SeaweedFS): the replicas read the keys from their mount of the Secret the
+//     backup names (none passes through the operator or ZooKeeper); a second backup reuses the
+//     first one's objects; wrong keys fail the backup as AccessDenied; a Secret the table does not
+//     mount keeps the backup Pending, saying so; a new table restored from the bucket; the first
+//     backup deleted: its manifest and the data files only it used go, the second stays whole.
 #include "operator_stack.h"
 #include "rtable/backup/backup_reader.h"
 #include "rtable/backup/filesystem_storage.h"
+#include "rtable/backup/testing/local_seaweedfs.h"
 #include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/replication_core/part_format.h"
@@ -26,15 +32,29 @@ class OperatorBackup : public OperatorStack {
   fs::path backupDir() { return plane_->workDir() / "backups"; }
 
   void applyBackup(const std::string& name, const std::string& path) {
+    applyBackupTo(name, fmt::format("filesystem: {{path: \"{}\"}}", path));
+  }
+  // `destination`: the one line under spec.destination.
+  void applyBackupTo(const std::string& name, const std::string& destination) {
     ASSERT_TRUE(plane_->apply(fmt::format(R"(apiVersion: rtable.io/v1alpha1
 kind: ClusterBackup
 metadata: {{name: {}, namespace: {}}}
 spec:
   table: events
   destination:
-    filesystem: {{path: "{}"}}
+    {}
 )",
-                                          name, kNs, path)));
+                                          name, kNs, destination)));
+  }
+
+  // A Secret as users make one: kubectl create secret generic ... --from-literal.
+  void createSecret(const std::string& name, const std::string& access_key,
+                    const std::string& secret_key) {
+    auto made = plane_->kubectl({"create", "secret", "generic", name, "-n", kNs,
+                                 "--from-literal=accessKeyId=" + access_key,
+                                 "--from-literal=secretAccessKey=" + secret_key});
+    ASSERT_TRUE(made) << made.error();
+    ASSERT_EQ(made->exit_code, 0) << made->out << made->err;
   }
 
   json backupObject(const std::string& name) {
@@ -58,9 +78,9 @@ spec:
 
   // A second table, `restored`, made from ClusterBackup `backup` (spec.restoreFrom); its status
   // once the restore ended (the Restored condition True, or its reason RestoreFailed).
-  json applyRestoredTable(const std::string& backup) {
-    EXPECT_TRUE(plane_->apply(
-        tableManifest("restored", fmt::format("  restoreFrom: {{backup: {}}}\n", backup))));
+  json applyRestoredTable(const std::string& backup, const std::string& extra = "") {
+    EXPECT_TRUE(plane_->apply(tableManifest(
+        "restored", fmt::format("  restoreFrom: {{backup: {}}}\n{}", backup, extra))));
     json status;
     EXPECT_TRUE(eventually(
         [&] {
@@ -76,6 +96,33 @@ spec:
         240s))
         << status.dump();
     return status;
+  }
+
+  // Each replica of the restored table holds every acknowledged row exactly once.
+  void expectRestoredReplicasHold(const std::set<uint64_t>& acknowledged) {
+    const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
+    for (const char* pod : {"restored-0", "restored-1", "restored-2"}) {
+      std::string answer;
+      ASSERT_TRUE(eventually(
+          [&] {
+            auto synced =
+                httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+            answer = synced ? synced->body : synced.error();
+            return synced && synced->status == 200;
+          },
+          180s))
+          << pod << ": " << answer;
+      auto holds = core::testing::checkReplicaHolds(
+          core::testing::ReplicaEndpoint{podIp(pod), 8123}, 1, expected);
+      EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
+    }
+  }
+
+  static json conditionOf(const json& status, const std::string& type) {
+    for (const auto& item : status.value("conditions", json::array())) {
+      if (item.value("type", "") == type) return item;
+    }
+    return json::object();
   }
 
   core::TableSchema schema() {
@@ -180,22 +227,7 @@ TEST_F(OperatorBackup, BackupsUnderWritesHoldEveryAcknowledgedRowOnceAndReuseSto
   EXPECT_EQ(condition["message"],
             fmt::format("restored ClusterBackup b2 (table events): {} parts, {} rows",
                         m2->tables.at(0).parts.size(), m2->tables.at(0).rows));
-  const std::set<uint64_t> acknowledged = writers_->acknowledged();  // a copy: one set's range
-  const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
-  for (const char* pod : {"restored-0", "restored-1", "restored-2"}) {
-    std::string answer;
-    ASSERT_TRUE(eventually(
-        [&] {
-          auto synced = httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
-          answer = synced ? synced->body : synced.error();
-          return synced && synced->status == 200;
-        },
-        180s))
-        << pod << ": " << answer;
-    auto holds = core::testing::checkReplicaHolds(core::testing::ReplicaEndpoint{podIp(pod), 8123},
-                                                  1, expected);
-    EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
-  }
+  expectRestoredReplicasHold(writers_->acknowledged());
 }
 
 TEST_F(OperatorBackup, ADestinationThatDoesNotExistFailsTheBackupNamingIt) {
@@ -211,6 +243,118 @@ TEST_F(OperatorBackup, ADestinationThatDoesNotExistFailsTheBackupNamingIt) {
   EXPECT_NE(status["error"].get<std::string>().find(missing), std::string::npos) << status.dump();
   EXPECT_FALSE(fs::exists(missing));
   EXPECT_FALSE(zkExists(root() + "/backup"));
+}
+
+TEST_F(OperatorBackup, S3BackupsReadTheKeysFromTheMountedSecretAndRestoreFromTheBucket) {
+  auto weed = backup::testing::LocalSeaweedFs::start();
+  ASSERT_TRUE(weed) << weed.error();
+  createSecret("s3-backup", (*weed)->accessKey(), (*weed)->secretKey());
+  createSecret("s3-wrong", (*weed)->accessKey(), "not-the-secret-key");
+  createSecret("s3-unmounted", (*weed)->accessKey(), (*weed)->secretKey());
+  ASSERT_TRUE(plane_->apply(tableManifest(
+      "events", "  headroom: {autoRecover: false}\n  backupCredentials: [s3-backup, s3-wrong]\n")));
+  ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+  startWriters(50ms);
+  std::this_thread::sleep_for(3s);
+  ASSERT_TRUE(writers_->stop());
+  const std::set<uint64_t> acknowledged = writers_->acknowledged();
+  ASSERT_FALSE(acknowledged.empty());
+  expectReplicasHoldExactly(acknowledged, 1);
+
+  auto s3 = [&](const std::string& secret) {
+    return fmt::format(
+        "s3: {{endpoint: \"{}\", bucket: {}, prefix: cluster-a, credentials: {{secretName: {}}}}}",
+        (*weed)->endpoint(), (*weed)->bucket(), secret);
+  };
+  auto storage = backup::S3Storage::create((*weed)->storageOptions("cluster-a"));
+  ASSERT_TRUE(storage) << storage.error().message;
+  applyBackupTo("s1", s3("s3-backup"));
+  json s1 = waitForEnd("s1");
+  ASSERT_EQ(s1["status"]["phase"], "Completed") << s1["status"].dump();
+  EXPECT_EQ(s1["status"]["location"], "s3://" + (*weed)->bucket() + "/cluster-a");
+  auto m1 = backup::readManifest(**storage, std::string(kNs) + ".s1");
+  ASSERT_TRUE(m1) << m1.error().message;
+  EXPECT_EQ(m1->tables.at(0).rows, acknowledged.size());
+  EXPECT_EQ(s1["status"]["bytesWritten"].get<uint64_t>(), m1->data_bytes);
+
+  // A second backup of the same rows: it writes only what the bucket does not hold (a merge's
+  // part since), and references the rest.
+  applyBackupTo("s2", s3("s3-backup"));
+  json s2 = waitForEnd("s2");
+  ASSERT_EQ(s2["status"]["phase"], "Completed") << s2["status"].dump();
+  auto m2 = backup::readManifest(**storage, std::string(kNs) + ".s2");
+  ASSERT_TRUE(m2) << m2.error().message;
+  const auto stored = m1->dataFiles();
+  const std::set<std::string> in_bucket(stored.begin(), stored.end());
+  uint64_t new_bytes = 0;
+  std::set<std::string> counted;
+  for (const auto& file : m2->files) {
+    if (!file.data_file.empty() && !in_bucket.contains(file.data_file) &&
+        counted.insert(file.data_file).second) {
+      new_bytes += file.size;
+    }
+  }
+  EXPECT_EQ(s2["status"]["bytesWritten"].get<uint64_t>(), new_bytes);
+  EXPECT_EQ(s2["status"]["bytesReused"].get<uint64_t>() + new_bytes, m2->data_bytes);
+  EXPECT_GT(s2["status"]["bytesReused"].get<uint64_t>(), 0u);
+
+  // Keys the server refuses: Failed, AccessDenied, and no manifest.
+  applyBackupTo("wrong", s3("s3-wrong"));
+  json wrong = waitForEnd("wrong");
+  ASSERT_EQ(wrong["status"]["phase"], "Failed") << wrong["status"].dump();
+  EXPECT_EQ(conditionOf(wrong["status"], "Failed").value("reason", ""), "AccessDenied")
+      << wrong["status"].dump();
+  auto wrong_manifest = (*storage)->size("backups/" + std::string(kNs) + ".wrong/manifest.json");
+  ASSERT_TRUE(wrong_manifest) << wrong_manifest.error().message;
+  EXPECT_FALSE(*wrong_manifest);
+
+  // A Secret the table's pods do not mount: Pending, saying what to change; nothing started.
+  applyBackupTo("unmounted", s3("s3-unmounted"));
+  json waiting;
+  EXPECT_TRUE(eventually(
+      [&] {
+        waiting = backupObject("unmounted");
+        return conditionOf(waiting.value("status", json::object()), "Waiting")
+                   .value("reason", "") == "CredentialsNotMounted";
+      },
+      60s))
+      << waiting.dump();
+  EXPECT_EQ(waiting["status"]["phase"], "Pending");
+  EXPECT_NE(conditionOf(waiting["status"], "Waiting")["message"].get<std::string>().find(
+                "add it to the table's spec.backupCredentials"),
+            std::string::npos);
+  auto deleted = plane_->kubectl({"delete", "clusterbackup", "unmounted", "-n", kNs});
+  ASSERT_TRUE(deleted && deleted->exit_code == 0) << (deleted ? deleted->err : deleted.error());
+
+  // Restored from the bucket into a new table that mounts the Secret.
+  const json restored = applyRestoredTable("s2", "  backupCredentials: [s3-backup]\n");
+  const json condition = conditionOf(restored, "Restored");
+  ASSERT_EQ(condition.value("status", ""), "True") << restored.dump();
+  EXPECT_EQ(condition["message"],
+            fmt::format("restored ClusterBackup s2 (table events): {} parts, {} rows",
+                        m2->tables.at(0).parts.size(), m2->tables.at(0).rows));
+  expectRestoredReplicasHold(acknowledged);
+
+  // s1 deleted (deletionPolicy Delete, the default): a replica of events removes its manifest and
+  // the data files no other backup refers to; s2 stays whole.
+  auto deleted_s1 = plane_->kubectl({"delete", "clusterbackup", "s1", "-n", kNs, "--wait=false"});
+  ASSERT_TRUE(deleted_s1 && deleted_s1->exit_code == 0)
+      << (deleted_s1 ? deleted_s1->err : deleted_s1.error());
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto object = client_->get(clusterBackups(), {kNs, "s1"});
+        return !object && object.error().kind == op::KubeErrorKind::kNotFound;
+      },
+      120s))
+      << backupObject("s1").dump();
+  auto s1_manifest = (*storage)->size(backup::manifestName(std::string(kNs) + ".s1"));
+  ASSERT_TRUE(s1_manifest) << s1_manifest.error().message;
+  EXPECT_FALSE(*s1_manifest);
+  auto data = (*storage)->list("data/");
+  ASSERT_TRUE(data) << data.error().message;
+  EXPECT_EQ(*data, m2->dataFiles()) << "only s2's data files are left";
+  auto again = backup::readManifest(**storage, std::string(kNs) + ".s2");
+  ASSERT_TRUE(again) << again.error().message;
 }
 
 }  // namespace

@@ -389,7 +389,8 @@ TEST(ScheduledBackup, NameLabelsAnnotationsOwnerAndSpec) {
       "ownerReferences": [{"apiVersion": "rtable.io/v1alpha1", "kind": "BackupSchedule",
                            "name": "nightly", "uid": "uid-1", "controller": true,
                            "blockOwnerDeletion": true}]},
-    "spec": {"table": "events", "destination": {"filesystem": {"path": "/b"}}}})");
+    "spec": {"table": "events", "deletionPolicy": "Delete",
+             "destination": {"filesystem": {"path": "/b"}}}})");
   EXPECT_EQ(object, expected) << json::diff(expected, object).dump(1);
 
   // Read back as the schedule sees it.

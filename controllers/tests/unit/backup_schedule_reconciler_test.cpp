@@ -121,7 +121,7 @@ TEST_F(ScheduleReconciler, CreatesEachRunOnTimeAndReportsIt) {
                           {"uid", uid_},
                           {"controller", true},
                           {"blockOwnerDeletion", true}}}));
-  EXPECT_EQ(backup["spec"], json::parse(R"({"table": "events",
+  EXPECT_EQ(backup["spec"], json::parse(R"({"table": "events", "deletionPolicy": "Delete",
                                             "destination": {"filesystem": {"path": "/backups"}}})"));
   const json s = status();
   EXPECT_EQ(s["lastScheduleTime"], text(t0_));

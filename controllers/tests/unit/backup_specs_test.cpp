@@ -216,7 +216,18 @@ TEST(ClusterBackupSpec, ParsesTheExamples) {
   EXPECT_FALSE(selector->matches({{"team", "analytics"}, {"tier", "scratch"}}));
   EXPECT_FALSE(selector->matches({{"team", "web"}}));
 
-  for (const auto* s : {&*single, &*team}) {
+  auto s3 = ClusterBackupSpec::parse(exampleSpec("events-backup-s3.yaml"));
+  ASSERT_TRUE(s3) << s3.error().toString();
+  ASSERT_TRUE(s3->destination.s3);
+  EXPECT_EQ(s3->destination.s3->endpoint, "https://s3.eu-west-1.amazonaws.com");
+  EXPECT_EQ(s3->destination.s3->bucket, "analytics-backups");
+  EXPECT_EQ(s3->destination.s3->prefix, "cluster-a");
+  EXPECT_EQ(s3->destination.s3->region, "eu-west-1");
+  EXPECT_EQ(s3->destination.s3->credentials_secret, "s3-backup");
+  EXPECT_EQ(s3->destination.s3->access_key_id_key, "accessKeyId");  // the CRD's defaults
+  EXPECT_EQ(s3->destination.s3->secret_access_key_key, "secretAccessKey");
+
+  for (const auto* s : {&*single, &*team, &*s3}) {
     auto again = ClusterBackupSpec::parse(s->toJson());
     ASSERT_TRUE(again);
     EXPECT_EQ(*again, *s);
@@ -236,13 +247,47 @@ TEST(ClusterBackupSpec, ErrorsNameTheField) {
       {{{"table", "Events"}, {"destination", {{"filesystem", {{"path", "/b"}}}}}},
        "spec.table: 'Events' is not a ReplicatedTable name"},
       {{{"table", "events"}, {"destination", json::object()}},
-       "spec.destination: exactly one of filesystem and persistentVolumeClaim"},
+       "spec.destination: exactly one of filesystem, persistentVolumeClaim and s3"},
       {{{"table", "events"}, {"destination", {{"filesystem", {{"path", "b"}}}}}},
        "spec.destination.filesystem.path: 'b' must be an absolute path"},
       {{{"table", "events"}, {"destination", {{"persistentVolumeClaim", {{"subPath", "x"}}}}}},
        "spec.destination.persistentVolumeClaim.claimName: required"},
-      {{{"table", "events"}, {"destination", {{"s3", {{"bucket", "x"}}}}}},
-       "spec.destination.s3: unknown field"},
+      {{{"table", "events"}, {"destination", {{"s3", {{"bucket", "xyz"}}}}}},
+       "spec.destination.s3.endpoint: required"},
+      {{{"table", "events"},
+        {"destination", {{"s3", {{"endpoint", "s3.amazonaws.com"}, {"bucket", "xyz"}}}}}},
+       "spec.destination.s3.endpoint: 's3.amazonaws.com' is not an http:// or https:// URL"},
+      {{{"table", "events"},
+        {"destination",
+         {{"s3", {{"endpoint", "https://s3.amazonaws.com"}, {"bucket", "Backups"}}}}}},
+       "spec.destination.s3.bucket: 'Backups' is not a bucket name"},
+      {{{"table", "events"},
+        {"destination",
+         {{"s3", {{"endpoint", "https://s3.amazonaws.com"}, {"bucket", "backups"}}}}}},
+       "spec.destination.s3.credentials: required"},
+      {{{"table", "events"},
+        {"destination",
+         {{"s3",
+           {{"endpoint", "https://s3.amazonaws.com"},
+            {"bucket", "backups"},
+            {"credentials", {{"secretName", "s3"}, {"accessKeyIdKey", "a/b"}}}}}}}},
+       "spec.destination.s3.credentials.accessKeyIdKey: 'a/b' is not a Secret's key"},
+      {{{"table", "events"},
+        {"destination",
+         {{"s3",
+           {{"endpoint", "https://s3.amazonaws.com"},
+            {"bucket", "backups"},
+            {"credentials", {{"secretName", "s3"}}},
+            {"acl", "private"}}}}}},
+       "spec.destination.s3.acl: unknown field"},
+      {{{"table", "events"},
+        {"destination",
+         {{"filesystem", {{"path", "/b"}}},
+          {"s3",
+           {{"endpoint", "https://s3.amazonaws.com"},
+            {"bucket", "backups"},
+            {"credentials", {{"secretName", "s3"}}}}}}}},
+       "spec.destination: exactly one of filesystem, persistentVolumeClaim and s3"},
       {{{"selector", {{"matchExpressions", {{{"key", "a"}, {"operator", "In"}}}}}},
         {"destination", {{"filesystem", {{"path", "/b"}}}}}},
        "spec.selector.matchExpressions[0].values: In and NotIn need values"},

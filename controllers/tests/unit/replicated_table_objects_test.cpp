@@ -143,6 +143,36 @@ TEST(TableObjects, PodTemplateAdditionsAreMergedIn) {
   EXPECT_EQ(pod["spec"]["priorityClassName"], "high");
 }
 
+TEST(TableObjects, BackupCredentialsAreMountedWhereRtableCoreLooksForThem) {
+  // Listed ones, then restoreFrom.s3's (mounted without being listed).
+  const TableObjects objects = renderTableObjects(spec(R"(, "backupCredentials": ["s3-backup"],
+      "restoreFrom": {"name": "prod.b1", "s3": {"endpoint": "http://s3:8333", "bucket": "bkt",
+                      "credentials": {"secretName": "old-cluster.s3"}}})"),
+                                                  context("events"));
+  const json& pod = objects.stateful_set["spec"]["template"]["spec"];
+  json volumes = json::array();
+  for (const auto& volume : pod["volumes"]) {
+    if (volume["name"].get<std::string>().starts_with("backup-credentials-"))
+      volumes.push_back(volume);
+  }
+  EXPECT_EQ(volumes, json::parse(R"([
+      {"name": "backup-credentials-0", "secret": {"secretName": "s3-backup", "defaultMode": 256}},
+      {"name": "backup-credentials-1", "secret": {"secretName": "old-cluster.s3", "defaultMode": 256}}])"));
+  json mounts = json::array();
+  for (const auto& mount : container(objects.stateful_set, "rtable-core")["volumeMounts"]) {
+    if (mount["name"].get<std::string>().starts_with("backup-credentials-"))
+      mounts.push_back(mount);
+  }
+  EXPECT_EQ(mounts, json::parse(R"([
+      {"name": "backup-credentials-0", "readOnly": true,
+       "mountPath": "/etc/rtable/backup-credentials/s3-backup"},
+      {"name": "backup-credentials-1", "readOnly": true,
+       "mountPath": "/etc/rtable/backup-credentials/old-cluster.s3"}])"));
+  // A table without them mounts none.
+  const TableObjects plain = renderTableObjects(spec(""), context("events"));
+  EXPECT_EQ(plain.stateful_set.dump().find("backup-credentials"), std::string::npos);
+}
+
 TEST(TableObjects, EveryExampleTableRenders) {
   auto examples = testing::loadExamples(testing::crdsDir() / "examples");
   ASSERT_TRUE(examples) << examples.error();

@@ -1024,5 +1024,105 @@ TEST_F(ReconcilerWithZooKeeper, ATableRestoredFromALocationNeedsNoClusterBackup)
             "waiting for a replica to restore backup analytics.nightly in /backups");
 }
 
+TEST_F(ReconcilerWithZooKeeper, ATableRestoredFromS3WaitsForItsCredentialsAndMountsThem) {
+  json restored = table(3);
+  restored["spec"]["restoreFrom"] = {{"s3",
+                                      {{"endpoint", "http://seaweedfs.backup.svc:8333"},
+                                       {"bucket", "analytics-backups"},
+                                       {"prefix", "cluster-a"},
+                                       {"credentials", {{"secretName", "s3-backup"}}}}},
+                                     {"name", "analytics.nightly"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), restored));
+  const std::string request_path = "/rtable/tables/analytics.events/restore";
+
+  // No Secret: nothing is created, the table says which Secret it waits for.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "CredentialsNotFound");
+  EXPECT_EQ(condition("Restored")["message"],
+            "the credentials Secret s3-backup of s3://analytics-backups/cluster-a does not exist "
+            "in namespace analytics");
+  EXPECT_FALSE(*operator_session_->exists(request_path));
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  // A Secret without the secret key: still waiting, naming the key.
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "s3-backup"}, {"namespace", "analytics"}}},
+                 {"data", {{"accessKeyId", "QUtJQQ=="}}}};
+  auto created = client_.create(op::resources::secrets(), secret);
+  ASSERT_TRUE(created) << created.error().toString();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["message"],
+            "the credentials Secret s3-backup has no key 'secretAccessKey'");
+
+  (*created)["data"]["secretAccessKey"] = "c2VjcmV0";
+  ASSERT_TRUE(client_.update(op::resources::secrets(), *created));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto node = operator_session_->get(request_path);
+  ASSERT_TRUE(node) << node.error().toString();
+  auto request = backup::RestoreRequest::parse(node->data);
+  ASSERT_TRUE(request) << request.error();
+  EXPECT_EQ(request->backup, "analytics.nightly");
+  EXPECT_EQ(request->destination.kind, backup::DestinationRef::Kind::kS3);
+  EXPECT_EQ(request->destination.location(), "s3://analytics-backups/cluster-a");
+  EXPECT_EQ(request->destination.endpoint, "http://seaweedfs.backup.svc:8333");
+  EXPECT_EQ(request->destination.credentials_secret, "s3-backup");
+  EXPECT_EQ(node->data.find("c2VjcmV0"), std::string::npos) << "a key in ZooKeeper";
+  // The pods mount the Secret (not listed in backupCredentials: restoreFrom's own).
+  auto set = client_.get(statefulSets(), {"analytics", "events"});
+  ASSERT_TRUE(set);
+  EXPECT_NE(set->dump().find("/etc/rtable/backup-credentials/s3-backup"), std::string::npos);
+  EXPECT_EQ(condition("Restored")["message"],
+            "waiting for a replica to restore backup analytics.nightly in "
+            "s3://analytics-backups/cluster-a");
+}
+
+TEST_F(ReconcilerWithZooKeeper, ARestoreFromAnS3ClusterBackupNeedsTheTableToMountItsSecret) {
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "s3-backup"}, {"namespace", "analytics"}}},
+                 {"data", {{"accessKeyId", "QUtJQQ=="}, {"secretAccessKey", "c2VjcmV0"}}}};
+  ASSERT_TRUE(client_.create(op::resources::secrets(), secret));
+  json backup = {{"apiVersion", "rtable.io/v1alpha1"},
+                 {"kind", "ClusterBackup"},
+                 {"metadata", {{"name", "nightly"}, {"namespace", "analytics"}}},
+                 {"spec",
+                  {{"table", "events"},
+                   {"destination",
+                    {{"s3",
+                      {{"endpoint", "http://s3:8333"},
+                       {"bucket", "backups"},
+                       {"credentials", {{"secretName", "s3-backup"}}}}}}}}}};
+  auto created = client_.create(clusterBackups(), backup);
+  ASSERT_TRUE(created) << created.error().toString();
+  (*created)["status"] = {{"phase", "Completed"},
+                          {"contents", json::array({{{"table", "events"}, {"rows", 30}}})}};
+  ASSERT_TRUE(client_.updateStatus(clusterBackups(), *created));
+
+  json restored = table(3);
+  restored["spec"]["restoreFrom"] = {{"backup", "nightly"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), restored));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "CredentialsNotMounted");
+  EXPECT_EQ(condition("Restored")["message"],
+            "the replicas of table events do not mount the credentials Secret s3-backup of "
+            "s3://backups: add it to the table's spec.backupCredentials (its pods restart, one at "
+            "a time, to mount it)");
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  // Listed (restoreFrom is immutable, backupCredentials is not): the restore is asked for.
+  auto current = client_.get(replicatedTables(), {"analytics", "events"});
+  ASSERT_TRUE(current);
+  (*current)["spec"]["backupCredentials"] = {"s3-backup"};
+  ASSERT_TRUE(client_.update(replicatedTables(), *current));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto node = operator_session_->get("/rtable/tables/analytics.events/restore");
+  ASSERT_TRUE(node) << node.error().toString();
+  auto request = backup::RestoreRequest::parse(node->data);
+  ASSERT_TRUE(request) << request.error();
+  EXPECT_EQ(request->destination.credentials_secret, "s3-backup");
+  EXPECT_EQ(condition("Restored")["reason"], "RestorePending");
+}
+
 }  // namespace
 }  // namespace rtable::controllers

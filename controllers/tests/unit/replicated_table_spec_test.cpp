@@ -99,8 +99,9 @@ TEST(ReplicatedTableSpec, TheCrdDefaultsAreTheParserDefaults) {
 }
 
 TEST(ReplicatedTableSpec, RoundTripsEveryField) {
-  for (const char* file : {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml",
-                           "restored-table.yaml", "restored-from-location.yaml"}) {
+  for (const char* file :
+       {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml", "restored-table.yaml",
+        "restored-from-location.yaml", "restored-from-s3.yaml"}) {
     auto spec = ReplicatedTableSpec::parse(exampleSpec(file));
     ASSERT_TRUE(spec) << file << ": " << spec.error().toString();
     auto again = ReplicatedTableSpec::parse(spec->toJson());
@@ -177,17 +178,25 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
        {{"tolerations", {{{"operator", "Maybe"}}}}},
        "spec.podTemplate.tolerations[0].operator: 'Maybe' is not one of"},
       {"/restoreFrom", json::object(),
-       "spec.restoreFrom: exactly one of backup and filesystem must be given"},
+       "spec.restoreFrom: exactly one of backup, filesystem and s3 must be given"},
       {"/restoreFrom",
        {{"backup", "b"}, {"filesystem", {{"path", "/backups"}}}, {"name", "x"}},
-       "spec.restoreFrom: exactly one of backup and filesystem must be given"},
+       "spec.restoreFrom: exactly one of backup, filesystem and s3 must be given"},
       {"/restoreFrom",
        {{"filesystem", {{"path", "/backups"}}}},
-       "spec.restoreFrom.name: the backup's name in the destination is given with filesystem, "
-       "and only with it"},
+       "spec.restoreFrom.name: name is given with filesystem or s3, and only with them"},
       {"/restoreFrom",
        {{"backup", "b"}, {"name", "x"}},
-       "spec.restoreFrom.name: the backup's name in the destination is given with filesystem"},
+       "spec.restoreFrom.name: name is given with filesystem or s3, and only with them"},
+      {"/restoreFrom",
+       {{"s3",
+         {{"endpoint", "http://s3:8333"}, {"bucket", "bkt"}, {"credentials", json::object()}}},
+        {"name", "x"}},
+       "spec.restoreFrom.s3.credentials.secretName: required"},
+      {"/backupCredentials",
+       {"s3", "S3"},
+       "spec.backupCredentials[1]: 'S3' is not a Secret's name"},
+      {"/backupCredentials", {"s3", "s3"}, "spec.backupCredentials[1]: 's3' is listed twice"},
       {"/restoreFrom",
        {{"filesystem", {{"path", "backups/"}}}, {"name", "x"}},
        "spec.restoreFrom.filesystem.path: 'backups/' must be an absolute path"},

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "rtable/backup/backup_deletion.h"
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_storage.h"
 #include "rtable/backup/restore.h"
@@ -31,6 +32,7 @@ using StorageFactory =
 struct BackupAgentOptions {
   std::chrono::milliseconds poll_period{5000};
   BackupHostOptions host;
+  DeletionOptions deletion;
 };
 
 class BackupAgent {
@@ -60,6 +62,8 @@ class BackupAgent {
   void loop();
   void lookAndRun();
   void lookAtRestore();
+  // Deletes the data of deleted backups of this replica's table (backup_deletion.h).
+  void lookAtDeletions();
   // A watch callback that wakes the loop.
   core::WatchCallback waker();
   void runOperation(const BackupOperation& operation);
@@ -83,6 +87,7 @@ class BackupAgent {
   DestinationOpener restore_open_;
   std::function<void(std::optional<std::string>)> refuse_inserts_;
   RestoreOptions restore_options_;
+  bool restore_ended_ = false;            // loop thread only
   std::shared_ptr<core::Keeper> keeper_;  // the watch's session (loop thread only)
   std::thread thread_;
 };

@@ -39,6 +39,12 @@ struct DestinationRef {
   std::string bucket;
   std::string prefix;  // may be empty
   std::string region = "us-east-1";
+  // kS3: the Secret whose keys hold the access key id and the secret key. Only its name travels
+  // (ZooKeeper holds no secret): each replica reads the keys from its own mount of the Secret
+  // (openDestination, ReplicatedTable spec.backupCredentials).
+  std::string credentials_secret;
+  std::string access_key_id_key = "accessKeyId";
+  std::string secret_access_key_key = "secretAccessKey";
 
   // "/backups/events" or "s3://bucket/prefix" (endpoint left out).
   std::string location() const;

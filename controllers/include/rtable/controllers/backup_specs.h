@@ -38,7 +38,7 @@ struct LabelSelectorSpec {
   friend bool operator==(const LabelSelectorSpec&, const LabelSelectorSpec&) = default;
 };
 
-// Where a backup goes: exactly one of the two.
+// Where a backup goes: exactly one of the three.
 struct BackupDestination {
   struct Filesystem {
     std::string path;  // absolute, the same on every replica
@@ -49,16 +49,35 @@ struct BackupDestination {
     std::string sub_path;  // relative, may be empty
     friend bool operator==(const PersistentVolumeClaim&, const PersistentVolumeClaim&) = default;
   };
+  // An S3-compatible bucket. The credentials are two keys of a Secret in the backup's namespace
+  // that every replica of the tables mounts (ReplicatedTable spec.backupCredentials): the keys
+  // never pass through the operator or ZooKeeper.
+  struct S3 {
+    std::string endpoint;  // http(s)://host[:port][/path]
+    std::string bucket;
+    std::string prefix;  // may be empty
+    std::string region = "us-east-1";
+    std::string credentials_secret;
+    std::string access_key_id_key = "accessKeyId";
+    std::string secret_access_key_key = "secretAccessKey";
+    friend bool operator==(const S3&, const S3&) = default;
+  };
   std::optional<Filesystem> filesystem;
   std::optional<PersistentVolumeClaim> persistent_volume_claim;
+  std::optional<S3> s3;
   friend bool operator==(const BackupDestination&, const BackupDestination&) = default;
 };
+
+// What deleting a ClusterBackup does to its data in the destination (backup_deletion.h).
+enum class DeletionPolicy { kDelete, kRetain };
+std::string_view deletionPolicyName(DeletionPolicy policy);
 
 struct ClusterBackupSpec {
   // Exactly one of table and selector.
   std::optional<std::string> table;
   std::optional<LabelSelectorSpec> selector;
   BackupDestination destination;
+  DeletionPolicy deletion_policy = DeletionPolicy::kDelete;  // the one field that may change
 
   // `path` is where `spec` sits in its object: "spec", or "spec.template.spec" in a schedule.
   static std::expected<ClusterBackupSpec, SpecError> parse(const nlohmann::json& spec,
@@ -67,7 +86,7 @@ struct ClusterBackupSpec {
   friend bool operator==(const ClusterBackupSpec&, const ClusterBackupSpec&) = default;
 };
 
-// A ClusterBackup is one run: its spec never changes.
+// A ClusterBackup is one run: its spec never changes, but for deletionPolicy.
 std::optional<SpecError> checkClusterBackupUpdate(const ClusterBackupSpec& old_spec,
                                                   const ClusterBackupSpec& new_spec);
 

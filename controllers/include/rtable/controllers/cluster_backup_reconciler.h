@@ -25,15 +25,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/controllers/backup_metrics.h"
 #include "rtable/controllers/backup_specs.h"
+#include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/kube_client.h"
 #include "rtable/operator/operator_process.h"
+#include "rtable/operator/resource.h"
 #include "rtable/replication_core/keeper.h"
 
 namespace rtable::controllers {
@@ -46,6 +50,19 @@ std::string backupNameFor(const op::ObjectKey& key);
 // Where a ClusterBackup's spec sends it, or why this operator cannot (reason, message).
 std::expected<backup::DestinationRef, std::pair<std::string, std::string>> destinationOf(
     const ClusterBackupSpec& spec);
+// An S3 location as the replicas receive it (the credentials by their Secret's name only).
+backup::DestinationRef s3DestinationRef(const BackupDestination::S3& s3);
+// Why the replicas of table `table` (namespace `ns`, its spec) cannot open `destination`, as
+// (reason, message), or nullopt when they can as far as the operator sees: an S3 destination's
+// Secret must exist with both keys (CredentialsNotFound) and be mounted by the table's pods, i.e.
+// listed in its spec.backupCredentials (CredentialsNotMounted).
+std::optional<std::pair<std::string, std::string>> credentialsProblem(
+    op::KubeClient& client, const std::string& ns, const std::string& table,
+    const ReplicatedTableSpec& spec, const backup::DestinationRef& destination);
+
+// On a ClusterBackup whose deletionPolicy is Delete: its data is removed from the destination
+// before the object goes (backup_deletion.h).
+inline constexpr std::string_view kBackupDataFinalizer = "rtable.io/backup-data";
 
 struct ClusterBackupReconcilerOptions {
   std::string field_manager = "rtable-operator";
@@ -60,6 +77,9 @@ struct ClusterBackupReconcilerOptions {
   backup::StageSyncOptions sync;
   std::chrono::milliseconds poll_period{1000};
   std::chrono::milliseconds busy_retry{5000};
+  // A deletion no replica finished in this long is given up: the object goes, the data stays
+  // (a Warning Event says so).
+  std::chrono::milliseconds deletion_give_up{3600 * 1000};
 };
 
 class ClusterBackupReconciler {
@@ -74,6 +94,12 @@ class ClusterBackupReconciler {
     std::unique_ptr<backup::BackupInitiator> initiator;
   };
   op::ReconcileOutcome start(const op::ObjectKey& key, const nlohmann::json& object);
+  // A deleted ClusterBackup (deletionTimestamp set): its run stops, then its data goes as its
+  // deletionPolicy says, then the finalizer.
+  op::ReconcileOutcome finalize(const op::ObjectKey& key, const nlohmann::json& object);
+  op::ReconcileOutcome removeFinalizer(const op::ObjectKey& key, const nlohmann::json& object);
+  // Fails and cleans up the run of `key`, if this operator follows one.
+  void stopRunning(const op::ObjectKey& key, const std::string& why);
   op::ReconcileOutcome follow(const op::ObjectKey& key, const nlohmann::json& object,
                               Running& running);
   op::ReconcileOutcome patchStatus(const op::ObjectKey& key, const nlohmann::json& object,

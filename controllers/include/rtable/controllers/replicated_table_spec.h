@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/spec_error.h"
 #include "rtable/replication_core/table_schema.h"
 
@@ -79,12 +80,14 @@ struct PodTemplateAdditions {
 };
 
 // Where a table is restored from: exactly one of a ClusterBackup of its namespace (`backup`) or a
-// backup found by its location (`filesystem_path` and `name`: another cluster's, or one whose
-// ClusterBackup is gone, as after losing the cluster).
+// backup found by its location (`filesystem_path` or `s3`, with `name`: another cluster's, or one
+// whose ClusterBackup is gone, as after losing the cluster).
 struct RestoreSource {
-  std::string backup;           // a ClusterBackup in the table's namespace
-  std::string name;             // with filesystem_path: the backup's name there (backups/<name>/)
-  std::string filesystem_path;  // a directory every replica mounts at this path
+  std::string backup;  // a ClusterBackup in the table's namespace
+  // With filesystem_path or s3: the backup's name there (backups/<name>/).
+  std::string name;
+  std::string filesystem_path;              // a directory every replica mounts at this path
+  std::optional<BackupDestination::S3> s3;  // a bucket; the replicas mount its credentials
   // The backup's table restored; empty: its only table (with `backup`, also the one named as
   // this ReplicatedTable).
   std::string table;
@@ -108,6 +111,12 @@ struct ReplicatedTableSpec {
   ReplicationSettings replication;
   PodTemplateAdditions pod_template;
   std::optional<RestoreSource> restore_from;
+  // Secrets (in the table's namespace) the replica pods mount for S3 backup destinations, one
+  // folder each under /etc/rtable/backup-credentials/ (rtable-core's openDestination).
+  std::vector<std::string> backup_credentials;
+
+  // backup_credentials, and restoreFrom.s3's Secret when it is not among them: what the pods mount.
+  std::vector<std::string> mountedCredentials() const;
 
   // `spec` is the object's .spec. Defaults are filled in as the CRD's schema fills them.
   static std::expected<ReplicatedTableSpec, SpecError> parse(const nlohmann::json& spec);
