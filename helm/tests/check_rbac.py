@@ -27,7 +27,8 @@ USED = {
         "informer (managed-by label); server-side apply; deleted before the ZooKeeper tree"),
     ("", "configmaps"): ({"create", "patch"}, "server-side apply of <table>-config"),
     ("", "services"): ({"create", "patch"}, "server-side apply of the two Services"),
-    ("", "secrets"): ({"get", "create", "patch"}, "interserver Secret read, then applied"),
+    ("", "secrets"): ({"get", "create", "patch"},
+        "interserver Secret read, then applied; an S3 backup's credentials Secret read"),
     ("policy", "poddisruptionbudgets"): ({"create", "patch"}, "server-side apply"),
     ("", "pods"): ({"get", "list"}, "scale-down and deletion wait for pods"),
     ("", "events"): ({"create", "patch"}, "EventRecorder: create, repeats patch count"),
@@ -37,8 +38,9 @@ USED = {
     ("rtable.io", "backupschedules/status"): ({"patch"}, "status merge patch"),
     ("rtable.io", "backupschedules/finalizers"): ({"update"},
         "scheduled ClusterBackups carry blockOwnerDeletion owner references"),
-    ("rtable.io", "clusterbackups"): ({"get", "list", "watch", "create", "delete"},
-        "ClusterBackup controller: informer, reconcile reads the backup; BackupSchedule "
+    ("rtable.io", "clusterbackups"): ({"get", "list", "watch", "create", "patch", "delete"},
+        "ClusterBackup controller: informer, reconcile reads the backup, finalizer add/remove "
+        "(JSON patch); BackupSchedule "
         "controller: informer (owner enqueue), scheduled runs created, read on AlreadyExists, "
         "Replace and retention delete"),
     ("rtable.io", "clusterbackups/status"): ({"patch"}, "the ClusterBackup controller's status"),
