@@ -12,6 +12,7 @@
 #include "rtable/backup/backup_manifest.h"
 #include "rtable/backup/backup_reader.h"
 #include "rtable/replication_core/hash128.h"
+#include "wall_clock.h"
 
 namespace rtable::backup {
 namespace {
@@ -59,12 +60,6 @@ std::string trimmedPrefix(std::string_view prefix) {
   while (prefix.starts_with('/')) prefix.remove_prefix(1);
   while (prefix.ends_with('/')) prefix.remove_suffix(1);
   return std::string(prefix);
-}
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 // Whether a backup operation on `destination` may still write to it or reuse a file there: one
@@ -196,16 +191,28 @@ std::string destinationLocksPath(std::string_view backups_root) {
 bool sameDestination(const DestinationRef& a, const DestinationRef& b) {
   if (a.kind != b.kind) return false;
   if (a.kind == DestinationRef::Kind::kFilesystem) return a.path == b.path;
+  // Claims of the same name in two namespaces count as one: a wait too many, never one too few.
+  if (a.kind == DestinationRef::Kind::kVolume) {
+    return a.claim_name == b.claim_name && a.path == b.path;
+  }
   return a.endpoint == b.endpoint && a.bucket == b.bucket &&
          trimmedPrefix(a.prefix) == trimmedPrefix(b.prefix);
 }
 
 std::string destinationLockPath(std::string_view backups_root, const DestinationRef& destination) {
-  const std::string where =
-      destination.kind == DestinationRef::Kind::kFilesystem
-          ? fmt::format("filesystem\n{}", destination.path)
-          : fmt::format("s3\n{}\n{}\n{}", destination.endpoint, destination.bucket,
-                        trimmedPrefix(destination.prefix));
+  std::string where;
+  switch (destination.kind) {
+    case DestinationRef::Kind::kFilesystem:
+      where = fmt::format("filesystem\n{}", destination.path);
+      break;
+    case DestinationRef::Kind::kVolume:
+      where = fmt::format("volume\n{}\n{}", destination.claim_name, destination.path);
+      break;
+    case DestinationRef::Kind::kS3:
+      where = fmt::format("s3\n{}\n{}\n{}", destination.endpoint, destination.bucket,
+                          trimmedPrefix(destination.prefix));
+      break;
+  }
   return fmt::format("{}/{}", destinationLocksPath(backups_root),
                      core::hash128(where).hex().substr(0, 16));
 }
@@ -351,7 +358,7 @@ std::expected<std::size_t, std::string> deleteIfAsked(
       result.message =
           fmt::format("{} ({})", stats.error().message, storageErrorKindName(stats.error().kind));
     }
-    result.finished_ms = nowMs();
+    result.finished_ms = wallClockMs();
     auto saved = keeper.set(path, result.format(), node->stat.version);
     release();
     if (!saved && saved.error().code != core::KeeperCode::kNoNode &&

@@ -13,15 +13,10 @@
 
 #include "rtable/backup/backup_manifest.h"
 #include "rtable/replication_core/table_paths.h"
+#include "wall_clock.h"
 
 namespace rtable::backup {
 namespace {
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::expected<std::string, std::string> readWholeFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -348,7 +343,7 @@ BackupResult<std::string> BackupHost::writeManifest(
     manifest.bytes_written += stats.bytes_written;
     manifest.bytes_reused += stats.bytes_reused;
   }
-  manifest.completed_ms = nowMs();
+  manifest.completed_ms = wallClockMs();
   auto put = storage_.putBytes(manifestName(operation_.name), manifest.format());
   if (!put) {
     return std::unexpected(

@@ -20,7 +20,15 @@ bool isPlainName(std::string_view name) {
 }
 
 std::string_view kindName(DestinationRef::Kind kind) {
-  return kind == DestinationRef::Kind::kS3 ? "s3" : "filesystem";
+  switch (kind) {
+    case DestinationRef::Kind::kS3:
+      return "s3";
+    case DestinationRef::Kind::kVolume:
+      return "volume";
+    case DestinationRef::Kind::kFilesystem:
+      break;
+  }
+  return "filesystem";
 }
 
 std::expected<std::string, std::string> stringField(const json& object, const char* field,
@@ -37,6 +45,9 @@ std::expected<std::string, std::string> stringField(const json& object, const ch
 json destinationToJson(const DestinationRef& destination) {
   json out = {{"kind", kindName(destination.kind)}};
   if (destination.kind == DestinationRef::Kind::kFilesystem) {
+    out["path"] = destination.path;
+  } else if (destination.kind == DestinationRef::Kind::kVolume) {
+    out["claimName"] = destination.claim_name;
     out["path"] = destination.path;
   } else {
     out["endpoint"] = destination.endpoint;
@@ -63,6 +74,20 @@ std::expected<DestinationRef, std::string> destinationFromJson(const json& doc,
     if (path->empty() || path->front() != '/') {
       return std::unexpected(fmt::format("{}path: '{}' is not absolute", where, *path));
     }
+    destination.path = *path;
+  } else if (*kind == "volume") {
+    destination.kind = DestinationRef::Kind::kVolume;
+    auto claim = stringField(doc, "claimName", where);
+    if (!claim) return std::unexpected(claim.error());
+    if (!isPlainName(*claim)) {
+      return std::unexpected(fmt::format("{}claimName: '{}' is not a claim's name", where, *claim));
+    }
+    auto path = stringField(doc, "path", where);
+    if (!path) return std::unexpected(path.error());
+    if (auto problem = volumePathProblem(*path)) {
+      return std::unexpected(fmt::format("{}path: '{}' {}", where, *path, *problem));
+    }
+    destination.claim_name = *claim;
     destination.path = *path;
   } else if (*kind == "s3") {
     destination.kind = DestinationRef::Kind::kS3;
@@ -92,13 +117,34 @@ std::expected<DestinationRef, std::string> destinationFromJson(const json& doc,
       }
     }
   } else {
-    return std::unexpected(fmt::format("{}kind: '{}' is neither filesystem nor s3", where, *kind));
+    return std::unexpected(
+        fmt::format("{}kind: '{}' is not one of filesystem, s3 and volume", where, *kind));
   }
   return destination;
 }
 
+std::optional<std::string> volumePathProblem(std::string_view path) {
+  if (path.empty()) return std::nullopt;
+  if (path.front() == '/') return "is not a relative path";
+  if (path.find('\0') != std::string_view::npos) return "holds a NUL byte";
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find('/', start), path.size());
+    const std::string_view component = path.substr(start, end - start);
+    if (component.empty() || component == "." || component == "..") {
+      return "must be directory names joined by '/' (no '.', '..' or empty component)";
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
 std::string DestinationRef::location() const {
   if (kind == Kind::kFilesystem) return path;
+  if (kind == Kind::kVolume) {
+    return path.empty() ? fmt::format("pvc://{}", claim_name)
+                        : fmt::format("pvc://{}/{}", claim_name, path);
+  }
   return prefix.empty() ? fmt::format("s3://{}", bucket)
                         : fmt::format("s3://{}/{}", bucket, prefix);
 }

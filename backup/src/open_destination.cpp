@@ -55,12 +55,54 @@ StorageResult<std::string> readKey(const fs::path& dir, const std::string& secre
   return value;
 }
 
+// A claim's directory: the claim's root must be mounted (an unmounted path would put the backup on
+// the pod's own filesystem, lost with it); the directory inside it is made, as a subPath is.
+StorageResult<std::unique_ptr<BackupStorage>> openVolume(const DestinationRef& destination,
+                                                         const fs::path& volumes_dir) {
+  if (!plainComponent(destination.claim_name)) {
+    return std::unexpected(StorageError{
+        StorageError::Kind::kOther,
+        fmt::format("'{}' is not a PersistentVolumeClaim's name", destination.claim_name)});
+  }
+  if (auto problem = volumePathProblem(destination.path)) {
+    return std::unexpected(StorageError{
+        StorageError::Kind::kOther,
+        fmt::format("{}: '{}' {}", destination.location(), destination.path, *problem)});
+  }
+  const fs::path root = volumes_dir / destination.claim_name;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    return std::unexpected(StorageError{
+        StorageError::Kind::kNoBucket,
+        fmt::format("the PersistentVolumeClaim {} is not mounted on this replica: no directory {} "
+                    "(the table must list the claim in spec.backupVolumes)",
+                    destination.claim_name, root.string())});
+  }
+  fs::path dir = root;
+  if (!destination.path.empty()) {
+    dir /= destination.path;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return std::unexpected(
+          StorageError{ec == std::errc::no_space_on_device  ? StorageError::Kind::kNoSpace
+                       : ec == std::errc::permission_denied ? StorageError::Kind::kAccessDenied
+                                                            : StorageError::Kind::kOther,
+                       fmt::format("{}: cannot make {}: {}", destination.location(), dir.string(),
+                                   ec.message())});
+    }
+  }
+  return std::make_unique<FilesystemStorage>(dir);
+}
+
 }  // namespace
 
 StorageResult<std::unique_ptr<BackupStorage>> openDestination(const DestinationRef& destination,
-                                                              const fs::path& credentials_dir) {
+                                                              const ReplicaMounts& mounts) {
   if (destination.kind == DestinationRef::Kind::kFilesystem) {
     return std::make_unique<FilesystemStorage>(destination.path);
+  }
+  if (destination.kind == DestinationRef::Kind::kVolume) {
+    return openVolume(destination, mounts.volumes_dir);
   }
   if (destination.credentials_secret.empty()) {
     return std::unexpected(denied(fmt::format(
@@ -71,7 +113,7 @@ StorageResult<std::unique_ptr<BackupStorage>> openDestination(const DestinationR
     return std::unexpected(
         denied(fmt::format("'{}' is not a Secret's name", destination.credentials_secret)));
   }
-  const fs::path dir = credentials_dir / destination.credentials_secret;
+  const fs::path dir = mounts.credentials_dir / destination.credentials_secret;
   S3StorageOptions options;
   options.endpoint = destination.endpoint;
   options.bucket = destination.bucket;

@@ -7,6 +7,7 @@
 
 #include "destination_json.h"
 #include "rtable/backup/backup_reader.h"
+#include "wall_clock.h"
 
 namespace rtable::backup {
 namespace {
@@ -14,12 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using State = RestoreRequest::State;
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::optional<State> stateNamed(std::string_view name) {
   for (State state : {State::kPending, State::kRunning, State::kDone, State::kFailed}) {
@@ -48,7 +43,7 @@ class RequestNode {
     spdlog::error("restore of backup {}: {}", request_.backup, reason);
     request_.state = State::kFailed;
     request_.message = reason;
-    request_.finished_ms = nowMs();
+    request_.finished_ms = wallClockMs();
     if (auto saved = save(); !saved) return std::unexpected(saved.error());
     return request_;
   }
@@ -160,7 +155,7 @@ std::expected<std::optional<RestoreRequest>, std::string> restore(RequestNode& n
     if (auto saved = node.save(); !saved) return std::unexpected(saved.error());
   }
   request.state = State::kDone;
-  request.finished_ms = nowMs();
+  request.finished_ms = wallClockMs();
   if (auto saved = node.save(); !saved) return std::unexpected(saved.error());
   spdlog::info("restored table {} from backup {}: {} parts, {} rows", table->table, request.backup,
                request.parts_done, request.rows_done);

@@ -17,10 +17,6 @@ using common::testing::readFile;
 using common::testing::writeFile;
 using Kind = StorageError::Kind;
 
-std::string describe(const StorageError& error) {
-  return fmt::format("{}: {}", storageErrorKindName(error.kind), error.message);
-}
-
 // Fails the test with the error unless `result` holds a value.
 #define ASSERT_STORAGE_OK(result) ASSERT_TRUE((result).has_value()) << describe((result).error())
 

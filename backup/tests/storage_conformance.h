@@ -25,6 +25,11 @@ inline void PrintTo(StorageError::Kind kind, std::ostream* out) {
 
 namespace rtable::backup::testing {
 
+// "NoBucket: message", for failure messages.
+inline std::string describe(const StorageError& error) {
+  return std::string(storageErrorKindName(error.kind)) + ": " + error.message;
+}
+
 // An implementation under test: a fresh, empty storage per test, and whatever keeps it alive.
 struct StorageUnderTest {
   virtual ~StorageUnderTest() = default;

@@ -6,8 +6,9 @@
 #include <array>
 #include <regex>
 
+#include "destination_specs.h"
 #include "json_fields.h"
-#include "s3_spec.h"
+#include "rtable/backup/backup_operation.h"
 
 namespace rtable::controllers {
 namespace {
@@ -119,6 +120,27 @@ BackupDestination::S3 parseS3(const json& value, const std::string& path) {
   return s3;
 }
 
+BackupDestination::PersistentVolumeClaim parseVolumeClaim(const json& value,
+                                                          const std::string& path) {
+  JsonFields fields(value, path);
+  BackupDestination::PersistentVolumeClaim claim;
+  claim.claim_name = fields.string("claimName", 253);
+  detail::checkPattern(fields.at("claimName"), claim.claim_name, secretNamePattern(),
+                       "a PersistentVolumeClaim's name");
+  claim.sub_path = fields.optionalString("subPath", 4096).value_or("");
+  if (auto problem = backup::volumePathProblem(claim.sub_path)) {
+    fail(fields.at("subPath"), fmt::format("'{}' {}", claim.sub_path, *problem));
+  }
+  fields.rejectUnknown();
+  return claim;
+}
+
+json volumeClaimJson(const BackupDestination::PersistentVolumeClaim& claim) {
+  json out = {{"claimName", claim.claim_name}};
+  if (!claim.sub_path.empty()) out["subPath"] = claim.sub_path;
+  return out;
+}
+
 json s3Json(const BackupDestination::S3& s3) {
   json out = {{"endpoint", s3.endpoint},
               {"bucket", s3.bucket},
@@ -149,14 +171,8 @@ BackupDestination parseDestination(JsonFields& spec) {
     destination.filesystem = BackupDestination::Filesystem{std::move(path)};
   }
   if (const json* pvc = fields.find("persistentVolumeClaim")) {
-    JsonFields claim(*pvc, fields.at("persistentVolumeClaim"));
-    BackupDestination::PersistentVolumeClaim result;
-    result.claim_name = claim.string("claimName", 253);
-    if (result.claim_name.empty()) fail(claim.at("claimName"), "required");
-    result.sub_path = claim.optionalString("subPath", 4096).value_or("");
-    if (result.sub_path.starts_with('/')) fail(claim.at("subPath"), "must be a relative path");
-    claim.rejectUnknown();
-    destination.persistent_volume_claim = std::move(result);
+    destination.persistent_volume_claim =
+        parseVolumeClaim(*pvc, fields.at("persistentVolumeClaim"));
   }
   if (const json* s3 = fields.find("s3")) destination.s3 = parseS3(*s3, fields.at("s3"));
   fields.rejectUnknown();
@@ -321,11 +337,8 @@ json ClusterBackupSpec::toJson() const {
   if (destination.filesystem)
     spec["destination"]["filesystem"]["path"] = destination.filesystem->path;
   if (destination.persistent_volume_claim) {
-    json claim = {{"claimName", destination.persistent_volume_claim->claim_name}};
-    if (!destination.persistent_volume_claim->sub_path.empty()) {
-      claim["subPath"] = destination.persistent_volume_claim->sub_path;
-    }
-    spec["destination"]["persistentVolumeClaim"] = std::move(claim);
+    spec["destination"]["persistentVolumeClaim"] =
+        volumeClaimJson(*destination.persistent_volume_claim);
   }
   if (destination.s3) spec["destination"]["s3"] = s3Json(*destination.s3);
   spec["deletionPolicy"] = deletionPolicyName(deletion_policy);

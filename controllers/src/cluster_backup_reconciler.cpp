@@ -91,10 +91,60 @@ backup::DestinationRef s3DestinationRef(const BackupDestination::S3& s3) {
   return destination;
 }
 
-std::optional<std::pair<std::string, std::string>> credentialsProblem(
+backup::DestinationRef volumeDestinationRef(const BackupDestination::PersistentVolumeClaim& claim) {
+  backup::DestinationRef destination;
+  destination.kind = backup::DestinationRef::Kind::kVolume;
+  destination.claim_name = claim.claim_name;
+  destination.path = claim.sub_path;
+  return destination;
+}
+
+namespace {
+
+using Problem = std::pair<std::string, std::string>;
+
+std::optional<Problem> claimProblem(op::KubeClient& client, const std::string& ns,
+                                    const std::string& table, const ReplicatedTableSpec& spec,
+                                    const backup::DestinationRef& destination) {
+  const std::string& claim = destination.claim_name;
+  auto object = client.get(op::resources::persistentVolumeClaims(), {ns, claim});
+  if (!object && object.error().kind == op::KubeErrorKind::kNotFound) {
+    return Problem{"ClaimNotFound",
+                   fmt::format("the PersistentVolumeClaim {} of {} does not exist in namespace {}",
+                               claim, destination.location(), ns)};
+  }
+  if (!object) {
+    return Problem{"ClaimNotFound", fmt::format("reading the PersistentVolumeClaim {}: {}", claim,
+                                                object.error().toString())};
+  }
+  const json modes = object->value(json::json_pointer("/spec/accessModes"), json::array());
+  const bool shared = std::find(modes.begin(), modes.end(), "ReadWriteMany") != modes.end();
+  if (!shared && spec.replicas > 1) {
+    return Problem{"ClaimNotShared",
+                   fmt::format("the PersistentVolumeClaim {} is not ReadWriteMany (access modes "
+                               "{}): the {} replicas of table {} may run on several nodes and "
+                               "must all write to it",
+                               claim, modes.dump(), spec.replicas, table)};
+  }
+  const std::vector<std::string> mounted = spec.mountedVolumes();
+  if (std::find(mounted.begin(), mounted.end(), claim) == mounted.end()) {
+    return Problem{"ClaimNotMounted",
+                   fmt::format("the replicas of table {} do not mount the PersistentVolumeClaim {} "
+                               "of {}: add it to the table's spec.backupVolumes (its pods restart, "
+                               "one at a time, to mount it)",
+                               table, claim, destination.location())};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::pair<std::string, std::string>> mountProblem(
     op::KubeClient& client, const std::string& ns, const std::string& table,
     const ReplicatedTableSpec& spec, const backup::DestinationRef& destination) {
-  using Problem = std::pair<std::string, std::string>;
+  if (destination.kind == backup::DestinationRef::Kind::kVolume) {
+    return claimProblem(client, ns, table, spec, destination);
+  }
   if (destination.kind != backup::DestinationRef::Kind::kS3) return std::nullopt;
   const std::string& secret = destination.credentials_secret;
   auto object = client.get(op::resources::secrets(), {ns, secret});
@@ -125,15 +175,10 @@ std::optional<std::pair<std::string, std::string>> credentialsProblem(
   return std::nullopt;
 }
 
-std::expected<backup::DestinationRef, std::pair<std::string, std::string>> destinationOf(
-    const ClusterBackupSpec& spec) {
+backup::DestinationRef destinationOf(const ClusterBackupSpec& spec) {
   if (spec.destination.s3) return s3DestinationRef(*spec.destination.s3);
-  if (!spec.destination.filesystem) {
-    return std::unexpected(std::pair<std::string, std::string>(
-        "UnsupportedDestination",
-        "spec.destination.persistentVolumeClaim: the replicas do not mount backup claims "
-        "yet; use spec.destination.s3, or spec.destination.filesystem with a path every replica "
-        "has mounted"));
+  if (spec.destination.persistent_volume_claim) {
+    return volumeDestinationRef(*spec.destination.persistent_volume_claim);
   }
   backup::DestinationRef destination;
   destination.kind = backup::DestinationRef::Kind::kFilesystem;
@@ -319,9 +364,8 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
   }
   // Never started: nothing was written.
   if (textAt(object, "/status/operation").empty()) return removeFinalizer(key, object);
-  auto destination = destinationOf(*spec);
-  if (!destination) return removeFinalizer(key, object);
-  const std::string location = destination->location();
+  const backup::DestinationRef destination = destinationOf(*spec);
+  const std::string location = destination.location();
   auto retained = [&](const std::string& why) {
     event(object, op::EventType::kWarning, "DataRetained",
           fmt::format("the data of backup {} stays in {}: {}", backupNameFor(key), location, why));
@@ -376,7 +420,7 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
   if (!node && node.error().code == core::KeeperCode::kNoNode) {
     backup::DeletionRequest request;
     request.backup = backupNameFor(key);
-    request.destination = *destination;
+    request.destination = destination;
     request.table_roots = table_roots;
     request.requested_ms = now_ms;
     core::KeeperStatus made =
@@ -452,11 +496,7 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     if (!failed) return failed;
     return std::unexpected(op::ReconcileError::terminalError(spec.error().toString()));
   }
-  auto resolved_destination = destinationOf(*spec);
-  if (!resolved_destination) {
-    return fail(resolved_destination.error().first, resolved_destination.error().second);
-  }
-  const backup::DestinationRef destination = *resolved_destination;
+  const backup::DestinationRef destination = destinationOf(*spec);
 
   // The tables, by name or by selector, in this namespace.
   std::vector<json> tables;
@@ -501,7 +541,7 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
                               "per ZooKeeper",
                               resolved.connect, table_spec->zookeeper.connect));
     }
-    if (auto problem = credentialsProblem(client_, key.ns, name, *table_spec, destination)) {
+    if (auto problem = mountProblem(client_, key.ns, name, *table_spec, destination)) {
       return wait(problem->first, problem->second);
     }
     backup::BackupTableRef ref;

@@ -45,6 +45,11 @@ std::string credentialsVolume(std::size_t i) {
   return fmt::format("backup-credentials-{}", i);
 }
 
+// The volume of the i-th mounted backup claim.
+std::string backupClaimVolume(std::size_t i) {
+  return fmt::format("backup-volume-{}", i);
+}
+
 json httpProbe(const std::string& path, int period, int failures, int initial_delay) {
   return {{"httpGet", {{"path", path}, {"port", "http"}, {"scheme", "HTTP"}}},
           {"periodSeconds", period},
@@ -94,6 +99,13 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
         {{"name", credentialsVolume(i)},
          {"mountPath", fmt::format("{}/{}", backup::kDefaultCredentialsDir, credentials[i])},
          {"readOnly", true}});
+  }
+  // Each backup claim where openDestination looks for it, writable: the replicas write the backup.
+  const std::vector<std::string> claims = spec.mountedVolumes();
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    container["volumeMounts"].push_back(
+        {{"name", backupClaimVolume(i)},
+         {"mountPath", fmt::format("{}/{}", backup::kDefaultVolumesDir, claims[i])}});
   }
   if (!spec.resources.empty()) container["resources"] = spec.resources;
   return container;
@@ -190,6 +202,11 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
   for (std::size_t i = 0; i < credentials.size(); ++i) {
     volumes.push_back({{"name", credentialsVolume(i)},
                        {"secret", {{"secretName", credentials[i]}, {"defaultMode", 0400}}}});
+  }
+  const std::vector<std::string> claims = spec.mountedVolumes();
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    volumes.push_back(
+        {{"name", backupClaimVolume(i)}, {"persistentVolumeClaim", {{"claimName", claims[i]}}}});
   }
   for (const auto& extra : spec.pod_template.volumes) volumes.push_back(extra);
 

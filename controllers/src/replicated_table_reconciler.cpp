@@ -670,18 +670,21 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
   request.requested_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              options_.wall_clock().time_since_epoch())
                              .count();
-  if (!spec.restore_from->filesystem_path.empty() || spec.restore_from->s3) {
+  if (spec.restore_from->backup.empty()) {
     // By location: what is there is for the restoring replica to find (the operator does not
-    // mount the destination). An S3 location's Secret is mounted by the pods (mountedCredentials).
+    // mount the destination). An S3 location's Secret and a claim are mounted by the pods
+    // (mountedCredentials, mountedVolumes).
     request.backup = spec.restore_from->name;
     request.table = spec.restore_from->table;
     if (spec.restore_from->s3) {
       request.destination = s3DestinationRef(*spec.restore_from->s3);
+    } else if (spec.restore_from->persistent_volume_claim) {
+      request.destination = volumeDestinationRef(*spec.restore_from->persistent_volume_claim);
     } else {
       request.destination.kind = backup::DestinationRef::Kind::kFilesystem;
       request.destination.path = spec.restore_from->filesystem_path;
     }
-    if (auto problem = credentialsProblem(client_, key.ns, key.name, spec, request.destination))
+    if (auto problem = mountProblem(client_, key.ns, key.name, spec, request.destination))
       return problem;
     return writeRestoreRequest(table, **keeper, root, request, spec.restore_from->describe());
   }
@@ -714,10 +717,8 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
     return Waiting{"BackupInvalid",
                    fmt::format("ClusterBackup {}: {}", name, backup_spec.error().toString())};
   }
-  auto destination = destinationOf(*backup_spec);
-  if (!destination) return Waiting{destination.error().first, destination.error().second};
-  if (auto problem = credentialsProblem(client_, key.ns, key.name, spec, *destination))
-    return problem;
+  const backup::DestinationRef destination = destinationOf(*backup_spec);
+  if (auto problem = mountProblem(client_, key.ns, key.name, spec, destination)) return problem;
   // The table of the backup: its only one, or the one with this table's name.
   std::vector<std::string> tables;
   for (const auto& item : object->value(json::json_pointer("/status/contents"), json::array())) {
@@ -741,7 +742,7 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
 
   request.backup = backupNameFor({key.ns, name});
   request.table = source;
-  request.destination = *destination;
+  request.destination = destination;
   return writeRestoreRequest(table, **keeper, root, request, spec.restore_from->describe());
 }
 

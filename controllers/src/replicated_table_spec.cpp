@@ -6,8 +6,8 @@
 #include <regex>
 #include <set>
 
+#include "destination_specs.h"
 #include "json_fields.h"
-#include "s3_spec.h"
 
 namespace rtable::controllers {
 namespace {
@@ -204,6 +204,25 @@ PodTemplateAdditions parsePodTemplate(JsonFields& spec) {
   return result;
 }
 
+// A list of object names of the table's namespace mounted into its pods (backupCredentials,
+// backupVolumes): each a DNS-1123 subdomain, at most 16, none twice.
+std::vector<std::string> parseNameList(JsonFields& spec, const char* key, std::string_view what) {
+  std::vector<std::string> names;
+  const json& list = spec.array(key, 16);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string path = indexPath(spec.at(key), i);
+    if (!list[i].is_string()) fail(path, fmt::format("expected {}", what));
+    std::string name = list[i].get<std::string>();
+    if (name.size() > 253) fail(path, "may not be longer than 253 characters");
+    detail::checkPattern(path, name, secretNamePattern(), what);
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      fail(path, fmt::format("'{}' is listed twice", name));
+    }
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
 ReplicatedTableSpec parseSpec(const json& object) {
   JsonFields spec(object, "spec");
   ReplicatedTableSpec result;
@@ -289,19 +308,8 @@ ReplicatedTableSpec parseSpec(const json& object) {
 
   result.pod_template = parsePodTemplate(spec);
 
-  const json& credentials = spec.array("backupCredentials", 16);
-  for (std::size_t i = 0; i < credentials.size(); ++i) {
-    const std::string path = indexPath(spec.at("backupCredentials"), i);
-    if (!credentials[i].is_string()) fail(path, "expected a Secret's name");
-    std::string name = credentials[i].get<std::string>();
-    if (name.size() > 253) fail(path, "may not be longer than 253 characters");
-    detail::checkPattern(path, name, secretNamePattern(), "a Secret's name");
-    if (std::find(result.backup_credentials.begin(), result.backup_credentials.end(), name) !=
-        result.backup_credentials.end()) {
-      fail(path, fmt::format("'{}' is listed twice", name));
-    }
-    result.backup_credentials.push_back(std::move(name));
-  }
+  result.backup_credentials = parseNameList(spec, "backupCredentials", "a Secret's name");
+  result.backup_volumes = parseNameList(spec, "backupVolumes", "a PersistentVolumeClaim's name");
 
   if (const json* value = spec.find("restoreFrom")) {
     JsonFields restore(*value, spec.at("restoreFrom"));
@@ -320,16 +328,21 @@ ReplicatedTableSpec parseSpec(const json& object) {
       }
       filesystem.rejectUnknown();
     }
+    if (const json* pvc = restore.find("persistentVolumeClaim")) {
+      source.persistent_volume_claim = parseVolumeClaim(*pvc, restore.at("persistentVolumeClaim"));
+    }
     if (const json* s3 = restore.find("s3")) source.s3 = parseS3(*s3, restore.at("s3"));
     restore.rejectUnknown();
-    const bool by_location = !source.filesystem_path.empty() || source.s3.has_value();
-    if (!source.backup.empty() + !source.filesystem_path.empty() + source.s3.has_value() != 1) {
-      fail(restore.path(), "exactly one of backup, filesystem and s3 must be given");
+    const int locations = !source.filesystem_path.empty() +
+                          source.persistent_volume_claim.has_value() + source.s3.has_value();
+    if (!source.backup.empty() + locations != 1) {
+      fail(restore.path(),
+           "exactly one of backup, filesystem, persistentVolumeClaim and s3 must be given");
     }
-    if (by_location == source.name.empty()) {
+    if ((locations > 0) == source.name.empty()) {
       fail(restore.at("name"),
-           "name is given with filesystem or s3, and only with them (the backup's name in that "
-           "location)");
+           "name is given with filesystem, persistentVolumeClaim or s3, and only with them (the "
+           "backup's name in that location)");
     }
     if (source.name.find('/') != std::string::npos || source.name == "..") {
       fail(restore.at("name"), fmt::format("'{}' is not a backup's name", source.name));
@@ -359,12 +372,28 @@ bool PodTemplateAdditions::empty() const {
 
 std::string RestoreSource::describe() const {
   if (!backup.empty()) return "ClusterBackup " + backup;
+  if (persistent_volume_claim) {
+    const auto& claim = *persistent_volume_claim;
+    return claim.sub_path.empty()
+               ? fmt::format("backup {} in pvc://{}", name, claim.claim_name)
+               : fmt::format("backup {} in pvc://{}/{}", name, claim.claim_name, claim.sub_path);
+  }
   if (s3) {
     return s3->prefix.empty()
                ? fmt::format("backup {} in s3://{}", name, s3->bucket)
                : fmt::format("backup {} in s3://{}/{}", name, s3->bucket, s3->prefix);
   }
   return fmt::format("backup {} in {}", name, filesystem_path);
+}
+
+std::vector<std::string> ReplicatedTableSpec::mountedVolumes() const {
+  std::vector<std::string> claims = backup_volumes;
+  if (restore_from && restore_from->persistent_volume_claim &&
+      std::find(claims.begin(), claims.end(), restore_from->persistent_volume_claim->claim_name) ==
+          claims.end()) {
+    claims.push_back(restore_from->persistent_volume_claim->claim_name);
+  }
+  return claims;
 }
 
 std::vector<std::string> ReplicatedTableSpec::mountedCredentials() const {
@@ -436,11 +465,15 @@ json ReplicatedTableSpec::toJson() const {
     if (!restore_from->name.empty()) restore["name"] = restore_from->name;
     if (!restore_from->filesystem_path.empty())
       restore["filesystem"] = {{"path", restore_from->filesystem_path}};
+    if (restore_from->persistent_volume_claim) {
+      restore["persistentVolumeClaim"] = volumeClaimJson(*restore_from->persistent_volume_claim);
+    }
     if (restore_from->s3) restore["s3"] = s3Json(*restore_from->s3);
     if (!restore_from->table.empty()) restore["table"] = restore_from->table;
     spec["restoreFrom"] = std::move(restore);
   }
   if (!backup_credentials.empty()) spec["backupCredentials"] = backup_credentials;
+  if (!backup_volumes.empty()) spec["backupVolumes"] = backup_volumes;
   return spec;
 }
 

@@ -18,7 +18,7 @@ std::string describe(const CounterHeadroom& counter) {
                      counter.creates_left, counter.ratio * 100.0);
 }
 
-std::string days(double seconds) {
+std::string daysText(double seconds) {
   return fmt::format("{:.1f} days", seconds / 86400.0);
 }
 
@@ -110,15 +110,15 @@ HeadroomVerdict judgeHeadroom(const std::vector<CounterHeadroom>& counters,
     verdict.low = true;
     verdict.reason = HeadroomReason::kExhaustionSoon;
     verdict.counter = *soonest;
-    verdict.message =
-        fmt::format("{}; at its growth rate it runs out in {} (exhaustionDays {})",
-                    describe(*soonest), days(*soonest->exhaustion_seconds), policy.exhaustion_days);
+    verdict.message = fmt::format("{}; at its growth rate it runs out in {} (exhaustionDays {})",
+                                  describe(*soonest), daysText(*soonest->exhaustion_seconds),
+                                  policy.exhaustion_days);
   } else {
     verdict.counter = *lowest;
     verdict.message = fmt::format("{}; threshold {}%", describe(*lowest), policy.threshold_percent);
     if (soonest) {
       verdict.message += fmt::format("; the first to run out at its growth rate is {} in {}",
-                                     soonest->name, days(*soonest->exhaustion_seconds));
+                                     soonest->name, daysText(*soonest->exhaustion_seconds));
     }
   }
   return verdict;

@@ -31,6 +31,8 @@ USED = {
         "interserver Secret read, then applied; an S3 backup's credentials Secret read"),
     ("policy", "poddisruptionbudgets"): ({"create", "patch"}, "server-side apply"),
     ("", "pods"): ({"get", "list"}, "scale-down and deletion wait for pods"),
+    ("", "persistentvolumeclaims"): ({"get"},
+        "a backup's or restore's claim read (ClaimNotFound, ClaimNotShared)"),
     ("", "events"): ({"create", "patch"}, "EventRecorder: create, repeats patch count"),
     ("coordination.k8s.io", "leases"): ({"get", "create", "update"}, "leader election"),
     ("rtable.io", "backupschedules"): ({"get", "list", "watch"},
@@ -61,6 +63,7 @@ RESOURCE_FUNCTIONS = {
     "statefulSets": ("apps", "statefulsets"),
     "podDisruptionBudgets": ("policy", "poddisruptionbudgets"),
     "leases": ("coordination.k8s.io", "leases"),
+    "persistentVolumeClaims": ("", "persistentvolumeclaims"),
 }
 NOT_NEEDED = {"namespaces"}
 # Only the leader-election Role may grant leases, and only it.

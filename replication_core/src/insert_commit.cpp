@@ -8,14 +8,13 @@
 
 #include "posix_file.h"
 #include "rtable/replication_core/keeper_retry.h"
+#include "rtable/replication_core/part_store.h"
 #include "rtable/replication_core/quorum.h"
 #include "rtable/replication_core/replication_worker.h"
 
 namespace rtable::core {
 namespace fs = std::filesystem;
 namespace {
-
-constexpr const char* kStagingDir = "staging";
 
 int64_t unixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(

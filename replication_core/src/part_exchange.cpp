@@ -25,6 +25,7 @@
 #include "rtable/common/quoted_excerpt.h"
 #include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/hash128.h"
+#include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/part_name.h"
 
 namespace rtable::core {
@@ -35,7 +36,6 @@ namespace {
 using common::quotedExcerpt;
 
 constexpr std::string_view kMagicLine = "rtable part transfer v1";
-constexpr std::string_view kChecksumsFile = "checksums.txt";
 // part_format.cpp refuses a larger checksums.txt (its kMaxTextFileBytes), so no valid part has one.
 constexpr uint64_t kMaxChecksumsBytes = 16 << 20;
 // A line of the body is short: the magic line, a count, or `<name>\t<size>` with a column file's

@@ -52,7 +52,6 @@ constexpr std::size_t kBlockHeaderBytes = 9;
 constexpr std::size_t kMaxTextFileBytes = 16 << 20;
 constexpr std::size_t kReadChunkBytes = 1 << 16;
 
-constexpr std::string_view kChecksumsFile = "checksums.txt";
 constexpr std::string_view kColumnsFile = "columns.txt";
 constexpr std::string_view kCountFile = "count.txt";
 constexpr std::string_view kReasonFile = "reason.txt";

@@ -12,7 +12,6 @@ namespace rtable::core {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kStagingDir = "staging";
 constexpr const char* kDetachedDir = "detached";
 constexpr const char* kJournalDir = "journal";
 

@@ -10,6 +10,7 @@
 #include "posix_file.h"
 #include "rtable/replication_core/merge_selector.h"
 #include "rtable/replication_core/part_exchange.h"
+#include "rtable/replication_core/part_store.h"
 #include "rtable/replication_core/quorum.h"
 #include "rtable/replication_core/sequential_counter.h"
 #include "worker_pool.h"
@@ -18,7 +19,6 @@ namespace rtable::core {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kStagingDir = "staging";
 // Parts per batch of the table swap's attach: per ZooKeeper multi in attachParts (4 ops each: log
 // entry, dedup id, part node, lock; about 125 KB a request at 250, far under ZooKeeper's 1 MB
 // jute.maxbuffer), and per linkAndPlace and multi on the replicas executing the entries.

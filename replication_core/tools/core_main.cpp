@@ -35,11 +35,14 @@ constexpr auto kHandOffTimeout = std::chrono::seconds(10);
 constexpr const char* kUsage =
     "usage: rtable-core --config SPEC.yaml [--replica-name NAME] [--replica-host HOST]\n"
     "                   [--listen ADDRESS] [--data-dir DIR] [--backup-credentials-dir DIR]\n"
+    "                   [--backup-volumes-dir DIR]\n"
     "Serves one replica of the table the spec describes (see docs/rtable-core.md).\n"
     "The flags --replica-name, --replica-host, --listen and --data-dir override the spec's\n"
     "replica.name, replica.host, listen and dataDir, so one spec file (a ConfigMap) can serve\n"
     "every replica. --backup-credentials-dir: where the Secrets an S3 backup destination names\n"
     "are mounted, one folder each (default /etc/rtable/backup-credentials).\n"
+    "--backup-volumes-dir: where the PersistentVolumeClaims a volume backup destination names\n"
+    "are mounted, one folder each (default /var/lib/rtable-backup-volumes).\n"
     "Each takes --flag VALUE or --flag=VALUE.\n";
 
 // A flag that overrides one field of the spec file: the flag and the field's path in the YAML.
@@ -96,7 +99,7 @@ int waitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
 
 int main(int argc, char** argv) {
   std::string config;
-  std::filesystem::path credentials_dir(rtable::backup::kDefaultCredentialsDir);
+  rtable::backup::ReplicaMounts mounts;
   std::vector<std::pair<const Override*, std::string>> overrides;  // in command-line order
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -109,7 +112,8 @@ int main(int argc, char** argv) {
     for (const auto& o : kOverrides) {
       if (name == o.flag) flag = &o;
     }
-    if (name != "--config" && name != "--backup-credentials-dir" && !flag) {
+    const bool mount_flag = name == "--backup-credentials-dir" || name == "--backup-volumes-dir";
+    if (name != "--config" && !mount_flag && !flag) {
       fmt::print(stderr, "rtable-core: unknown argument '{}' (see --help)\n", arg);
       return kExitUsage;
     }
@@ -124,12 +128,12 @@ int main(int argc, char** argv) {
     }
     if (flag) {
       overrides.emplace_back(flag, value);
-    } else if (name == "--backup-credentials-dir") {
+    } else if (mount_flag) {
       if (value.empty()) {
-        fmt::print(stderr, "rtable-core: --backup-credentials-dir needs a value\n");
+        fmt::print(stderr, "rtable-core: {} needs a value\n", name);
         return kExitUsage;
       }
-      credentials_dir = value;
+      (name == "--backup-volumes-dir" ? mounts.volumes_dir : mounts.credentials_dir) = value;
     } else {
       config = value;
     }
@@ -217,8 +221,8 @@ int main(int argc, char** argv) {
 
   // Cluster backups that name this replica, and the table's restore (backup/, DESIGN.md 2.7).
   const rtable::backup::DestinationOpener open_destination =
-      [credentials_dir](const rtable::backup::DestinationRef& destination) {
-        return rtable::backup::openDestination(destination, credentials_dir);
+      [mounts](const rtable::backup::DestinationRef& destination) {
+        return rtable::backup::openDestination(destination, mounts);
       };
   rtable::backup::ReplicaBackupSource backup_source([&table] { return table->serving(); });
   rtable::backup::BackupAgent backups(

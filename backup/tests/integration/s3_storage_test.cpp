@@ -19,10 +19,6 @@ namespace {
 using common::testing::writeFile;
 using Kind = StorageError::Kind;
 
-std::string describe(const StorageError& error) {
-  return fmt::format("{}: {}", storageErrorKindName(error.kind), error.message);
-}
-
 // One server for the whole binary (about 4 s to start), stopped at exit.
 LocalSeaweedFs& sharedServer() {
   static std::unique_ptr<LocalSeaweedFs> server = [] {

@@ -101,6 +101,21 @@ TEST(DestinationLock, OnePerPlaceWhateverTheCredentials) {
   EXPECT_FALSE(sameDestination(a, b));
   EXPECT_NE(destinationLockPath(kRoot, a), destinationLockPath(kRoot, b));
   EXPECT_TRUE(destinationLockPath(kRoot, a).starts_with("/rtable/backups/destinations/"));
+
+  DestinationRef claim;
+  claim.kind = DestinationRef::Kind::kVolume;
+  claim.claim_name = "backups";
+  claim.path = "cluster-a";
+  DestinationRef same_claim = claim;
+  EXPECT_TRUE(sameDestination(claim, same_claim));
+  EXPECT_EQ(destinationLockPath(kRoot, claim), destinationLockPath(kRoot, same_claim));
+  same_claim.path = "cluster-b";
+  EXPECT_FALSE(sameDestination(claim, same_claim));
+  EXPECT_NE(destinationLockPath(kRoot, claim), destinationLockPath(kRoot, same_claim));
+  DestinationRef filesystem;
+  filesystem.path = "cluster-a";  // the same text as another kind's: still another place
+  EXPECT_FALSE(sameDestination(claim, filesystem));
+  EXPECT_NE(destinationLockPath(kRoot, claim), destinationLockPath(kRoot, filesystem));
 }
 
 TEST(DeleteBackupData, RemovesTheManifestFirstThenOnlyWhatNoOtherBackupUses) {

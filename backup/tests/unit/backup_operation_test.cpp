@@ -53,6 +53,15 @@ TEST(BackupOperation, RoundTripsAndSortsItsHosts) {
   parsed = BackupOperation::parse(op.format());
   ASSERT_TRUE(parsed) << parsed.error();
   EXPECT_EQ(*parsed, op);
+
+  op.destination = DestinationRef{};
+  op.destination.kind = DestinationRef::Kind::kVolume;
+  op.destination.claim_name = "backups";
+  op.destination.path = "cluster-a";
+  parsed = BackupOperation::parse(op.format());
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_EQ(*parsed, op);
+  EXPECT_EQ(op.destination.location(), "pvc://backups/cluster-a");
 }
 
 TEST(BackupOperation, RefusalsNameTheField) {
@@ -70,7 +79,18 @@ TEST(BackupOperation, RefusalsNameTheField) {
   EXPECT_EQ(error(with([](auto& d) { d["tables"][0]["generation"] = 0; })),
             "tables[0].generation: a number >= 1 is required");
   EXPECT_EQ(error(with([](auto& d) { d["destination"]["kind"] = "ftp"; })),
-            "destination.kind: 'ftp' is neither filesystem nor s3");
+            "destination.kind: 'ftp' is not one of filesystem, s3 and volume");
+  auto volume = [&](const std::string& claim, const std::string& path) {
+    return error(with([&](auto& d) {
+      d["destination"] = {{"kind", "volume"}, {"claimName", claim}, {"path", path}};
+    }));
+  };
+  EXPECT_EQ(volume("backups", ""), "accepted");
+  EXPECT_EQ(volume("backups", "../x"),
+            "destination.path: '../x' must be directory names joined by '/' (no '.', '..' or "
+            "empty component)");
+  EXPECT_EQ(volume("backups", "/x"), "destination.path: '/x' is not a relative path");
+  EXPECT_EQ(volume("a/b", "x"), "destination.claimName: 'a/b' is not a claim's name");
   EXPECT_EQ(error(with([](auto& d) { d["destination"].erase("bucket"); })),
             "destination.bucket: a string is required");
   EXPECT_EQ(error(with([](auto& d) { d["destination"]["credentials"]["secretName"] = 7; })),

@@ -24,10 +24,6 @@ using common::testing::runCommand;
 using common::testing::writeFile;
 using Kind = StorageError::Kind;
 
-std::string describe(const StorageError& error) {
-  return fmt::format("{}: {}", storageErrorKindName(error.kind), error.message);
-}
-
 struct FilesystemUnderTest : StorageUnderTest {
   ScratchDir dir;
   FilesystemStorage storage_{dir.path()};

@@ -1,5 +1,6 @@
-// openDestination: a filesystem destination as is; an S3 one with the credentials of the Secret
-// mounted under the credentials directory, and errors that say what to change when it is not.
+// openDestination: a filesystem destination as is; a volume one inside the claim's mount under the
+// volumes directory; an S3 one with the credentials of the Secret mounted under the credentials
+// directory; and errors that say what to change when a mount is missing.
 #include "rtable/backup/open_destination.h"
 
 #include <gtest/gtest.h>
@@ -26,8 +27,11 @@ class OpenDestination : public ::testing::Test {
     fs::create_directories(dir_.path() / "s3-backup");
     std::ofstream(dir_.path() / "s3-backup" / key) << value;
   }
+  ReplicaMounts mounts() const {
+    return {.credentials_dir = dir_.path(), .volumes_dir = dir_.path() / "volumes"};
+  }
   std::string error() {
-    auto opened = openDestination(destination_, dir_.path());
+    auto opened = openDestination(destination_, mounts());
     if (opened) return "opened " + (*opened)->location();
     return std::string(storageErrorKindName(opened.error().kind)) + ": " + opened.error().message;
   }
@@ -39,9 +43,48 @@ class OpenDestination : public ::testing::Test {
 TEST_F(OpenDestination, AFilesystemDestinationIsItsDirectory) {
   DestinationRef filesystem;
   filesystem.path = "/backups/events";
-  auto opened = openDestination(filesystem, dir_.path());
+  auto opened = openDestination(filesystem, mounts());
   ASSERT_TRUE(opened) << opened.error().message;
   EXPECT_EQ((*opened)->location(), "/backups/events");
+}
+
+TEST_F(OpenDestination, AVolumeDestinationIsADirectoryInTheMountedClaimMadeIfMissing) {
+  destination_ = DestinationRef{};
+  destination_.kind = DestinationRef::Kind::kVolume;
+  destination_.claim_name = "backups";
+  destination_.path = "cluster-a/events";
+  const fs::path root = dir_.path() / "volumes" / "backups";
+  EXPECT_EQ(error(),
+            "NoBucket: the PersistentVolumeClaim backups is not mounted on this replica: no "
+            "directory " +
+                root.string() + " (the table must list the claim in spec.backupVolumes)");
+  EXPECT_FALSE(fs::exists(root / "cluster-a")) << "nothing is made outside a mounted claim";
+
+  fs::create_directories(root);
+  EXPECT_EQ(error(), "opened " + (root / "cluster-a/events").string());
+  EXPECT_TRUE(fs::is_directory(root / "cluster-a/events"));
+  auto opened = openDestination(destination_, mounts());
+  ASSERT_TRUE(opened);
+  ASSERT_TRUE((*opened)->putBytes("probe", "x"));
+  EXPECT_TRUE(fs::exists(root / "cluster-a/events/probe"));
+
+  destination_.path.clear();  // the claim's root
+  EXPECT_EQ(error(), "opened " + root.string());
+}
+
+TEST_F(OpenDestination, AVolumeDestinationNeverLeavesItsClaim) {
+  fs::create_directories(dir_.path() / "volumes" / "backups");
+  destination_ = DestinationRef{};
+  destination_.kind = DestinationRef::Kind::kVolume;
+  destination_.claim_name = "..";
+  EXPECT_EQ(error(), "Other: '..' is not a PersistentVolumeClaim's name");
+  destination_.claim_name = "backups";
+  for (const std::string path : {"../other", "a/../../b", "/abs", "a//b", "./a", "a/"}) {
+    destination_.path = path;
+    EXPECT_EQ(error().substr(0, 6), "Other:") << path << ": " << error();
+  }
+  EXPECT_FALSE(fs::exists(dir_.path() / "volumes" / "other"));
+  EXPECT_FALSE(fs::exists(dir_.path() / "b"));
 }
 
 TEST_F(OpenDestination, S3TakesTheKeysOfTheMountedSecret) {

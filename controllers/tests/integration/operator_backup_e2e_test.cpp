@@ -14,7 +14,11 @@
 //     backup names (none passes through the operator or ZooKeeper); a second backup reuses the
 //     first one's objects; wrong keys fail the backup as AccessDenied; a Secret the table does not
 //     mount keeps the backup Pending, saying so; a new table restored from the bucket; the first
-//     backup deleted: its manifest and the data files only it used go, the second stays whole.
+//     backup deleted: its manifest and the data files only it used go, the second stays whole;
+//   - to a PersistentVolumeClaim (ReadWriteMany, provisioned by the test kubelet): the replicas
+//     write into their mount of the claim the table lists in spec.backupVolumes; a claim that does
+//     not exist keeps the backup Pending, saying so; a new table restored from the claim's
+//     location (restoreFrom.persistentVolumeClaim, mounted without being listed).
 #include "operator_stack.h"
 #include "rtable/backup/backup_reader.h"
 #include "rtable/backup/filesystem_storage.h"
@@ -76,11 +80,28 @@ spec:
     return object;
   }
 
+  // The ClusterBackup once its Waiting condition has `reason`.
+  json waitForWaiting(const std::string& name, const std::string& reason) {
+    json object;
+    EXPECT_TRUE(eventually(
+        [&] {
+          object = backupObject(name);
+          return conditionOf(object.value("status", json::object()), "Waiting")
+                     .value("reason", "") == reason;
+        },
+        60s))
+        << name << ": " << object.dump();
+    return object;
+  }
+
   // A second table, `restored`, made from ClusterBackup `backup` (spec.restoreFrom); its status
   // once the restore ended (the Restored condition True, or its reason RestoreFailed).
   json applyRestoredTable(const std::string& backup, const std::string& extra = "") {
-    EXPECT_TRUE(plane_->apply(tableManifest(
-        "restored", fmt::format("  restoreFrom: {{backup: {}}}\n{}", backup, extra))));
+    return applyRestoredTableWith(fmt::format("  restoreFrom: {{backup: {}}}\n{}", backup, extra));
+  }
+  // The same with `spec_lines` (restoreFrom and anything else) as the extra lines of its spec.
+  json applyRestoredTableWith(const std::string& spec_lines) {
+    EXPECT_TRUE(plane_->apply(tableManifest("restored", spec_lines)));
     json status;
     EXPECT_TRUE(eventually(
         [&] {
@@ -310,15 +331,7 @@ TEST_F(OperatorBackup, S3BackupsReadTheKeysFromTheMountedSecretAndRestoreFromThe
 
   // A Secret the table's pods do not mount: Pending, saying what to change; nothing started.
   applyBackupTo("unmounted", s3("s3-unmounted"));
-  json waiting;
-  EXPECT_TRUE(eventually(
-      [&] {
-        waiting = backupObject("unmounted");
-        return conditionOf(waiting.value("status", json::object()), "Waiting")
-                   .value("reason", "") == "CredentialsNotMounted";
-      },
-      60s))
-      << waiting.dump();
+  const json waiting = waitForWaiting("unmounted", "CredentialsNotMounted");
   EXPECT_EQ(waiting["status"]["phase"], "Pending");
   EXPECT_NE(conditionOf(waiting["status"], "Waiting")["message"].get<std::string>().find(
                 "add it to the table's spec.backupCredentials"),
@@ -355,6 +368,60 @@ TEST_F(OperatorBackup, S3BackupsReadTheKeysFromTheMountedSecretAndRestoreFromThe
   EXPECT_EQ(*data, m2->dataFiles()) << "only s2's data files are left";
   auto again = backup::readManifest(**storage, std::string(kNs) + ".s2");
   ASSERT_TRUE(again) << again.error().message;
+}
+
+TEST_F(OperatorBackup, VolumeBackupsWriteIntoTheMountedClaimAndRestoreFromIt) {
+  ASSERT_TRUE(plane_->apply(fmt::format(R"(apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: rtable-backups, namespace: {}}}
+spec:
+  accessModes: [ReadWriteMany]
+  resources: {{requests: {{storage: 1Gi}}}}
+)",
+                                        kNs)));
+  ASSERT_TRUE(plane_->apply(tableManifest(
+      "events", "  headroom: {autoRecover: false}\n  backupVolumes: [rtable-backups]\n")));
+  ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+  startWriters(50ms);
+  std::this_thread::sleep_for(3s);
+  ASSERT_TRUE(writers_->stop());
+  const std::set<uint64_t> acknowledged = writers_->acknowledged();
+  ASSERT_FALSE(acknowledged.empty());
+  expectReplicasHoldExactly(acknowledged, 1);
+
+  applyBackupTo("v1", "persistentVolumeClaim: {claimName: rtable-backups, subPath: cluster-a}");
+  json v1 = waitForEnd("v1");
+  ASSERT_EQ(v1["status"]["phase"], "Completed") << v1["status"].dump();
+  EXPECT_EQ(v1["status"]["location"], "pvc://rtable-backups/cluster-a");
+  // The backup is in the claim's volume (the directory of the PersistentVolume bound to it).
+  auto volume = plane_->kubectl(
+      {"get", "pvc", "rtable-backups", "-n", kNs, "-o", "jsonpath={.spec.volumeName}"});
+  ASSERT_TRUE(volume && volume->exit_code == 0) << (volume ? volume->err : volume.error());
+  auto path = plane_->kubectl({"get", "pv", volume->out, "-o", "jsonpath={.spec.hostPath.path}"});
+  ASSERT_TRUE(path && path->exit_code == 0 && !path->out.empty())
+      << (path ? path->err : path.error());
+  backup::FilesystemStorage storage(fs::path(path->out) / "cluster-a");
+  auto manifest = backup::readManifest(storage, std::string(kNs) + ".v1");
+  ASSERT_TRUE(manifest) << manifest.error().message;
+  EXPECT_EQ(manifest->tables.at(0).rows, acknowledged.size());
+  EXPECT_EQ(v1["status"]["bytesWritten"].get<uint64_t>(), manifest->data_bytes);
+
+  // A claim that does not exist: Pending, naming it; nothing started.
+  applyBackupTo("missing", "persistentVolumeClaim: {claimName: no-such-claim}");
+  const json waiting = waitForWaiting("missing", "ClaimNotFound");
+  EXPECT_EQ(waiting["status"]["phase"], "Pending");
+
+  // Restored by location into a new table, which mounts the claim without listing it.
+  const json status = applyRestoredTableWith(fmt::format(
+      "  restoreFrom:\n    persistentVolumeClaim: {{claimName: rtable-backups, subPath: "
+      "cluster-a}}\n    name: {}.v1\n",
+      kNs));
+  const json condition = conditionOf(status, "Restored");
+  ASSERT_EQ(condition.value("status", ""), "True") << status.dump();
+  EXPECT_NE(condition["message"].get<std::string>().find("pvc://rtable-backups/cluster-a"),
+            std::string::npos)
+      << condition.dump();
+  expectRestoredReplicasHold(acknowledged);
 }
 
 }  // namespace

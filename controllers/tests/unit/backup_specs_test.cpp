@@ -28,41 +28,43 @@ json crdSchema(const std::string& file) {
   return crd ? (*crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"] : json();
 }
 
-sys_seconds at(int y, unsigned m, unsigned d, int h, int min) {
+sys_seconds specAt(int y, unsigned m, unsigned d, int h, int min) {
   return sys_days(year{y} / month{m} / day{d}) + hours(h) + minutes(min);
 }
 
 TEST(CronSchedule, NextRunTimes) {
   auto nightly = CronSchedule::parse("0 3 * * *");
   ASSERT_TRUE(nightly) << nightly.error();
-  EXPECT_EQ(nightly->next(at(2026, 12, 1, 2, 59)), at(2026, 12, 1, 3, 0));
-  EXPECT_EQ(nightly->next(at(2026, 12, 1, 3, 0)), at(2026, 12, 2, 3, 0));  // strictly after
-  EXPECT_EQ(nightly->next(at(2026, 12, 31, 4, 0)), at(2027, 1, 1, 3, 0));
+  EXPECT_EQ(nightly->next(specAt(2026, 12, 1, 2, 59)), specAt(2026, 12, 1, 3, 0));
+  EXPECT_EQ(nightly->next(specAt(2026, 12, 1, 3, 0)), specAt(2026, 12, 2, 3, 0));  // strictly after
+  EXPECT_EQ(nightly->next(specAt(2026, 12, 31, 4, 0)), specAt(2027, 1, 1, 3, 0));
 
   auto quarter = CronSchedule::parse("*/15 * * * *");
   ASSERT_TRUE(quarter);
-  EXPECT_EQ(quarter->next(at(2026, 12, 1, 10, 7) + seconds(30)), at(2026, 12, 1, 10, 15));
-  EXPECT_EQ(quarter->next(at(2026, 12, 1, 23, 45)), at(2026, 12, 2, 0, 0));
+  EXPECT_EQ(quarter->next(specAt(2026, 12, 1, 10, 7) + seconds(30)), specAt(2026, 12, 1, 10, 15));
+  EXPECT_EQ(quarter->next(specAt(2026, 12, 1, 23, 45)), specAt(2026, 12, 2, 0, 0));
 
   auto sundays = CronSchedule::parse("30 1 * * SUN");  // 2026-12-06 is a Sunday
   ASSERT_TRUE(sundays);
-  EXPECT_EQ(sundays->next(at(2026, 12, 1, 0, 0)), at(2026, 12, 6, 1, 30));
-  EXPECT_EQ(CronSchedule::parse("30 1 * * 7")->next(at(2026, 12, 1, 0, 0)), at(2026, 12, 6, 1, 30));
+  EXPECT_EQ(sundays->next(specAt(2026, 12, 1, 0, 0)), specAt(2026, 12, 6, 1, 30));
+  EXPECT_EQ(CronSchedule::parse("30 1 * * 7")->next(specAt(2026, 12, 1, 0, 0)),
+            specAt(2026, 12, 6, 1, 30));
 
   // Both day fields restricted: either matches (the 15th is a Tuesday, the 7th a Monday).
   auto either = CronSchedule::parse("0 0 15 * mon");
   ASSERT_TRUE(either);
-  EXPECT_EQ(either->next(at(2026, 12, 1, 0, 0)), at(2026, 12, 7, 0, 0));
-  EXPECT_EQ(either->next(at(2026, 12, 14, 0, 0)), at(2026, 12, 15, 0, 0));
+  EXPECT_EQ(either->next(specAt(2026, 12, 1, 0, 0)), specAt(2026, 12, 7, 0, 0));
+  EXPECT_EQ(either->next(specAt(2026, 12, 14, 0, 0)), specAt(2026, 12, 15, 0, 0));
 
   auto ranges = CronSchedule::parse("5-10/5,58 9-17 1 JAN-MAR *");
   ASSERT_TRUE(ranges) << ranges.error();
-  EXPECT_EQ(ranges->next(at(2026, 12, 1, 0, 0)), at(2027, 1, 1, 9, 5));
-  EXPECT_EQ(ranges->next(at(2027, 1, 1, 9, 5)), at(2027, 1, 1, 9, 10));
-  EXPECT_EQ(ranges->next(at(2027, 1, 1, 9, 10)), at(2027, 1, 1, 9, 58));
+  EXPECT_EQ(ranges->next(specAt(2026, 12, 1, 0, 0)), specAt(2027, 1, 1, 9, 5));
+  EXPECT_EQ(ranges->next(specAt(2027, 1, 1, 9, 5)), specAt(2027, 1, 1, 9, 10));
+  EXPECT_EQ(ranges->next(specAt(2027, 1, 1, 9, 10)), specAt(2027, 1, 1, 9, 58));
 
-  EXPECT_EQ(CronSchedule::parse("0 0 30 2 *")->next(at(2026, 1, 1, 0, 0)), std::nullopt);
-  EXPECT_EQ(CronSchedule::parse("0 0 29 2 *")->next(at(2026, 1, 1, 0, 0)), at(2028, 2, 29, 0, 0));
+  EXPECT_EQ(CronSchedule::parse("0 0 30 2 *")->next(specAt(2026, 1, 1, 0, 0)), std::nullopt);
+  EXPECT_EQ(CronSchedule::parse("0 0 29 2 *")->next(specAt(2026, 1, 1, 0, 0)),
+            specAt(2028, 2, 29, 0, 0));
 }
 
 TimeZone zone(const char* name) {
@@ -79,58 +81,59 @@ TEST(CronSchedule, AcrossDaylightSavingChangesInBerlin) {
   ASSERT_TRUE(nightly);
   EXPECT_TRUE(nightly->fixedTime());
   // Winter: 02:30 CET is 01:30 UTC.
-  EXPECT_EQ(nightly->next(at(2026, 3, 27, 12, 0), berlin), at(2026, 3, 28, 1, 30));
+  EXPECT_EQ(nightly->next(specAt(2026, 3, 27, 12, 0), berlin), specAt(2026, 3, 28, 1, 30));
   // 02:30 does not exist on March 29: the run is at the end of the gap, 03:00 CEST.
-  EXPECT_EQ(nightly->next(at(2026, 3, 28, 1, 30), berlin), at(2026, 3, 29, 1, 0));
-  EXPECT_EQ(nightly->next(at(2026, 3, 29, 1, 0), berlin), at(2026, 3, 30, 0, 30));
-  EXPECT_EQ(nightly->previous(at(2026, 3, 29, 1, 0), berlin), at(2026, 3, 29, 1, 0));
-  EXPECT_EQ(nightly->previous(at(2026, 3, 29, 0, 59), berlin), at(2026, 3, 28, 1, 30));
+  EXPECT_EQ(nightly->next(specAt(2026, 3, 28, 1, 30), berlin), specAt(2026, 3, 29, 1, 0));
+  EXPECT_EQ(nightly->next(specAt(2026, 3, 29, 1, 0), berlin), specAt(2026, 3, 30, 0, 30));
+  EXPECT_EQ(nightly->previous(specAt(2026, 3, 29, 1, 0), berlin), specAt(2026, 3, 29, 1, 0));
+  EXPECT_EQ(nightly->previous(specAt(2026, 3, 29, 0, 59), berlin), specAt(2026, 3, 28, 1, 30));
   // 02:30 happens twice on October 25: one run, at the first (CEST, 00:30 UTC).
-  EXPECT_EQ(nightly->next(at(2026, 10, 24, 12, 0), berlin), at(2026, 10, 25, 0, 30));
-  EXPECT_EQ(nightly->next(at(2026, 10, 25, 0, 30), berlin), at(2026, 10, 26, 1, 30));
-  EXPECT_EQ(nightly->previous(at(2026, 10, 26, 1, 29), berlin), at(2026, 10, 25, 0, 30));
+  EXPECT_EQ(nightly->next(specAt(2026, 10, 24, 12, 0), berlin), specAt(2026, 10, 25, 0, 30));
+  EXPECT_EQ(nightly->next(specAt(2026, 10, 25, 0, 30), berlin), specAt(2026, 10, 26, 1, 30));
+  EXPECT_EQ(nightly->previous(specAt(2026, 10, 26, 1, 29), berlin), specAt(2026, 10, 25, 0, 30));
 
   // Wildcard schedules follow elapsed time: no run at the local times that do not exist, a run
   // at both occurrences of those that repeat.
   auto half_hourly = CronSchedule::parse("*/30 * * * *");
   ASSERT_TRUE(half_hourly);
   EXPECT_FALSE(half_hourly->fixedTime());
-  EXPECT_EQ(half_hourly->next(at(2026, 3, 29, 0, 30), berlin), at(2026, 3, 29, 1, 0));
+  EXPECT_EQ(half_hourly->next(specAt(2026, 3, 29, 0, 30), berlin), specAt(2026, 3, 29, 1, 0));
   std::vector<sys_seconds> fall;
-  for (sys_seconds t = at(2026, 10, 24, 23, 30); fall.size() < 6;) {
+  for (sys_seconds t = specAt(2026, 10, 24, 23, 30); fall.size() < 6;) {
     t = *half_hourly->next(t, berlin);
     fall.push_back(t);
   }
-  EXPECT_EQ(fall, (std::vector<sys_seconds>{at(2026, 10, 25, 0, 0), at(2026, 10, 25, 0, 30),
-                                            at(2026, 10, 25, 1, 0), at(2026, 10, 25, 1, 30),
-                                            at(2026, 10, 25, 2, 0), at(2026, 10, 25, 2, 30)}));
+  EXPECT_EQ(fall,
+            (std::vector<sys_seconds>{specAt(2026, 10, 25, 0, 0), specAt(2026, 10, 25, 0, 30),
+                                      specAt(2026, 10, 25, 1, 0), specAt(2026, 10, 25, 1, 30),
+                                      specAt(2026, 10, 25, 2, 0), specAt(2026, 10, 25, 2, 30)}));
   auto hourly = CronSchedule::parse("30 * * * *");
   ASSERT_TRUE(hourly);
-  EXPECT_EQ(hourly->next(at(2026, 3, 29, 0, 30), berlin), at(2026, 3, 29, 1, 30));  // 03:30
-  EXPECT_EQ(hourly->next(at(2026, 10, 25, 0, 30), berlin), at(2026, 10, 25, 1, 30));
-  EXPECT_EQ(hourly->previous(at(2026, 10, 25, 1, 29), berlin), at(2026, 10, 25, 0, 30));
+  EXPECT_EQ(hourly->next(specAt(2026, 3, 29, 0, 30), berlin), specAt(2026, 3, 29, 1, 30));  // 03:30
+  EXPECT_EQ(hourly->next(specAt(2026, 10, 25, 0, 30), berlin), specAt(2026, 10, 25, 1, 30));
+  EXPECT_EQ(hourly->previous(specAt(2026, 10, 25, 1, 29), berlin), specAt(2026, 10, 25, 0, 30));
   // Hours outside the change are plain local times.
-  EXPECT_EQ(CronSchedule::parse("0 3 * * *")->next(at(2026, 7, 1, 0, 0), berlin),
-            at(2026, 7, 1, 1, 0));
+  EXPECT_EQ(CronSchedule::parse("0 3 * * *")->next(specAt(2026, 7, 1, 0, 0), berlin),
+            specAt(2026, 7, 1, 1, 0));
 }
 
 // New York changes at 02:00 local (March 8 and November 1, 2026); Sydney is the other way round.
 TEST(CronSchedule, AcrossDaylightSavingChangesElsewhere) {
   const TimeZone new_york = zone("America/New_York");
   // 02:00 itself is skipped: the run is at 03:00 EDT, 07:00 UTC.
-  EXPECT_EQ(CronSchedule::parse("0 2 * * *")->next(at(2026, 3, 7, 12, 0), new_york),
-            at(2026, 3, 8, 7, 0));
+  EXPECT_EQ(CronSchedule::parse("0 2 * * *")->next(specAt(2026, 3, 7, 12, 0), new_york),
+            specAt(2026, 3, 8, 7, 0));
   // 01:00 happens at 05:00 UTC (EDT) and 06:00 UTC (EST): one run.
   auto one = CronSchedule::parse("0 1 * * *");
-  EXPECT_EQ(one->next(at(2026, 10, 31, 12, 0), new_york), at(2026, 11, 1, 5, 0));
-  EXPECT_EQ(one->next(at(2026, 11, 1, 5, 0), new_york), at(2026, 11, 2, 6, 0));
+  EXPECT_EQ(one->next(specAt(2026, 10, 31, 12, 0), new_york), specAt(2026, 11, 1, 5, 0));
+  EXPECT_EQ(one->next(specAt(2026, 11, 1, 5, 0), new_york), specAt(2026, 11, 2, 6, 0));
   // Sundays at 02:30 in Sydney: the October 4 run is at 03:00 AEDT (16:00 UTC the day before).
   const TimeZone sydney = zone("Australia/Sydney");
-  EXPECT_EQ(CronSchedule::parse("30 2 * * SUN")->next(at(2026, 10, 1, 0, 0), sydney),
-            at(2026, 10, 3, 16, 0));
+  EXPECT_EQ(CronSchedule::parse("30 2 * * SUN")->next(specAt(2026, 10, 1, 0, 0), sydney),
+            specAt(2026, 10, 3, 16, 0));
   // A day's match is by the local date: Monday 00:15 in Sydney is Sunday in UTC.
-  EXPECT_EQ(CronSchedule::parse("15 0 * * MON")->next(at(2026, 12, 1, 0, 0), sydney),
-            at(2026, 12, 6, 13, 15));
+  EXPECT_EQ(CronSchedule::parse("15 0 * * MON")->next(specAt(2026, 12, 1, 0, 0), sydney),
+            specAt(2026, 12, 6, 13, 15));
 }
 
 TEST(CronSchedule, ErrorsSayWhatIsWrong) {

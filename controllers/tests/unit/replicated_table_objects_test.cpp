@@ -173,6 +173,31 @@ TEST(TableObjects, BackupCredentialsAreMountedWhereRtableCoreLooksForThem) {
   EXPECT_EQ(plain.stateful_set.dump().find("backup-credentials"), std::string::npos);
 }
 
+TEST(TableObjects, BackupVolumesAreMountedWritableWhereRtableCoreLooksForThem) {
+  // Listed ones, then restoreFrom's claim (mounted without being listed).
+  const TableObjects objects = renderTableObjects(spec(R"(, "backupVolumes": ["rtable-backups"],
+      "restoreFrom": {"name": "prod.b1",
+                      "persistentVolumeClaim": {"claimName": "old-backups", "subPath": "a"}})"),
+                                                  context("events"));
+  const json& pod = objects.stateful_set["spec"]["template"]["spec"];
+  json volumes = json::array();
+  for (const auto& volume : pod["volumes"]) {
+    if (volume["name"].get<std::string>().starts_with("backup-volume-")) volumes.push_back(volume);
+  }
+  EXPECT_EQ(volumes, json::parse(R"([
+      {"name": "backup-volume-0", "persistentVolumeClaim": {"claimName": "rtable-backups"}},
+      {"name": "backup-volume-1", "persistentVolumeClaim": {"claimName": "old-backups"}}])"));
+  json mounts = json::array();
+  for (const auto& mount : container(objects.stateful_set, "rtable-core")["volumeMounts"]) {
+    if (mount["name"].get<std::string>().starts_with("backup-volume-")) mounts.push_back(mount);
+  }
+  EXPECT_EQ(mounts, json::parse(R"([
+      {"name": "backup-volume-0", "mountPath": "/var/lib/rtable-backup-volumes/rtable-backups"},
+      {"name": "backup-volume-1", "mountPath": "/var/lib/rtable-backup-volumes/old-backups"}])"));
+  const TableObjects plain = renderTableObjects(spec(""), context("events"));
+  EXPECT_EQ(plain.stateful_set.dump().find("backup-volume"), std::string::npos);
+}
+
 TEST(TableObjects, EveryExampleTableRenders) {
   auto examples = testing::loadExamples(testing::crdsDir() / "examples");
   ASSERT_TRUE(examples) << examples.error();

@@ -1077,6 +1077,55 @@ TEST_F(ReconcilerWithZooKeeper, ATableRestoredFromS3WaitsForItsCredentialsAndMou
             "s3://analytics-backups/cluster-a");
 }
 
+TEST_F(ReconcilerWithZooKeeper, ATableRestoredFromAClaimWaitsForASharedClaimAndMountsIt) {
+  json restored = table(3);
+  restored["spec"]["restoreFrom"] = {
+      {"persistentVolumeClaim", {{"claimName", "rtable-backups"}, {"subPath", "cluster-a"}}},
+      {"name", "analytics.nightly"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), restored));
+  const std::string request_path = "/rtable/tables/analytics.events/restore";
+
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "ClaimNotFound");
+  EXPECT_EQ(condition("Restored")["message"],
+            "the PersistentVolumeClaim rtable-backups of pvc://rtable-backups/cluster-a does not "
+            "exist in namespace analytics");
+  EXPECT_FALSE(*operator_session_->exists(request_path));
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  // ReadWriteOnce: three replicas on several nodes could not all mount it.
+  json claim = {
+      {"apiVersion", "v1"},
+      {"kind", "PersistentVolumeClaim"},
+      {"metadata", {{"name", "rtable-backups"}, {"namespace", "analytics"}}},
+      {"spec",
+       {{"accessModes", {"ReadWriteOnce"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}};
+  auto created = client_.create(op::resources::persistentVolumeClaims(), claim);
+  ASSERT_TRUE(created) << created.error().toString();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Restored")["reason"], "ClaimNotShared");
+  EXPECT_EQ(condition("Restored")["message"],
+            "the PersistentVolumeClaim rtable-backups is not ReadWriteMany (access modes "
+            "[\"ReadWriteOnce\"]): the 3 replicas of table events may run on several nodes and "
+            "must all write to it");
+
+  (*created)["spec"]["accessModes"] = {"ReadWriteMany"};
+  ASSERT_TRUE(client_.update(op::resources::persistentVolumeClaims(), *created));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto node = operator_session_->get(request_path);
+  ASSERT_TRUE(node) << node.error().toString();
+  auto request = backup::RestoreRequest::parse(node->data);
+  ASSERT_TRUE(request) << request.error();
+  EXPECT_EQ(request->destination.kind, backup::DestinationRef::Kind::kVolume);
+  EXPECT_EQ(request->destination.location(), "pvc://rtable-backups/cluster-a");
+  auto set = client_.get(statefulSets(), {"analytics", "events"});
+  ASSERT_TRUE(set);
+  EXPECT_NE(set->dump().find("/var/lib/rtable-backup-volumes/rtable-backups"), std::string::npos);
+  EXPECT_EQ(condition("Restored")["message"],
+            "waiting for a replica to restore backup analytics.nightly in "
+            "pvc://rtable-backups/cluster-a");
+}
+
 TEST_F(ReconcilerWithZooKeeper, ARestoreFromAnS3ClusterBackupNeedsTheTableToMountItsSecret) {
   json secret = {{"apiVersion", "v1"},
                  {"kind", "Secret"},

@@ -101,7 +101,7 @@ TEST(ReplicatedTableSpec, TheCrdDefaultsAreTheParserDefaults) {
 TEST(ReplicatedTableSpec, RoundTripsEveryField) {
   for (const char* file :
        {"events-table.yaml", "minimal-table.yaml", "sidecar-table.yaml", "restored-table.yaml",
-        "restored-from-location.yaml", "restored-from-s3.yaml"}) {
+        "restored-from-location.yaml", "restored-from-s3.yaml", "restored-from-volume.yaml"}) {
     auto spec = ReplicatedTableSpec::parse(exampleSpec(file));
     ASSERT_TRUE(spec) << file << ": " << spec.error().toString();
     auto again = ReplicatedTableSpec::parse(spec->toJson());
@@ -178,16 +178,20 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
        {{"tolerations", {{{"operator", "Maybe"}}}}},
        "spec.podTemplate.tolerations[0].operator: 'Maybe' is not one of"},
       {"/restoreFrom", json::object(),
-       "spec.restoreFrom: exactly one of backup, filesystem and s3 must be given"},
+       "spec.restoreFrom: exactly one of backup, filesystem, persistentVolumeClaim and s3 must be "
+       "given"},
       {"/restoreFrom",
        {{"backup", "b"}, {"filesystem", {{"path", "/backups"}}}, {"name", "x"}},
-       "spec.restoreFrom: exactly one of backup, filesystem and s3 must be given"},
+       "spec.restoreFrom: exactly one of backup, filesystem, persistentVolumeClaim and s3 must be "
+       "given"},
       {"/restoreFrom",
        {{"filesystem", {{"path", "/backups"}}}},
-       "spec.restoreFrom.name: name is given with filesystem or s3, and only with them"},
+       "spec.restoreFrom.name: name is given with filesystem, persistentVolumeClaim or s3, and "
+       "only with them"},
       {"/restoreFrom",
        {{"backup", "b"}, {"name", "x"}},
-       "spec.restoreFrom.name: name is given with filesystem or s3, and only with them"},
+       "spec.restoreFrom.name: name is given with filesystem, persistentVolumeClaim or s3, and "
+       "only with them"},
       {"/restoreFrom",
        {{"s3",
          {{"endpoint", "http://s3:8333"}, {"bucket", "bkt"}, {"credentials", json::object()}}},

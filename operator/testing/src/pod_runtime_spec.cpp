@@ -25,7 +25,7 @@ constexpr std::string_view kNewDataDirName = "..data_tmp";
 constexpr std::string_view kHostsBegin = "# BEGIN rtable-local-kubelet";
 constexpr std::string_view kHostsEnd = "# END rtable-local-kubelet";
 
-std::string stringOr(const json& object, const char* key, std::string fallback = {}) {
+std::string textOr(const json& object, const char* key, std::string fallback = {}) {
   auto it = object.find(key);
   if (it == object.end() || !it->is_string()) return fallback;
   return it->get<std::string>();
@@ -108,13 +108,13 @@ std::expected<std::vector<VolumeFile>, std::string> keyedVolumeFiles(
     return files;
   }
   for (const auto& item : *items) {
-    const std::string key = stringOr(item, "key");
+    const std::string key = textOr(item, "key");
     auto found = data->find(key);
     if (found == data->end()) {
       if (optional) continue;
       return std::unexpected(fmt::format("configmap references non-existent config key: {}", key));
     }
-    files.push_back({stringOr(item, "path", key), found->second, item.value("mode", default_mode)});
+    files.push_back({textOr(item, "path", key), found->second, item.value("mode", default_mode)});
   }
   return files;
 }
@@ -175,7 +175,7 @@ std::string fieldLabelValue(const json& map, std::string_view field_path, std::s
     key = key.substr(2, key.size() - 4);
   }
   if (!map.is_object()) return {};
-  return stringOr(map, key.c_str());
+  return textOr(map, key.c_str());
 }
 
 }  // namespace
@@ -233,29 +233,29 @@ std::expected<std::string, std::string> fieldRefValue(const json& pod, std::stri
     if (list.is_array()) {
       for (const auto& ip : list) {
         if (!out.empty()) out += ',';
-        out += stringOr(ip, "ip");
+        out += textOr(ip, "ip");
       }
     }
     return out.empty() ? single : out;
   };
-  if (path == "metadata.name") return stringOr(meta, "name");
+  if (path == "metadata.name") return textOr(meta, "name");
   if (path == "metadata.namespace") return podNamespace(pod);
-  if (path == "metadata.uid") return stringOr(meta, "uid");
+  if (path == "metadata.uid") return textOr(meta, "uid");
   if (path.starts_with("metadata.labels")) {
     return fieldLabelValue(meta.value("labels", empty), path, "metadata.labels");
   }
   if (path.starts_with("metadata.annotations")) {
     return fieldLabelValue(meta.value("annotations", empty), path, "metadata.annotations");
   }
-  if (path == "spec.nodeName") return stringOr(spec, "nodeName");
-  if (path == "spec.serviceAccountName") return stringOr(spec, "serviceAccountName", "default");
-  if (path == "status.hostIP") return stringOr(status, "hostIP");
+  if (path == "spec.nodeName") return textOr(spec, "nodeName");
+  if (path == "spec.serviceAccountName") return textOr(spec, "serviceAccountName", "default");
+  if (path == "status.hostIP") return textOr(status, "hostIP");
   if (path == "status.hostIPs") {
-    return ips(status.value("hostIPs", json()), stringOr(status, "hostIP"));
+    return ips(status.value("hostIPs", json()), textOr(status, "hostIP"));
   }
-  if (path == "status.podIP") return stringOr(status, "podIP");
+  if (path == "status.podIP") return textOr(status, "podIP");
   if (path == "status.podIPs") {
-    return ips(status.value("podIPs", json()), stringOr(status, "podIP"));
+    return ips(status.value("podIPs", json()), textOr(status, "podIP"));
   }
   return std::unexpected(fmt::format("unsupported fieldRef fieldPath {}", path));
 }
@@ -266,12 +266,12 @@ std::expected<EnvList, std::string> containerEnv(const json& pod, const json& co
   EnvList env;
   if (auto from = container.find("envFrom"); from != container.end() && from->is_array()) {
     for (const auto& source : *from) {
-      const std::string prefix = stringOr(source, "prefix");
+      const std::string prefix = textOr(source, "prefix");
       std::optional<std::map<std::string, std::string>> data;
       std::string what;
       bool optional = false;
       if (auto ref = source.find("configMapRef"); ref != source.end()) {
-        const std::string name = stringOr(*ref, "name");
+        const std::string name = textOr(*ref, "name");
         optional = boolOr(*ref, "optional", false);
         what = fmt::format("configmap \"{}\"", name);
         if (auto cm = objects.config_map(ns, name)) {
@@ -280,7 +280,7 @@ std::expected<EnvList, std::string> containerEnv(const json& pod, const json& co
           data = *d;
         }
       } else if (auto sref = source.find("secretRef"); sref != source.end()) {
-        const std::string name = stringOr(*sref, "name");
+        const std::string name = textOr(*sref, "name");
         optional = boolOr(*sref, "optional", false);
         what = fmt::format("secret \"{}\"", name);
         if (auto s = objects.secret(ns, name)) {
@@ -303,7 +303,7 @@ std::expected<EnvList, std::string> containerEnv(const json& pod, const json& co
   auto entries = container.find("env");
   if (entries == container.end() || !entries->is_array()) return env;
   for (const auto& entry : *entries) {
-    const std::string name = stringOr(entry, "name");
+    const std::string name = textOr(entry, "name");
     if (name.empty()) continue;
     if (entry.contains("value") || !entry.contains("valueFrom")) {
       const EnvList defined = env;
@@ -313,17 +313,17 @@ std::expected<EnvList, std::string> containerEnv(const json& pod, const json& co
         }
         return std::nullopt;
       };
-      setVar(env, name, expandVars(stringOr(entry, "value"), lookup));
+      setVar(env, name, expandVars(textOr(entry, "value"), lookup));
       continue;
     }
     const json& from = entry["valueFrom"];
     if (auto field = from.find("fieldRef"); field != from.end()) {
-      auto value = fieldRefValue(pod, stringOr(*field, "fieldPath"));
+      auto value = fieldRefValue(pod, textOr(*field, "fieldPath"));
       if (!value) return std::unexpected(value.error());
       setVar(env, name, *value);
     } else if (auto ref = from.find("secretKeyRef"); ref != from.end()) {
-      const std::string object = stringOr(*ref, "name");
-      const std::string key = stringOr(*ref, "key");
+      const std::string object = textOr(*ref, "name");
+      const std::string key = textOr(*ref, "key");
       const bool optional = boolOr(*ref, "optional", false);
       auto secret = objects.secret(ns, object);
       if (!secret) {
@@ -340,8 +340,8 @@ std::expected<EnvList, std::string> containerEnv(const json& pod, const json& co
       }
       setVar(env, name, it->second);
     } else if (auto cref = from.find("configMapKeyRef"); cref != from.end()) {
-      const std::string object = stringOr(*cref, "name");
-      const std::string key = stringOr(*cref, "key");
+      const std::string object = textOr(*cref, "name");
+      const std::string key = textOr(*cref, "key");
       const bool optional = boolOr(*cref, "optional", false);
       auto cm = objects.config_map(ns, object);
       if (!cm) {
@@ -409,7 +409,7 @@ std::expected<std::vector<VolumeFile>, std::string> configMapVolumeFiles(
     if (!d) return std::unexpected(d.error());
     data = std::move(*d);
   }
-  return keyedVolumeFiles(source, data, fmt::format("configmap \"{}\"", stringOr(source, "name")));
+  return keyedVolumeFiles(source, data, fmt::format("configmap \"{}\"", textOr(source, "name")));
 }
 
 std::expected<std::vector<VolumeFile>, std::string> secretVolumeFiles(
@@ -420,8 +420,7 @@ std::expected<std::vector<VolumeFile>, std::string> secretVolumeFiles(
     if (!d) return std::unexpected(d.error());
     data = std::move(*d);
   }
-  return keyedVolumeFiles(source, data,
-                          fmt::format("secret \"{}\"", stringOr(source, "secretName")));
+  return keyedVolumeFiles(source, data, fmt::format("secret \"{}\"", textOr(source, "secretName")));
 }
 
 std::expected<std::vector<VolumeFile>, std::string> downwardApiVolumeFiles(const json& source,
@@ -433,9 +432,9 @@ std::expected<std::vector<VolumeFile>, std::string> downwardApiVolumeFiles(const
       if (!item.contains("fieldRef")) {
         return std::unexpected("downwardAPI: only fieldRef items are emulated");
       }
-      auto value = fieldRefValue(pod, stringOr(item["fieldRef"], "fieldPath"));
+      auto value = fieldRefValue(pod, textOr(item["fieldRef"], "fieldPath"));
       if (!value) return std::unexpected(value.error());
-      files.push_back({stringOr(item, "path"), *value, item.value("mode", default_mode)});
+      files.push_back({textOr(item, "path"), *value, item.value("mode", default_mode)});
     }
   }
   return files;
@@ -535,7 +534,7 @@ std::string renderPodHosts(const HostsEntry& own, const json& host_aliases,
       for (const auto& h : alias.value("hostnames", json::array())) {
         names += (names.empty() ? "" : "\t") + h.get<std::string>();
       }
-      out += fmt::format("{}\t{}\n", stringOr(alias, "ip"), names);
+      out += fmt::format("{}\t{}\n", textOr(alias, "ip"), names);
     }
   }
   out += "\n# Pods of headless Services (what cluster DNS would answer).\n";

@@ -29,7 +29,7 @@ using testing::eventually;
 using testing::FakeKubeClient;
 using testing::InterceptingKubeClient;
 
-const ObjectKey kLease{"default", "rtable-operator-lock"};
+const ObjectKey kProcessLease{"default", "rtable-operator-lock"};
 
 // A leader task that counts its starts and stops; its stop can be held back by a gate.
 class CountingTask {
@@ -73,7 +73,7 @@ class CountingTask {
 
 OperatorProcessOptions fastOptions(const std::string& identity) {
   OperatorProcessOptions o;
-  o.leader_election.lease = kLease;
+  o.leader_election.lease = kProcessLease;
   o.leader_election.identity = identity;
   o.leader_election.lease_duration = 1s;
   o.leader_election.renew_deadline = 600ms;
@@ -86,7 +86,7 @@ OperatorProcessOptions fastOptions(const std::string& identity) {
 }
 
 std::string holderOf(KubeClient& client) {
-  auto lease = client.get(resources::leases(), kLease);
+  auto lease = client.get(resources::leases(), kProcessLease);
   return lease ? LeaseRecord::fromLease(*lease).holder_identity
                : "<" + lease.error().toString() + ">";
 }
@@ -216,7 +216,7 @@ TEST(OperatorProcessTest, LosingTheLeaseAfterLeadingExitsWithOne) {
   ASSERT_TRUE(eventually([&] { return task.starts() == 1; }));
 
   // Someone else takes the Lease (an apiserver that lost our renewals, a partition healed).
-  auto lease = client.get(resources::leases(), kLease);
+  auto lease = client.get(resources::leases(), kProcessLease);
   ASSERT_TRUE(lease);
   (*lease)["spec"]["holderIdentity"] = "thief";
   ASSERT_TRUE(client.update(resources::leases(), *lease));
@@ -239,7 +239,7 @@ TEST(OperatorProcessTest, ByDefaultALostLeaseDoesNotWaitForRunningWork) {
   auto exit = std::async(std::launch::async, [&] { return process->wait(); });
   ASSERT_TRUE(eventually([&] { return task.starts() == 1; }));
   task.holdStop();
-  auto lease = client.get(resources::leases(), kLease);
+  auto lease = client.get(resources::leases(), kProcessLease);
   ASSERT_TRUE(lease);
   (*lease)["spec"]["holderIdentity"] = "thief";
   ASSERT_TRUE(client.update(resources::leases(), *lease));
@@ -314,7 +314,7 @@ TEST(OperatorProcessTest, WithoutLeaderElectionTheTasksStartAtOnce) {
   ASSERT_TRUE(eventually([&] { return task.starts() == 1; }));
   EXPECT_TRUE(process.leading());
   EXPECT_EQ(leaderMetric(process.metricsPort()), std::nullopt);
-  EXPECT_FALSE(client.get(resources::leases(), kLease));
+  EXPECT_FALSE(client.get(resources::leases(), kProcessLease));
   process.requestShutdown();
   ASSERT_EQ(exit.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(exit.get().code, 0);

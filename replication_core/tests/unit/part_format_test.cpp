@@ -35,7 +35,7 @@ TableSchema schemaOf(std::vector<std::pair<std::string, std::string>> columns) {
   return *schema;
 }
 
-PartName part(std::string_view name) {
+PartName partNamed(std::string_view name) {
   return *PartName::parse(name);
 }
 
@@ -193,7 +193,7 @@ TEST_F(PartFormat, EveryTypeRoundTrips) {
     SCOPED_TRACE(rows);
     const Block block = makeRows(schema, rows, rows);
     const fs::path table = tableDir("t" + std::to_string(rows));
-    auto written = writePart(table, part("all_1_1_0"), schema, block);
+    auto written = writePart(table, partNamed("all_1_1_0"), schema, block);
     ASSERT_TRUE(written) << written.error();
     auto verified = verifyPart(table / "all_1_1_0", schema);
     ASSERT_TRUE(verified) << verified.error();
@@ -216,7 +216,7 @@ TEST_F(PartFormat, LargeStringsSpanCompressedBlocks) {
   std::get<std::vector<std::string>>(block.columns[1].values) = {noise, "", "", "z"};
   block.columns[1].null_map = {0, 1, 0, 0};
   const fs::path table = tableDir("t");
-  auto written = writePart(table, part("all_1_1_0"), schema, block);
+  auto written = writePart(table, partNamed("all_1_1_0"), schema, block);
   ASSERT_TRUE(written) << written.error();
   EXPECT_GT(fs::file_size(table / "all_1_1_0" / "s.bin"), noise.size());
   auto read = readPart(table / "all_1_1_0", schema);
@@ -233,7 +233,7 @@ TEST_F(PartFormat, WritesClickHouseTextFilesAndChecksums) {
   std::get<std::vector<int32_t>>(block.columns[2].values) = {-1, 0, 7};
   block.columns[2].null_map = {0, 1, 0};
   const fs::path table = tableDir("t");
-  auto written = writePart(table, part("202612_4_4_0"), small_schema_, block);
+  auto written = writePart(table, partNamed("202612_4_4_0"), small_schema_, block);
   ASSERT_TRUE(written) << written.error();
 
   EXPECT_EQ(listDir(table), std::set<std::string>{"202612_4_4_0"});
@@ -263,8 +263,8 @@ TEST_F(PartFormat, WritesClickHouseTextFilesAndChecksums) {
 TEST_F(PartFormat, SameBlockGivesByteIdenticalFiles) {
   const TableSchema& schema = everyTypeSchema();
   const Block block = makeRows(schema, 20000, 42);
-  auto first = writePart(tableDir("one"), part("all_1_1_0"), schema, block);
-  auto second = writePart(tableDir("two"), part("all_1_1_0"), schema, block);
+  auto first = writePart(tableDir("one"), partNamed("all_1_1_0"), schema, block);
+  auto second = writePart(tableDir("two"), partNamed("all_1_1_0"), schema, block);
   ASSERT_TRUE(first) << first.error();
   ASSERT_TRUE(second) << second.error();
   EXPECT_EQ(first->total, second->total);
@@ -276,7 +276,7 @@ TEST_F(PartFormat, SameBlockGivesByteIdenticalFiles) {
 
   Block other = block;
   std::get<std::vector<uint64_t>>(other.columns[3].values)[19999] ^= 1;
-  auto different = writePart(tableDir("three"), part("all_1_1_0"), schema, other);
+  auto different = writePart(tableDir("three"), partNamed("all_1_1_0"), schema, other);
   ASSERT_TRUE(different) << different.error();
   EXPECT_NE(different->total, first->total);
 }
@@ -284,10 +284,11 @@ TEST_F(PartFormat, SameBlockGivesByteIdenticalFiles) {
 TEST_F(PartFormat, RefusesAnExistingPartAndLeavesNothingBehind) {
   const fs::path table = tableDir("t");
   const Block block = makeRows(small_schema_, 10, 1);
-  auto first = writePart(table, part("all_1_1_0"), small_schema_, block);
+  auto first = writePart(table, partNamed("all_1_1_0"), small_schema_, block);
   ASSERT_TRUE(first) << first.error();
 
-  auto again = writePart(table, part("all_1_1_0"), small_schema_, makeRows(small_schema_, 5, 2));
+  auto again =
+      writePart(table, partNamed("all_1_1_0"), small_schema_, makeRows(small_schema_, 5, 2));
   ASSERT_FALSE(again);
   EXPECT_NE(again.error().find("all_1_1_0: already exists"), std::string::npos) << again.error();
   EXPECT_EQ(listDir(table), std::set<std::string>{"all_1_1_0"});
@@ -298,7 +299,7 @@ TEST_F(PartFormat, RefusesAnExistingPartAndLeavesNothingBehind) {
   // A block that does not fit the schema: refused before anything is created.
   Block wrong = block;
   wrong.columns[2].null_map.pop_back();
-  auto mismatched = writePart(table, part("all_2_2_0"), small_schema_, wrong);
+  auto mismatched = writePart(table, partNamed("all_2_2_0"), small_schema_, wrong);
   ASSERT_FALSE(mismatched);
   EXPECT_NE(mismatched.error().find("column 'n' has a null map of 9 entries for 10 rows"),
             std::string::npos)
@@ -307,12 +308,12 @@ TEST_F(PartFormat, RefusesAnExistingPartAndLeavesNothingBehind) {
 
   // Another write of the same part in progress (its tmp_ directory exists): refused, untouched.
   fs::create_directory(table / "tmp_all_3_3_0");
-  auto concurrent = writePart(table, part("all_3_3_0"), small_schema_, block);
+  auto concurrent = writePart(table, partNamed("all_3_3_0"), small_schema_, block);
   ASSERT_FALSE(concurrent);
   EXPECT_NE(concurrent.error().find("tmp_all_3_3_0"), std::string::npos) << concurrent.error();
   EXPECT_EQ(listDir(table), (std::set<std::string>{"all_1_1_0", "tmp_all_3_3_0"}));
 
-  auto no_table = writePart(root_ / "missing", part("all_1_1_0"), small_schema_, block);
+  auto no_table = writePart(root_ / "missing", partNamed("all_1_1_0"), small_schema_, block);
   EXPECT_FALSE(no_table);
 }
 
@@ -328,7 +329,7 @@ TEST_F(PartFormat, StagedPartIsTheSamePartWrittenInPlace) {
   auto verified = verifyPart(table / "all_5_5_0", small_schema_);
   ASSERT_TRUE(verified) << verified.error();
   EXPECT_EQ(*verified, *staged);
-  auto in_place = writePart(tableDir("other"), part("all_5_5_0"), small_schema_, block);
+  auto in_place = writePart(tableDir("other"), partNamed("all_5_5_0"), small_schema_, block);
   ASSERT_TRUE(in_place) << in_place.error();
   EXPECT_EQ(in_place->total, staged->total);
 
@@ -399,7 +400,7 @@ TEST_F(PartFormat, VerifyNamesTheCorruptFileAndTheReason) {
     const Corruption& corruption = corruptions[i];
     SCOPED_TRACE(corruption.what);
     const fs::path table = tableDir("t" + std::to_string(i));
-    ASSERT_TRUE(writePart(table, part("all_1_1_0"), small_schema_, block));
+    ASSERT_TRUE(writePart(table, partNamed("all_1_1_0"), small_schema_, block));
     const fs::path dir = table / "all_1_1_0";
     corruption.apply(dir);
 
@@ -421,7 +422,7 @@ TEST_F(PartFormat, VerifyNamesTheCorruptFileAndTheReason) {
 TEST_F(PartFormat, ConsistentButWrongContentIsStillCaught) {
   const Block block = makeRows(small_schema_, 100, 4);
   const fs::path table = tableDir("t");
-  ASSERT_TRUE(writePart(table, part("all_1_1_0"), small_schema_, block));
+  ASSERT_TRUE(writePart(table, partNamed("all_1_1_0"), small_schema_, block));
   const fs::path dir = table / "all_1_1_0";
 
   // count.txt and checksums.txt agree, the columns do not.
@@ -455,7 +456,7 @@ TEST_F(PartFormat, ConsistentButWrongContentIsStillCaught) {
       << huge.error();
 
   // The part read with another table's schema.
-  ASSERT_TRUE(writePart(table, part("all_2_2_0"), small_schema_, block));
+  ASSERT_TRUE(writePart(table, partNamed("all_2_2_0"), small_schema_, block));
   const TableSchema other = schemaOf({{"a", "UInt64"}, {"s", "String"}, {"n", "Nullable(Int64)"}});
   auto verified = verifyPart(table / "all_2_2_0", other);
   auto read = readPart(table / "all_2_2_0", other);
@@ -476,7 +477,7 @@ TEST_F(PartLoading, MovesBrokenPartsAsideKeepsGoodOnesAndLeavesStrangersAlone) {
   std::vector<PartChecksums> written;
   for (int n = 1; n <= 3; ++n) {
     auto checksums =
-        writePart(table, part("all_" + std::to_string(n) + "_" + std::to_string(n) + "_0"),
+        writePart(table, partNamed("all_" + std::to_string(n) + "_" + std::to_string(n) + "_0"),
                   small_schema_, makeRows(small_schema_, 100 * n, n));
     ASSERT_TRUE(checksums) << checksums.error();
     written.push_back(*checksums);
@@ -497,9 +498,9 @@ TEST_F(PartLoading, MovesBrokenPartsAsideKeepsGoodOnesAndLeavesStrangersAlone) {
   auto loaded = loadParts(table, small_schema_);
   ASSERT_TRUE(loaded) << loaded.error();
   ASSERT_EQ(loaded->valid.size(), 2u);
-  EXPECT_EQ(loaded->valid[0].first, part("all_1_1_0"));
+  EXPECT_EQ(loaded->valid[0].first, partNamed("all_1_1_0"));
   EXPECT_EQ(loaded->valid[0].second, written[0]);
-  EXPECT_EQ(loaded->valid[1].first, part("all_3_3_0"));
+  EXPECT_EQ(loaded->valid[1].first, partNamed("all_3_3_0"));
   EXPECT_EQ(loaded->valid[1].second, written[2]);
   ASSERT_EQ(loaded->broken.size(), 1u);
   EXPECT_EQ(loaded->broken[0].first, "all_2_2_0");
@@ -516,7 +517,8 @@ TEST_F(PartLoading, MovesBrokenPartsAsideKeepsGoodOnesAndLeavesStrangersAlone) {
                                                    "all_5_5_0", "detached", "notes"}));
 
   // The same name breaks again: the earlier broken copy stays, the new one gets a suffix.
-  ASSERT_TRUE(writePart(table, part("all_2_2_0"), small_schema_, makeRows(small_schema_, 7, 7)));
+  ASSERT_TRUE(
+      writePart(table, partNamed("all_2_2_0"), small_schema_, makeRows(small_schema_, 7, 7)));
   fs::remove(table / "all_2_2_0" / "count.txt");
   auto again = loadParts(table, small_schema_);
   ASSERT_TRUE(again) << again.error();

@@ -10,7 +10,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-PartName part(const std::string& name) {
+PartName queuedPart(const std::string& name) {
   return *PartName::parse(name);
 }
 
@@ -43,7 +43,7 @@ QueueEntry dropRange(const std::string& node, const std::string& range) {
 // The replica's active parts, as the queue's owner would keep them.
 class Replica {
  public:
-  void add(const std::string& name) { (void)active.add(part(name)); }
+  void add(const std::string& name) { (void)active.add(queuedPart(name)); }
   ReplicationQueue::LocalPartLookup lookup() const {
     return [this](const PartName& p) { return active.containingPart(p); };
   }
@@ -61,7 +61,7 @@ class Queue : public ::testing::Test {
   void complete(const SelectedEntry& selected) {
     if (selected.action != QueueAction::kNothing) {
       replica.add(selected.entry.new_part_name);
-      queue.addCurrentPart(part(selected.entry.new_part_name));
+      queue.addCurrentPart(queuedPart(selected.entry.new_part_name));
     }
     queue.finish(selected.node_name);
   }
@@ -78,11 +78,11 @@ class Queue : public ::testing::Test {
 
 TEST_F(Queue, MergeWaitsForItsSourceWhileLaterEntriesRun) {
   replica.add("all_1_1_0");
-  queue.addCurrentPart(part("all_1_1_0"));
+  queue.addCurrentPart(queuedPart("all_1_1_0"));
   queue.insert(merge("q1", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));
   queue.insert(get("q2", "all_2_2_0"));
   expectInvariant();
-  EXPECT_EQ(queue.virtualParts().parts(), std::vector<PartName>{part("all_1_2_1")});
+  EXPECT_EQ(queue.virtualParts().parts(), std::vector<PartName>{queuedPart("all_1_2_1")});
 
   // The merge cannot run (its source is still to be fetched): the fetch after it runs first.
   auto first = select();
@@ -115,11 +115,11 @@ TEST_F(Queue, MergeWaitsForItsSourceWhileLaterEntriesRun) {
 TEST_F(Queue, ALostMergeResultLeavesTheSourcesHeldHereInTheVirtualParts) {
   // Only one source is here; the merge's result is to be fetched, and turns out lost forever.
   replica.add("all_1_1_0");
-  queue.addCurrentPart(part("all_1_1_0"));
+  queue.addCurrentPart(queuedPart("all_1_1_0"));
   queue.insert(merge("q1", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));
   queue.insert(get("q2", "all_3_3_0"));
   EXPECT_EQ(queue.virtualParts().parts(),
-            (std::vector<PartName>{part("all_1_2_1"), part("all_3_3_0")}));
+            (std::vector<PartName>{queuedPart("all_1_2_1"), queuedPart("all_3_3_0")}));
   auto selected = select();
   ASSERT_TRUE(selected);
   EXPECT_EQ(selected->node_name, "q1");
@@ -129,7 +129,7 @@ TEST_F(Queue, ALostMergeResultLeavesTheSourcesHeldHereInTheVirtualParts) {
   EXPECT_EQ(order(), std::vector<std::string>{"q2"});
   EXPECT_EQ(queue.executing(QueueAction::kFetch), 0u);
   EXPECT_EQ(queue.virtualParts().parts(),
-            (std::vector<PartName>{part("all_1_1_0"), part("all_3_3_0")}));
+            (std::vector<PartName>{queuedPart("all_1_1_0"), queuedPart("all_3_3_0")}));
   expectInvariant();
 }
 
@@ -145,9 +145,9 @@ TEST_F(Queue, AFetchOfACoveringPartMakesTheEntriesItCoversWait) {
   EXPECT_EQ(first->node_name, "q1");
   EXPECT_EQ(second->node_name, "q2");
   // q1 finds only all_1_3_1 (merged meanwhile): it fetches that; q2, inside it, gives way.
-  EXPECT_TRUE(queue.setActualPart("q1", part("all_1_3_1")));
-  EXPECT_FALSE(queue.setActualPart("q2", part("all_1_3_1")));
-  EXPECT_FALSE(queue.setActualPart("q2", part("all_2_4_1")));  // overlaps q1's
+  EXPECT_TRUE(queue.setActualPart("q1", queuedPart("all_1_3_1")));
+  EXPECT_FALSE(queue.setActualPart("q2", queuedPart("all_1_3_1")));
+  EXPECT_FALSE(queue.setActualPart("q2", queuedPart("all_2_4_1")));  // overlaps q1's
   queue.giveWay("q2", "all_1_3_1 is fetched by q1", now);
   // q2 waits as postponed, not failed: no backoff, no try counted.
   const auto q2 = std::find_if(queue.entries().begin(), queue.entries().end(),
@@ -164,9 +164,9 @@ TEST_F(Queue, AFetchOfACoveringPartMakesTheEntriesItCoversWait) {
   EXPECT_EQ(queue.postponedCount(PostponeReason::kCoveredByFuturePart), 2u);  // q2's give-way, q3
   // Once q1 is done, the covered entries have nothing left to do, at once.
   replica.add("all_1_3_1");
-  queue.addCurrentPart(part("all_1_3_1"));
+  queue.addCurrentPart(queuedPart("all_1_3_1"));
   queue.finish("q1");
-  EXPECT_TRUE(queue.futureParts().count(part("all_1_3_1")) == 0);
+  EXPECT_TRUE(queue.futureParts().count(queuedPart("all_1_3_1")) == 0);
   std::set<std::string> no_ops;
   while (auto selected = select()) {
     EXPECT_EQ(selected->action, QueueAction::kNothing) << selected->node_name;
@@ -182,7 +182,7 @@ TEST_F(Queue, AnEntryBackingOffNeedsNothingOnceItsPartIsHere) {
   ASSERT_FALSE(select());  // backing off for 100 ms
   // A part covering it arrives another way (a fetch of the merged part).
   replica.add("all_1_2_1");
-  queue.addCurrentPart(part("all_1_2_1"));
+  queue.addCurrentPart(queuedPart("all_1_2_1"));
   auto selected = select();
   ASSERT_TRUE(selected);
   EXPECT_EQ(selected->action, QueueAction::kNothing);
@@ -228,7 +228,7 @@ TEST_F(Queue, SelectedEntryMovesToTheTail) {
 TEST_F(Queue, PoolsLimitConcurrentFetchesAndMerges) {
   for (const auto* name : {"all_1_1_0", "all_2_2_0", "all_3_3_0", "all_4_4_0"}) {
     replica.add(name);
-    queue.addCurrentPart(part(name));
+    queue.addCurrentPart(queuedPart(name));
   }
   queue.insert(get("q1", "all_5_5_0"));
   queue.insert(get("q2", "all_6_6_0"));
@@ -281,19 +281,19 @@ TEST_F(Queue, FailedEntriesBackOffExponentiallyUpToTheCap) {
 TEST_F(Queue, AMergeWhoseSourcesAreGoneForGoodFetchesTheResult) {
   // all_2_2_0 is neither here nor coming: the merged part is fetched instead.
   replica.add("all_1_1_0");
-  queue.addCurrentPart(part("all_1_1_0"));
+  queue.addCurrentPart(queuedPart("all_1_1_0"));
   queue.insert(merge("q1", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));
   auto selected = select();
   ASSERT_TRUE(selected);
   EXPECT_EQ(selected->action, QueueAction::kFetch);
   complete(*selected);
-  EXPECT_EQ(replica.parts(), std::vector<PartName>{part("all_1_2_1")});
+  EXPECT_EQ(replica.parts(), std::vector<PartName>{queuedPart("all_1_2_1")});
   expectInvariant();
 }
 
 TEST_F(Queue, APartAlreadyHereOrCoveredNeedsNothing) {
   replica.add("all_1_3_2");
-  queue.addCurrentPart(part("all_1_3_2"));
+  queue.addCurrentPart(queuedPart("all_1_3_2"));
   queue.insert(get("q1", "all_2_2_0"));                                // covered by all_1_3_2
   queue.insert(merge("q2", {"all_1_1_0", "all_2_2_0"}, "all_1_2_1"));  // covered too
   queue.insert(get("q3", "all_1_3_2"));                                // here
@@ -318,13 +318,13 @@ TEST_F(Queue, ReadonlyReplicaPostponesEverything) {
 
 TEST_F(Queue, DropRangeHoldsBackEntriesItCoversAndRemovesThemWhenDone) {
   replica.add("202611_1_1_0");
-  queue.addCurrentPart(part("202611_1_1_0"));
+  queue.addCurrentPart(queuedPart("202611_1_1_0"));
   queue.insert(get("q1", "202611_2_2_0"));
   queue.insert(dropRange("q2", "202611_0_2_999999999"));
   queue.insert(get("q3", "202612_3_3_0"));  // another partition: not affected
   expectInvariant();
-  EXPECT_EQ(queue.virtualParts().parts(),
-            (std::vector<PartName>{part("202611_0_2_999999999"), part("202612_3_3_0")}));
+  EXPECT_EQ(queue.virtualParts().parts(), (std::vector<PartName>{queuedPart("202611_0_2_999999999"),
+                                                                 queuedPart("202612_3_3_0")}));
 
   auto first = select();
   ASSERT_TRUE(first);
@@ -332,7 +332,7 @@ TEST_F(Queue, DropRangeHoldsBackEntriesItCoversAndRemovesThemWhenDone) {
   EXPECT_EQ(first->action, QueueAction::kDropRange);
   EXPECT_EQ(queue.postponedCount(PostponeReason::kIntersectsDropRange), 1u);
   // The replica drops its parts in the range, then finishes the entry.
-  replica.active.remove(part("202611_1_1_0"));
+  replica.active.remove(queuedPart("202611_1_1_0"));
   const auto removed = queue.finish("q2");
   EXPECT_EQ(removed, std::vector<std::string>{"q1"});
   EXPECT_EQ(order(), std::vector<std::string>{"q3"});

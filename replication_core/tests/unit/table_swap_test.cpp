@@ -54,8 +54,8 @@ TEST(SwapPlan, RoundTripsAndRefusesWhatIsNoPlan) {
   EXPECT_EQ(SwapPlan::parse("from: 2\nstep: open\n").error(), "swap plan: missing to");
 }
 
-constexpr std::string_view kSecret = "swap-secret";
-constexpr const char* kRoot = "/rtable/tables/events";
+constexpr std::string_view kSwapSecret = "swap-secret";
+constexpr const char* kSwapRoot = "/rtable/tables/events";
 
 class TableSwap : public ::testing::Test {
  protected:
@@ -63,7 +63,7 @@ class TableSwap : public ::testing::Test {
     char pattern[] = "/tmp/rtable-swap-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     root_ = pattern;
-    common::testing::writeFile(root_ / "secret", std::string(kSecret) + "\n");
+    common::testing::writeFile(root_ / "secret", std::string(kSwapSecret) + "\n");
   }
   void TearDown() override {
     servers_.clear();
@@ -177,12 +177,12 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   // Every plan write is reported once, after it is in ZooKeeper.
   std::vector<std::string> recorded;
   auto on_recorded = [&](const SwapPlan& written) {
-    auto stored = observer_->get(swapPath(kRoot));
+    auto stored = observer_->get(swapPath(kSwapRoot));
     ASSERT_TRUE(stored) << stored.error().toString();
     EXPECT_EQ(SwapPlan::parse(stored->data), written);
     recorded.emplace_back(swapStepName(written.step));
   };
-  SwapDriver driver(*observer_, kRoot, [&] { return clock_ms += 10; }, on_recorded);
+  SwapDriver driver(*observer_, kSwapRoot, [&] { return clock_ms += 10; }, on_recorded);
   auto plan = driver.begin("headroom");
   ASSERT_TRUE(plan) << plan.error().toString();
   EXPECT_EQ(plan->trigger, "headroom");
@@ -237,13 +237,13 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
   EXPECT_EQ(ids(*r1.serving()).count(3), 1u);
 
   // Generation 1 is gone: its ZooKeeper subtree, its files, the plan.
-  auto active = observer_->get(std::string(kRoot) + "/active");
+  auto active = observer_->get(std::string(kSwapRoot) + "/active");
   ASSERT_TRUE(active);
   EXPECT_EQ(active->data, "2");
-  auto old_tree = observer_->exists(std::string(kRoot) + "/1");
+  auto old_tree = observer_->exists(std::string(kSwapRoot) + "/1");
   ASSERT_TRUE(old_tree);
   EXPECT_FALSE(*old_tree);
-  auto swap = observer_->exists(swapPath(kRoot));
+  auto swap = observer_->exists(swapPath(kSwapRoot));
   ASSERT_TRUE(swap);
   EXPECT_FALSE(*swap);
   EXPECT_EQ(r1.generation(1), nullptr);
@@ -271,7 +271,7 @@ TEST_F(TableSwap, AnAbortedSwapLeavesTheTableAsItWas) {
   TableHost& r1 = open("r1");
   TableHost& r2 = open("r2");
   for (uint64_t x = 0; x < 6; ++x) ASSERT_EQ(insertOnce(x % 2 ? r1 : r2, x), "");
-  SwapDriver driver(*observer_, kRoot);
+  SwapDriver driver(*observer_, kSwapRoot);
   ASSERT_TRUE(driver.begin());
   // Up to the drain: inserts paused, generation 2 open on both.
   ASSERT_TRUE(common::testing::waitFor(
@@ -293,7 +293,7 @@ TEST_F(TableSwap, AnAbortedSwapLeavesTheTableAsItWas) {
       [&] { return r1.generation(2) == nullptr && r2.generation(2) == nullptr; }, 10s));
   EXPECT_TRUE(common::testing::waitFor([&] { return insertOnce(r1, 50).empty(); }, 10s));
   EXPECT_EQ(r1.serving()->paths().generation, 1);
-  auto next_tree = observer_->exists(std::string(kRoot) + "/2");
+  auto next_tree = observer_->exists(std::string(kSwapRoot) + "/2");
   ASSERT_TRUE(next_tree);
   EXPECT_FALSE(*next_tree);
   EXPECT_FALSE(fs::exists(root_ / "r1" / "generation-2"));
@@ -332,7 +332,7 @@ TEST_P(TableSwapDriverCrash, ANewDriverResumesTheSwapFromZooKeeper) {
     if (write && armed) dead = true;
   };
   auto dying_keeper = testing::hookKeeper(server_->connect(), hooks);
-  SwapDriver dying(*dying_keeper, kRoot);
+  SwapDriver dying(*dying_keeper, kSwapRoot);
   auto begun = dying.begin();
   ASSERT_EQ(begun.has_value(), crash_at.has_value());
   // Until its first write at `crash_at` kills it.
@@ -346,7 +346,7 @@ TEST_P(TableSwapDriverCrash, ANewDriverResumesTheSwapFromZooKeeper) {
   ASSERT_TRUE(dead) << "the driver never reached the step";
 
   // Its successor: begin() returns the running swap (or starts it when none was made).
-  SwapDriver next(*observer_, kRoot);
+  SwapDriver next(*observer_, kSwapRoot);
   auto plan = next.begin();
   ASSERT_TRUE(plan) << plan.error().toString();
   EXPECT_EQ(plan->to, 2);
@@ -358,8 +358,8 @@ TEST_P(TableSwapDriverCrash, ANewDriverResumesTheSwapFromZooKeeper) {
         if (!advanced) return true;
         progress = *advanced;
         // Generation 1's tree goes only once generation 2 is active.
-        auto active = observer_->get(std::string(kRoot) + "/active");
-        auto old_tree = observer_->exists(std::string(kRoot) + "/1");
+        auto active = observer_->get(std::string(kSwapRoot) + "/active");
+        auto old_tree = observer_->exists(std::string(kSwapRoot) + "/1");
         if (active && old_tree && !*old_tree) {
           EXPECT_EQ(active->data, "2");
         }
@@ -375,7 +375,7 @@ TEST_P(TableSwapDriverCrash, ANewDriverResumesTheSwapFromZooKeeper) {
     ASSERT_TRUE(host->serving()->syncQueue(30s));
     EXPECT_EQ(ids(*host->serving()), expected);
   }
-  auto old_tree = observer_->exists(std::string(kRoot) + "/1");
+  auto old_tree = observer_->exists(std::string(kSwapRoot) + "/1");
   ASSERT_TRUE(old_tree);
   EXPECT_FALSE(*old_tree);
   // Inserts go on in generation 2, and a retry of a generation-1 insert is deduplicated there.

@@ -31,9 +31,14 @@ namespace rtable::backup {
 
 // Where a backup's files go, without credentials (those never enter ZooKeeper).
 struct DestinationRef {
-  enum class Kind { kFilesystem, kS3 };
+  enum class Kind { kFilesystem, kS3, kVolume };
   Kind kind = Kind::kFilesystem;
-  std::string path;  // kFilesystem: an absolute directory, the same on every replica
+  // kFilesystem: an absolute directory, the same on every replica. kVolume: the directory inside
+  // the claim's volume, relative ("" for its root).
+  std::string path;
+  // kVolume: a PersistentVolumeClaim of the table's namespace that every replica mounts under its
+  // volumes directory (openDestination, ReplicatedTable spec.backupVolumes).
+  std::string claim_name;
   // kS3:
   std::string endpoint;  // http(s)://host:port
   std::string bucket;
@@ -46,10 +51,14 @@ struct DestinationRef {
   std::string access_key_id_key = "accessKeyId";
   std::string secret_access_key_key = "secretAccessKey";
 
-  // "/backups/events" or "s3://bucket/prefix" (endpoint left out).
+  // "/backups/events", "s3://bucket/prefix" (endpoint left out) or "pvc://claim/path".
   std::string location() const;
   friend bool operator==(const DestinationRef&, const DestinationRef&) = default;
 };
+
+// Why `path` cannot be a kVolume destination's directory inside its volume (nullopt: it can). It
+// comes from ZooKeeper and must stay inside the volume: relative, no '.', '..' or empty component.
+std::optional<std::string> volumePathProblem(std::string_view path);
 
 struct BackupTableRef {
   std::string table;               // the table's name (the manifest's and restore's key)

@@ -47,16 +47,19 @@ op::ResourceType clusterBackups();
 
 // A ClusterBackup's name in its destination (backups/<name>/): "<namespace>.<name>".
 std::string backupNameFor(const op::ObjectKey& key);
-// Where a ClusterBackup's spec sends it, or why this operator cannot (reason, message).
-std::expected<backup::DestinationRef, std::pair<std::string, std::string>> destinationOf(
-    const ClusterBackupSpec& spec);
+// Where a ClusterBackup's spec sends it, as the replicas receive it.
+backup::DestinationRef destinationOf(const ClusterBackupSpec& spec);
 // An S3 location as the replicas receive it (the credentials by their Secret's name only).
 backup::DestinationRef s3DestinationRef(const BackupDestination::S3& s3);
+// A claim as the replicas receive it: they open it under their own mount of it.
+backup::DestinationRef volumeDestinationRef(const BackupDestination::PersistentVolumeClaim& claim);
 // Why the replicas of table `table` (namespace `ns`, its spec) cannot open `destination`, as
-// (reason, message), or nullopt when they can as far as the operator sees: an S3 destination's
+// (reason, message), or nullopt when they can as far as the operator sees. An S3 destination's
 // Secret must exist with both keys (CredentialsNotFound) and be mounted by the table's pods, i.e.
-// listed in its spec.backupCredentials (CredentialsNotMounted).
-std::optional<std::pair<std::string, std::string>> credentialsProblem(
+// listed in its spec.backupCredentials (CredentialsNotMounted). A volume destination's claim must
+// exist (ClaimNotFound), be ReadWriteMany when the table has more than one replica (ClaimNotShared:
+// its pods may run on several nodes) and be listed in spec.backupVolumes (ClaimNotMounted).
+std::optional<std::pair<std::string, std::string>> mountProblem(
     op::KubeClient& client, const std::string& ns, const std::string& table,
     const ReplicatedTableSpec& spec, const backup::DestinationRef& destination);
 

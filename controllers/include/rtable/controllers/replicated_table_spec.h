@@ -80,13 +80,15 @@ struct PodTemplateAdditions {
 };
 
 // Where a table is restored from: exactly one of a ClusterBackup of its namespace (`backup`) or a
-// backup found by its location (`filesystem_path` or `s3`, with `name`: another cluster's, or one
-// whose ClusterBackup is gone, as after losing the cluster).
+// backup found by its location (`filesystem_path`, `persistent_volume_claim` or `s3`, with `name`:
+// another cluster's, or one whose ClusterBackup is gone, as after losing the cluster).
 struct RestoreSource {
   std::string backup;  // a ClusterBackup in the table's namespace
-  // With filesystem_path or s3: the backup's name there (backups/<name>/).
+  // With a location: the backup's name there (backups/<name>/).
   std::string name;
-  std::string filesystem_path;              // a directory every replica mounts at this path
+  std::string filesystem_path;  // a directory every replica mounts at this path
+  // A claim of the table's namespace; the replicas mount it.
+  std::optional<BackupDestination::PersistentVolumeClaim> persistent_volume_claim;
   std::optional<BackupDestination::S3> s3;  // a bucket; the replicas mount its credentials
   // The backup's table restored; empty: its only table (with `backup`, also the one named as
   // this ReplicatedTable).
@@ -115,8 +117,14 @@ struct ReplicatedTableSpec {
   // folder each under /etc/rtable/backup-credentials/ (rtable-core's openDestination).
   std::vector<std::string> backup_credentials;
 
+  // PersistentVolumeClaims (in the table's namespace, ReadWriteMany) the replica pods mount for
+  // volume backup destinations, one folder each under /var/lib/rtable-backup-volumes/.
+  std::vector<std::string> backup_volumes;
+
   // backup_credentials, and restoreFrom.s3's Secret when it is not among them: what the pods mount.
   std::vector<std::string> mountedCredentials() const;
+  // backup_volumes, and restoreFrom.persistentVolumeClaim's claim when it is not among them.
+  std::vector<std::string> mountedVolumes() const;
 
   // `spec` is the object's .spec. Defaults are filled in as the CRD's schema fills them.
   static std::expected<ReplicatedTableSpec, SpecError> parse(const nlohmann::json& spec);

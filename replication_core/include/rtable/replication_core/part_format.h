@@ -27,6 +27,9 @@
 
 namespace rtable::core {
 
+// The part file that lists every other with its size and hash.
+inline constexpr std::string_view kChecksumsFile = "checksums.txt";
+
 // The content of `checksums.txt`: every other file of the part with its size and XXH3-128, sorted
 // by name, and the part's total hash (what replicas compare, and what an `attach` log entry
 // carries as `part_checksum:`).

@@ -40,6 +40,10 @@
 
 namespace rtable::core {
 
+// Under the data directory: parts being written (inserts, fetches, merges) before they are
+// renamed into place; emptied at start.
+inline constexpr const char* kStagingDir = "staging";
+
 // One active part as readers see it. The directory is removed when the part is replaced by a
 // merge (or dropped) and the last reader lets go of it.
 struct DataPart {

@@ -108,7 +108,7 @@ class TableReplica {
   }
   // Where files meant to become parts are written first (the directory PartStore::open empties:
   // never a part after a crash), on the parts' file system.
-  std::filesystem::path stagingDir() const { return store_->dataDir() / "staging"; }
+  std::filesystem::path stagingDir() const { return store_->dataDir() / kStagingDir; }
 
   // A consistent set of active parts: reads of them stay valid while a merge replaces them.
   std::vector<DataPartPtr> activeParts() const { return store_->activeParts(); }
