@@ -197,6 +197,7 @@ BackupResult<void> BackupHost::gatherMetadata() {
           first, table_.generation);
     }
     if (auto set = sync_.setStage(stage_name, result); !set) return std::unexpected(set.error());
+    reached("after " + stage_name);
     auto results = sync_.waitForStage(stage_name);
     if (!results) return std::unexpected(results.error());
     bool again = false;
@@ -240,7 +241,12 @@ BackupResult<std::map<std::string, FrozenPartList>> BackupHost::readPartLists(
   return lists;
 }
 
+void BackupHost::reached(std::string_view point) {
+  if (options_.test_point) options_.test_point(point);
+}
+
 BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
+  reached("writing files");
   HostStats stats;
   std::string my_index;
   auto hosts = operation_.hosts();
@@ -391,6 +397,7 @@ BackupResult<HostStats> BackupHost::run() {
       });
   if (!published) return fail(published.error());
   if (auto set = sync_.setStage(stage::kExtractingData); !set) return fail(set.error());
+  reached(fmt::format("after {}", stage::kExtractingData));
   if (auto waited = sync_.waitForStage(stage::kExtractingData); !waited) {
     return fail(waited.error());
   }
@@ -438,6 +445,7 @@ BackupResult<HostStats> BackupHost::run() {
       });
   if (!infos_published) return fail(infos_published.error());
   if (auto set = sync_.setStage(stage::kBuildingFileInfos); !set) return fail(set.error());
+  reached(fmt::format("after {}", stage::kBuildingFileInfos));
   if (auto waited = sync_.waitForStage(stage::kBuildingFileInfos); !waited) {
     return fail(waited.error());
   }
@@ -460,6 +468,7 @@ BackupResult<HostStats> BackupHost::run() {
   if (auto set = sync_.setStage(stage::kWritingBackup, stats->format()); !set) {
     return fail(set.error());
   }
+  reached(fmt::format("after {}", stage::kWritingBackup));
   auto written = sync_.waitForStage(stage::kWritingBackup);
   if (!written) return fail(written.error());
   frozen_.clear();

@@ -12,7 +12,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <expected>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -44,6 +49,61 @@ constexpr const char* kUsage =
     "--backup-volumes-dir: where the PersistentVolumeClaims a volume backup destination names\n"
     "are mounted, one folder each (default /var/lib/rtable-backup-volumes).\n"
     "Each takes --flag VALUE or --flag=VALUE.\n";
+
+// The backup fail point of RTABLE_CORE_FAILPOINT, for the e2e tests of a replica killed or
+// stalled mid-backup: "backup:<replica>:<point>" ends this process at once, as a kill -9 would
+// (no cleanup, its ZooKeeper session left to expire), when replica
+// <replica>'s backup host reaches <point> ("writing files", "after <stage>"; BackupHostOptions::
+// test_point); "backup:<replica>:<point>:pause=<seconds>" sleeps there instead. Once per data
+// directory (a marker file there): the replica that the kubelet restarts, with the same
+// environment, takes its next backups normally. Unset: nothing.
+std::expected<std::function<void(std::string_view)>, std::string> backupFailPoint(
+    const std::string& replica, const std::filesystem::path& data_dir) {
+  const char* value = std::getenv("RTABLE_CORE_FAILPOINT");
+  if (!value || !*value) return nullptr;
+  const std::string spec = value;
+  auto bad = [&] {
+    return std::unexpected(fmt::format(
+        "RTABLE_CORE_FAILPOINT '{}': expected backup:<replica>:<point>[:pause=<seconds>]", spec));
+  };
+  std::vector<std::string> fields;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = spec.find(':', start);
+    fields.push_back(spec.substr(start, end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (fields.size() < 3 || fields.size() > 4 || fields[0] != "backup" || fields[2].empty()) {
+    return bad();
+  }
+  int pause_seconds = -1;  // -1: kill
+  if (fields.size() == 4) {
+    if (!fields[3].starts_with("pause=")) return bad();
+    try {
+      pause_seconds = std::stoi(fields[3].substr(6));
+    } catch (const std::exception&) {
+      return bad();
+    }
+    if (pause_seconds < 0) return bad();
+  }
+  if (fields[1] != replica) return nullptr;
+  spdlog::warn("fail point armed: {}", spec);
+  return [point = fields[2], pause_seconds,
+          marker = data_dir / "failpoint-fired"](std::string_view reached) {
+    if (reached != point || std::filesystem::exists(marker)) return;
+    std::ofstream(marker) << point << "\n";
+    if (pause_seconds >= 0) {
+      spdlog::warn("fail point: backup reached '{}': pausing {} s", point, pause_seconds);
+      std::this_thread::sleep_for(std::chrono::seconds(pause_seconds));
+      return;
+    }
+    spdlog::warn("fail point: backup reached '{}': exiting at once, as killed", point);
+    spdlog::default_logger()->flush();
+    // Not raise(SIGKILL): in a container this process is PID 1 of its PID namespace, which the
+    // kernel shields from its own SIGKILL. _Exit runs no destructor or atexit handler either.
+    std::_Exit(137);
+  };
+}
 
 // A flag that overrides one field of the spec file: the flag and the field's path in the YAML.
 struct Override {
@@ -147,6 +207,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "rtable-core: {}\n", spec.error());
     return kExitUsage;
   }
+  auto fail_point = backupFailPoint(spec->replica, spec->data_dir);
+  if (!fail_point) {
+    fmt::print(stderr, "rtable-core: {}\n", fail_point.error());
+    return kExitUsage;
+  }
 
   // Signals are taken by sigtimedwait on this thread; every thread started later inherits the mask.
   sigset_t signals;
@@ -225,11 +290,15 @@ int main(int argc, char** argv) {
         return rtable::backup::openDestination(destination, mounts);
       };
   rtable::backup::ReplicaBackupSource backup_source([&table] { return table->serving(); });
+  rtable::backup::BackupAgentOptions backup_options;
+  backup_options.host.test_point = std::move(*fail_point);
   rtable::backup::BackupAgent backups(
       factory, rtable::backup::BackupPaths::rootFor(spec->zookeeper_root), spec->tableRoot(),
-      spec->replica, backup_source, [&](const rtable::backup::BackupOperation& operation) {
+      spec->replica, backup_source,
+      [&](const rtable::backup::BackupOperation& operation) {
         return open_destination(operation.destination);
-      });
+      },
+      std::move(backup_options));
   rtable::backup::ReplicaRestoreTarget restore_target([&table] { return table->serving(); });
   backups.restoreInto(
       restore_target, open_destination,

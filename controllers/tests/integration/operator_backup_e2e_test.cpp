@@ -18,7 +18,13 @@
 //   - to a PersistentVolumeClaim (ReadWriteMany, provisioned by the test kubelet): the replicas
 //     write into their mount of the claim the table lists in spec.backupVolumes; a claim that does
 //     not exist keeps the backup Pending, saying so; a new table restored from the claim's
-//     location (restoreFrom.persistentVolumeClaim, mounted without being listed).
+//     location (restoreFrom.persistentVolumeClaim, mounted without being listed);
+//   - a replica killed (SIGKILL, by rtable-core's own fail point: exactly as it starts writing its
+//     data files) mid-backup: Failed with reason HostGone naming it, no manifest, the table's
+//     lock gone; the next backup, with the replica restarted, Completed and whole;
+//   - the operator (the initiator) killed mid-backup, while a replica is held at the same point:
+//     the restarted operator rejoins the operation, which completes, and the backup holds every
+//     acknowledged row once, every part verifying.
 #include "operator_stack.h"
 #include "rtable/backup/backup_reader.h"
 #include "rtable/backup/filesystem_storage.h"
@@ -144,6 +150,43 @@ spec:
       if (item.value("type", "") == type) return item;
     }
     return json::object();
+  }
+
+  // A table whose replicas run with RTABLE_CORE_FAILPOINT=`fail_point` (rtable-core's backup
+  // fail point), and its rows: writers for 3 s, then every acknowledged row on every replica.
+  std::set<uint64_t> applyTableWithFailPoint(const std::string& fail_point) {
+    EXPECT_TRUE(plane_->apply(tableManifest(
+        "events", fmt::format("  headroom: {{autoRecover: false}}\n  podTemplate:\n    env:\n"
+                              "      - {{name: RTABLE_CORE_FAILPOINT, value: \"{}\"}}\n",
+                              fail_point))));
+    EXPECT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
+    startWriters(50ms);
+    std::this_thread::sleep_for(3s);
+    EXPECT_TRUE(writers_->stop());
+    const std::set<uint64_t> acknowledged = writers_->acknowledged();
+    EXPECT_FALSE(acknowledged.empty());
+    expectReplicasHoldExactly(acknowledged, 1);
+    return acknowledged;
+  }
+
+  // Backup `name` in backupDir() holds exactly the rows `acknowledged`, each part verifying.
+  void expectBackupHolds(const std::string& name, const std::set<uint64_t>& acknowledged) {
+    backup::FilesystemStorage storage(backupDir());
+    auto manifest = backup::readManifest(storage, std::string(kNs) + "." + name);
+    ASSERT_TRUE(manifest) << name << ": " << manifest.error().message;
+    std::multiset<uint64_t> ids;
+    for (const auto& part : manifest->tables.at(0).parts) {
+      const fs::path dir = plane_->workDir() / ("check-" + name) / part.name;
+      auto made = backup::materializePart(storage, *manifest, "events", part.name, dir);
+      ASSERT_TRUE(made) << made.error();
+      auto verified = core::verifyPart(dir, schema());
+      ASSERT_TRUE(verified) << part.name << ": " << verified.error();
+      auto block = core::readPart(dir, schema());
+      ASSERT_TRUE(block) << block.error();
+      for (uint64_t id : std::get<std::vector<uint64_t>>(block->columns[0].values)) ids.insert(id);
+    }
+    EXPECT_EQ(ids, std::multiset<uint64_t>(acknowledged.begin(), acknowledged.end()))
+        << name << ": not every acknowledged row exactly once";
   }
 
   core::TableSchema schema() {
@@ -422,6 +465,76 @@ spec:
             std::string::npos)
       << condition.dump();
   expectRestoredReplicasHold(acknowledged);
+}
+
+TEST_F(OperatorBackup, AReplicaKilledMidBackupFailsItCleanlyAndTheNextOneCompletes) {
+  const std::set<uint64_t> acknowledged = applyTableWithFailPoint("backup:events-1:writing files");
+  fs::create_directories(backupDir());
+  applyBackup("k1", backupDir().string());
+  json k1 = waitForEnd("k1");
+  const json& status = k1["status"];
+  ASSERT_EQ(status["phase"], "Failed") << status.dump();
+  EXPECT_EQ(conditionOf(status, "Failed").value("reason", ""), "HostGone") << status.dump();
+  const std::string error = status.value("error", "");
+  EXPECT_NE(error.find("host events-1"), std::string::npos) << error;
+  EXPECT_NE(error.find("the replica is gone"), std::string::npos) << error;
+  bool named = false;
+  for (const auto& host : status["hosts"]) {
+    if (host["name"] == "events-1") named = host.value("stage", "") == "Failed";
+  }
+  EXPECT_TRUE(named) << status.dump();
+  // Nothing that looks complete: no manifest (other replicas' data files may be there, named by
+  // no manifest); the operation and the table's backup lock are gone.
+  backup::FilesystemStorage storage(backupDir());
+  auto manifest = storage.size(backup::manifestName(std::string(kNs) + ".k1"));
+  ASSERT_TRUE(manifest) << manifest.error().message;
+  EXPECT_FALSE(*manifest);
+  EXPECT_FALSE(zkExists(root() + "/backup"));
+
+  // The kubelet restarted events-1 (the fail point fires once per data directory): the next
+  // backup completes and holds every acknowledged row.
+  ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 120s)) << tableState();
+  applyBackup("k2", backupDir().string());
+  json k2 = waitForEnd("k2");
+  ASSERT_EQ(k2["status"]["phase"], "Completed") << k2["status"].dump();
+  expectBackupHolds("k2", acknowledged);
+}
+
+TEST_F(OperatorBackup, TheOperatorKilledMidBackupRejoinsItAndItCompletesWhole) {
+  // A quick Lease, so that the restarted operator takes over in seconds.
+  const std::vector<std::string> quick_lease = {"--leader-election-lease-duration=3s",
+                                                "--leader-election-renew-deadline=2s",
+                                                "--leader-election-retry-period=500ms"};
+  operator_.reset();
+  startOperator({}, quick_lease);
+  // events-0 (the first host: the one that writes the manifest) stalls 20 s as it starts writing
+  // its data files, so the operator is killed while the backup is surely running.
+  const std::set<uint64_t> acknowledged =
+      applyTableWithFailPoint("backup:events-0:writing files:pause=20");
+  fs::create_directories(backupDir());
+  applyBackup("o1", backupDir().string());
+  json running;
+  ASSERT_TRUE(eventually(
+      [&] {
+        running = backupObject("o1");
+        for (const auto& host : running.value(json::json_pointer("/status/hosts"), json::array())) {
+          if (host.value("stage", "") == "WritingBackup") return true;  // the others wait for it
+        }
+        return false;
+      },
+      120s))
+      << running.dump();
+  ASSERT_EQ(running["status"]["phase"], "Running");
+  operator_->kill();
+  backup::FilesystemStorage storage(backupDir());
+  auto manifest = storage.size(backup::manifestName(std::string(kNs) + ".o1"));
+  ASSERT_TRUE(manifest && !*manifest) << "the backup ended before the operator was killed";
+  startOperator({}, quick_lease);
+
+  json o1 = waitForEnd("o1");
+  ASSERT_EQ(o1["status"]["phase"], "Completed") << o1["status"].dump();
+  expectBackupHolds("o1", acknowledged);
+  EXPECT_FALSE(zkExists(root() + "/backup"));
 }
 
 }  // namespace

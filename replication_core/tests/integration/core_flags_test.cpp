@@ -130,5 +130,22 @@ TEST_F(CoreFlags, ABadValueExitsTwoNamingTheFlag) {
   EXPECT_NE(err.find("columns[0].type: unknown type 'Foo'"), std::string::npos) << err;
 }
 
+TEST_F(CoreFlags, AMalformedBackupFailPointExitsTwoSayingTheForm) {
+  const auto spec = writeSpec("127.0.0.1:1", 1, 2).string();
+  for (const char* value : {"swap:r1:x", "backup:r1", "backup:r1::", "backup:r1:writing files:5",
+                            "backup:r1:writing files:pause=soon"}) {
+    auto result = runCommand({"env", std::string("RTABLE_CORE_FAILPOINT=") + value,
+                              RTABLE_CORE_BINARY, "--config", spec, "--replica-name=r1"},
+                             std::chrono::seconds(30));
+    ASSERT_TRUE(result) << result.error();
+    EXPECT_EQ(result->exit_code, 2) << value;
+    EXPECT_NE(result->err.find(fmt::format(
+                  "RTABLE_CORE_FAILPOINT '{}': expected backup:<replica>:<point>[:pause=<seconds>]",
+                  value)),
+              std::string::npos)
+        << result->err;
+  }
+}
+
 }  // namespace
 }  // namespace rtable::core

@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rtable/backup/backup_operation.h"
@@ -122,6 +123,10 @@ struct BackupHostOptions {
   // "extracting data" (ClickHouse's SYNC REPLICA waits up to receive_timeout, 300 s). One that
   // could not is behind: another replica, caught up, is the source.
   std::chrono::milliseconds catch_up_timeout{120000};
+  // Tests only: called in the host's thread at named points of run(), "after <stage>" once this
+  // host recorded reaching a stage and "writing files" before it writes its data files, so that
+  // a test can kill or pause a replica exactly there (rtable-core's RTABLE_CORE_FAILPOINT).
+  std::function<void(std::string_view point)> test_point;
 };
 
 class BackupHost {
@@ -139,6 +144,7 @@ class BackupHost {
   BackupResult<void> gatherMetadata();
   BackupResult<std::map<std::string, FrozenPartList>> readPartLists(const BackupTableRef& table);
   BackupResult<HostStats> writeFiles(const BackupFilePlan& plan);
+  void reached(std::string_view point);  // options_.test_point
   // The manifest written; its summary (BackupSummary) is this host's result of "completed".
   BackupResult<std::string> writeManifest(const BackupFilePlan& plan,
                                           const std::map<std::string, std::string>& write_results);
