@@ -78,8 +78,9 @@ void BackupAgent::lookAtDeletions() {
     operation.destination = destination;
     return storage_(operation);
   };
-  auto finished =
-      deleteIfAsked(*keeper_, backups_root_, table_root_, host_, open, options_.deletion);
+  // The requests as listed with the watch: one round trip per look, not two.
+  auto finished = deleteRequested(*keeper_, std::move(watched->names), backups_root_, table_root_,
+                                  host_, open, options_.deletion);
   if (!finished) spdlog::warn("backup deletion: {} (trying again)", finished.error());
 }
 

@@ -281,7 +281,14 @@ std::expected<std::size_t, std::string> deleteIfAsked(
     if (children.error().code == core::KeeperCode::kNoNode) return 0;
     return std::unexpected("listing the deletion requests: " + children.error().toString());
   }
-  std::vector<std::string> names = children->names;
+  return deleteRequested(keeper, std::move(children->names), backups_root, table_root, host, open,
+                         options);
+}
+
+std::expected<std::size_t, std::string> deleteRequested(
+    core::Keeper& keeper, std::vector<std::string> names, const std::string& backups_root,
+    const std::string& table_root, const std::string& host, const DestinationOpener& open,
+    const DeletionOptions& options) {
   std::sort(names.begin(), names.end());
   std::size_t finished = 0;
   for (const auto& name : names) {

@@ -91,5 +91,11 @@ struct DeletionOptions {
 std::expected<std::size_t, std::string> deleteIfAsked(
     core::Keeper& keeper, const std::string& backups_root, const std::string& table_root,
     const std::string& host, const DestinationOpener& open, const DeletionOptions& options = {});
+// The same for the requests `names` (children of deletionsPath) a caller listed already, with a
+// watch of its own.
+std::expected<std::size_t, std::string> deleteRequested(
+    core::Keeper& keeper, std::vector<std::string> names, const std::string& backups_root,
+    const std::string& table_root, const std::string& host, const DestinationOpener& open,
+    const DeletionOptions& options = {});
 
 }  // namespace rtable::backup
