@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "rtable/backup/backup_agent.h"
+#include "rtable/backup/backup_deletion.h"
 #include "rtable/backup/backup_host.h"
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/backup/backup_manifest.h"
@@ -442,6 +443,34 @@ TEST_F(BackupProtocol, AHostThatNeverComesFailsTheBackupNamingIt) {
   EXPECT_NE(outcome.progress.error->message.find("gone"), std::string::npos)
       << outcome.progress.error->toString();
   EXPECT_FALSE(storage.read(manifestName("lonely")));
+}
+
+// On the real ZooKeeper: the multi that creates an operation checks the destination's lock, an
+// ephemeral node of the deleting replica's session, and the session's end frees it.
+TEST_F(BackupProtocol, ABackupWaitsWhileADeletionHoldsItsDestination) {
+  const BackupOperation op = operation("u1", "a");
+  const std::string backups_root = paths("u1").root;
+  auto deleter = zookeeper().connect();
+  ASSERT_TRUE(deleter);
+  ASSERT_TRUE(core::createAncestorsAndSelf(**deleter, destinationLocksPath(backups_root)));
+  ASSERT_TRUE((*deleter)->create(destinationLockPath(backups_root, op.destination), "r2",
+                                 core::CreateMode::kEphemeral));
+  BackupInitiator initiator(zookeeperFactory(), paths("u1"), op, fastSync());
+  auto refused = initiator.start();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().kind, StartRefusal::Kind::kBusy);
+  EXPECT_EQ(refused.error().message,
+            "the data of a deleted backup is being removed from /unused; the backup starts when "
+            "that ends");
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  EXPECT_FALSE((*keeper)->exists(paths("u1").operation())->has_value());
+  EXPECT_FALSE((*keeper)->exists(core::backupLockPath(op.tables[0].table_root))->has_value());
+
+  deleter->reset();  // the deleting replica's session ends
+  auto started = initiator.start();
+  ASSERT_TRUE(started) << started.error().message;
+  ASSERT_TRUE(initiator.cleanUp());
 }
 
 TEST_F(BackupProtocol, ASecondBackupOfTheTableIsRefusedWhileOneRunsAndASwapWaits) {
