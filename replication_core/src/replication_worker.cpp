@@ -190,6 +190,15 @@ bool ReplicationWorker::cloneIfLost(Keeper& keeper) {
   }
   std::lock_guard pull_lock(pull_mu_);  // no pull in between: the clone replaces the queue
   std::lock_guard lock(queue_mu_);
+  // The background loop and /sync (syncQueue) both get here: the one that waited for the locks
+  // looks again, or it would clone a second time over the first clone's queue, whose running
+  // fetches would then go nowhere.
+  auto still_lost = keeper.get(paths_.isLost());
+  if (!still_lost) return false;
+  if (still_lost->data != "1") {
+    lost_ = false;
+    return true;
+  }
   auto cloned = cloneReplica(keeper, paths_, **source);
   if (!cloned) {
     spdlog::warn("cloning replica {}: {}", **source, cloned.error().toString());
