@@ -5,10 +5,36 @@
 #include <algorithm>
 #include <fstream>
 #include <system_error>
+#include <utility>
+#include <vector>
+
+#include "rtable/replication_core/hash128.h"
 
 namespace rtable::backup {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A local file's size and content hash, read in chunks: a part's column file can be larger than
+// memory should hold.
+std::expected<std::pair<uint64_t, core::Hash128>, std::string> sizeAndHash(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::unexpected(fmt::format("cannot read {}", file.string()));
+  core::Hasher128 hasher;
+  std::vector<char> chunk(1 << 20);
+  uint64_t size = 0;
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    hasher.update(chunk.data(), got);
+    size += got;
+  }
+  if (in.bad()) return std::unexpected(fmt::format("cannot read {}", file.string()));
+  return std::pair{size, hasher.digest()};
+}
+
+}  // namespace
 
 StorageResult<BackupManifest> readManifest(BackupStorage& storage, const std::string& name) {
   auto text = storage.read(manifestName(name));
@@ -45,31 +71,33 @@ std::expected<void, std::string> materializePart(BackupStorage& storage,
     any = true;
     const std::string file_name = it->name.substr(prefix.size());
     const fs::path target = dir / file_name;
-    std::string bytes;
+    // Streamed from the destination into place, then checked there: never held in memory whole.
     if (!it->data_file.empty()) {
-      auto read = storage.read(it->data_file);
+      auto read = storage.readToFile(it->data_file, target);
       if (!read) {
         return fail(fmt::format("{}: reading {} ({}): {}", it->name, it->data_file,
                                 storageErrorKindName(read.error().kind), read.error().message));
       }
-      bytes = std::move(*read);
+    } else {
+      std::ofstream out(target, std::ios::binary | std::ios::trunc);  // an empty file
+      out.close();
+      if (!out) return fail(fmt::format("{}: cannot write {}", it->name, target.string()));
     }
-    if (bytes.size() != it->size) {
+    auto written = sizeAndHash(target);
+    if (!written) return fail(fmt::format("{}: {}", it->name, written.error()));
+    const auto& [size, hash] = *written;
+    if (size != it->size) {
       return fail(
           fmt::format("{}: {} bytes where the manifest says {} (the data file {} is "
                       "damaged)",
-                      it->name, bytes.size(), it->size, it->data_file));
+                      it->name, size, it->size, it->data_file));
     }
-    if (auto hash = core::hash128(bytes); hash != it->checksum) {
+    if (hash != it->checksum) {
       return fail(
           fmt::format("{}: checksum {} where the manifest says {} (the data file {} is "
                       "damaged)",
                       it->name, hash.hex(), it->checksum.hex(), it->data_file));
     }
-    std::ofstream out(target, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) return fail(fmt::format("{}: cannot write {}", it->name, target.string()));
   }
   if (!any) return fail(fmt::format("the backup holds no part {} of table {}", part, table));
   return {};

@@ -82,8 +82,11 @@ class CountingStorage final : public BackupStorage {
     }
     return it->second;
   }
-  StorageResult<void> readToFile(const std::string&, const fs::path&) override {
-    return std::unexpected(StorageError{StorageError::Kind::kOther, "not needed here"});
+  StorageResult<void> readToFile(const std::string& name, const fs::path& target) override {
+    auto bytes = read(name);
+    if (!bytes) return std::unexpected(bytes.error());
+    common::testing::writeFile(target, *bytes);
+    return {};
   }
   StorageResult<std::vector<std::string>> list(const std::string& prefix) override {
     std::lock_guard lock(mu_);

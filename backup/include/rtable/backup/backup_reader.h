@@ -20,7 +20,9 @@ StorageResult<BackupManifest> readManifest(BackupStorage& storage, const std::st
 // Writes part `part` of `table` into `dir` (which must not exist; removed on failure), each file
 // from its data file, its size and checksum verified. The error names the file
 // ("events/202612_0_5_1/x.bin: checksum 3f.. where the manifest says 9a.. (the data file is
-// damaged)"). The files are not fsynced: the caller makes the part durable.
+// damaged)"). Each file is streamed into place by BackupStorage::readToFile (which fsyncs it)
+// and checked by reading it back in chunks, so no file is ever held in memory whole: a merged
+// part's column files can be gigabytes. The caller still makes the part as a whole durable.
 std::expected<void, std::string> materializePart(BackupStorage& storage,
                                                  const BackupManifest& manifest,
                                                  const std::string& table, const std::string& part,
