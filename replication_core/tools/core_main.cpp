@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <expected>
@@ -79,12 +80,12 @@ std::expected<std::function<void(std::string_view)>, std::string> backupFailPoin
   int pause_seconds = -1;  // -1: kill
   if (fields.size() == 4) {
     if (!fields[3].starts_with("pause=")) return bad();
-    try {
-      pause_seconds = std::stoi(fields[3].substr(6));
-    } catch (const std::exception&) {
+    const std::string_view digits = std::string_view(fields[3]).substr(6);
+    const auto [end, error] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), pause_seconds);
+    if (error != std::errc() || end != digits.data() + digits.size() || pause_seconds < 0) {
       return bad();
     }
-    if (pause_seconds < 0) return bad();
   }
   if (fields[1] != replica) return nullptr;
   spdlog::warn("fail point armed: {}", spec);

@@ -132,8 +132,9 @@ TEST_F(CoreFlags, ABadValueExitsTwoNamingTheFlag) {
 
 TEST_F(CoreFlags, AMalformedBackupFailPointExitsTwoSayingTheForm) {
   const auto spec = writeSpec("127.0.0.1:1", 1, 2).string();
-  for (const char* value : {"swap:r1:x", "backup:r1", "backup:r1::", "backup:r1:writing files:5",
-                            "backup:r1:writing files:pause=soon"}) {
+  for (const char* value :
+       {"swap:r1:x", "backup:r1", "backup:r1::", "backup:r1:writing files:5",
+        "backup:r1:writing files:pause=soon", "backup:r1:writing files:pause=5s"}) {
     auto result = runCommand({"env", std::string("RTABLE_CORE_FAILPOINT=") + value,
                               RTABLE_CORE_BINARY, "--config", spec, "--replica-name=r1"},
                              std::chrono::seconds(30));
