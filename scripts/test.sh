@@ -38,6 +38,7 @@ trap 'for pid in "${background[@]}"; do kill -- "-$pid" 2>/dev/null || true; don
 go_builds=$!
 background+=("$go_builds")
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
 
