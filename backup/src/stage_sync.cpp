@@ -55,6 +55,26 @@ void BackupStageSync::stop() {
     stopped_ = true;
   }
   cv_.notify_all();
+  {
+    std::lock_guard lock(signal_->mu);
+    signal_->stopped = true;
+  }
+  signal_->cv.notify_all();
+}
+
+void BackupStageSync::setChangeListener(std::function<void()> listener) {
+  std::lock_guard lock(signal_->mu);
+  signal_->listener = std::move(listener);
+}
+
+bool BackupStageSync::waitForChange(std::chrono::milliseconds duration) {
+  std::unique_lock lock(signal_->mu);
+  auto deadline = clock_.now() + duration;
+  while (!signal_->stopped && !signal_->changed && clock_.now() < deadline) {
+    clock_.waitUntil(signal_->cv, lock, deadline);
+  }
+  signal_->changed = false;
+  return !signal_->stopped;
 }
 
 BackupError BackupStageSync::stoppedError(std::string_view stage) const {
@@ -94,6 +114,11 @@ BackupResult<std::shared_ptr<core::Keeper>> BackupStageSync::session(std::string
                                        "no ZooKeeper session: " + fresh.error().toString()});
   }
   keeper = std::shared_ptr<core::Keeper>(std::move(*fresh));
+  {
+    // The old session's watch went with it (or fires once more: one spare wake-up).
+    std::lock_guard lock(signal_->mu);
+    signal_->armed = false;
+  }
   if (joined) {
     // A new session: the old one's alive node went with it.
     if (auto alive = createAliveNode(*keeper); !alive) {
@@ -190,7 +215,32 @@ BackupResult<void> BackupStageSync::finish() {
 BackupResult<BackupStageSync::State> BackupStageSync::readState() {
   return withRetries(
       "", "reading the stage nodes", [&](core::Keeper& keeper) -> core::KeeperResult<State> {
-        auto children = keeper.children(paths_.stage());
+        // One watch at a time: a host that waits hours in one stage would otherwise pile up a
+        // watch per look, all firing at the next change. It fires once, also when the session
+        // ends (then the next look arms one on the new session).
+        core::WatchCallback watch;
+        {
+          std::lock_guard lock(signal_->mu);
+          if (!signal_->armed) {
+            signal_->armed = true;
+            watch = [signal = signal_](const core::WatchEvent&) {
+              std::function<void()> listener;
+              {
+                std::lock_guard lock(signal->mu);
+                signal->armed = false;
+                signal->changed = true;
+                listener = signal->listener;
+              }
+              signal->cv.notify_all();
+              if (listener) listener();
+            };
+          }
+        }
+        auto children = keeper.children(paths_.stage(), watch);
+        if (!children && watch) {
+          std::lock_guard lock(signal_->mu);
+          signal_->armed = false;  // not set: a failed request sets no watch
+        }
         if (!children) return std::unexpected(children.error());
         State state;
         for (const auto& host : hosts_) state.hosts[host];
@@ -298,7 +348,7 @@ BackupResult<std::map<std::string, std::string>> BackupStageSync::waitForStage(
       setError(timeout);
       return std::unexpected(timeout);
     }
-    if (!sleepOrStop(options_.sync_period)) return std::unexpected(stoppedError(stage));
+    if (!waitForChange(options_.sync_period)) return std::unexpected(stoppedError(stage));
   }
 }
 

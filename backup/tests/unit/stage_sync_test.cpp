@@ -1,11 +1,14 @@
 // The stage barrier (seed 001) on the in-memory ZooKeeper: every host and the initiator reach a
 // stage before anyone goes on; an error stops everyone; a host that finished without a stage or
 // whose alive node stays missing fails the wait; a session expiry brings the alive node back with
-// an alive_tracker bump; a lost answer of join or setStage is taken for success.
+// an alive_tracker bump; a lost answer of join or setStage is taken for success; a waiting host
+// and a polled initiator hear a change of the stage nodes at once (a watch), not at their next
+// poll.
 #include "rtable/backup/stage_sync.h"
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 #include "rtable/replication_core/testing/fake_keeper.h"
@@ -23,9 +26,10 @@ class StageSync : public ::testing::Test {
     ASSERT_TRUE(core::createAncestorsAndSelf(*keeper, paths_.aliveTracker()));
   }
   std::unique_ptr<BackupStageSync> sync(const std::string& host,
-                                        std::vector<std::string> hosts = {"r1", "r2"}) {
+                                        std::vector<std::string> hosts = {"r1", "r2"},
+                                        std::chrono::milliseconds sync_period = 10ms) {
     StageSyncOptions options;
-    options.sync_period = 10ms;
+    options.sync_period = sync_period;
     options.host_lost_timeout = 300ms;
     options.initiator_lost_timeout = 300ms;
     options.stage_timeout = 20s;
@@ -162,6 +166,51 @@ TEST_F(StageSync, AHostThatStartedBeforeCannotJoinAgain) {
   ASSERT_FALSE(joined);
   EXPECT_NE(joined.error().message.find("joined the operation before"), std::string::npos)
       << joined.error().toString();
+}
+
+TEST_F(StageSync, AWaitingHostWakesWhenAHostReachesTheStageNotAtItsNextPoll) {
+  // A poll an hour away: only the watch can end this wait in time.
+  auto r1 = sync("r1", {"r1", "r2"}, 1h), r2 = sync("r2", {"r1", "r2"}, 1h),
+       initiator = sync("", {"r1", "r2"}, 1h);
+  ASSERT_TRUE(r1->join());
+  ASSERT_TRUE(r2->join());
+  ASSERT_TRUE(initiator->join());
+  ASSERT_TRUE(r1->setStage("extracting data"));
+  ASSERT_TRUE(initiator->setStage("extracting data"));
+  auto waited = std::async(std::launch::async, [&] { return r1->waitForStage("extracting data"); });
+  std::this_thread::sleep_for(50ms);  // r1 looked once and waits
+  ASSERT_TRUE(r2->setStage("extracting data"));
+  if (waited.wait_for(10s) != std::future_status::ready) {
+    r1->stop();
+    FAIL() << "r1 did not wake up when r2 reached the stage";
+  }
+  auto results = waited.get();
+  ASSERT_TRUE(results) << results.error().toString();
+  EXPECT_EQ(results->size(), 3u);
+}
+
+TEST_F(StageSync, TheChangeListenerHearsEachChangeAfterALook) {
+  auto r1 = sync("r1"), initiator = sync("");
+  ASSERT_TRUE(r1->join());
+  ASSERT_TRUE(initiator->join());
+  std::mutex mu;
+  std::condition_variable cv;
+  int heard = 0;
+  initiator->setChangeListener([&] {
+    std::lock_guard lock(mu);
+    ++heard;
+    cv.notify_all();
+  });
+  auto heardAtLeast = [&](int n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return heard >= n; });
+  };
+  ASSERT_TRUE(initiator->readState());
+  ASSERT_TRUE(r1->setStage("extracting data"));
+  EXPECT_TRUE(heardAtLeast(1)) << "a host reached a stage unheard";
+  ASSERT_TRUE(initiator->readState());  // the poll the wake-up causes arms the next watch
+  r1->setError(BackupError{"r1", "writing backup", "disk full", "NoSpace"});
+  EXPECT_TRUE(heardAtLeast(2)) << "a host's error unheard";
 }
 
 TEST_F(StageSync, StopEndsAWait) {

@@ -1,6 +1,6 @@
 // The initiator's side of one cluster backup (seed 001): the operator starts the operation, takes
 // part in every stage barrier as host "", and follows it to its end. Non-blocking: a reconciler
-// calls poll() on each pass and requeues.
+// calls poll() on each pass and requeues, or at once when onChange says a host moved.
 //
 // start() creates, in one multi, the operation node (the BackupOperation every replica reads), its
 // subtree, and for each table the lock <table root>/backup, checked against a running table swap
@@ -11,6 +11,7 @@
 #pragma once
 
 #include <expected>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,6 +58,9 @@ class BackupInitiator {
   // One look: publishes the initiator's stage for every stage all replicas reached, and says
   // where the operation is. A replica gone past its timeout fails it (the error node is set).
   BackupResult<BackupProgress> poll();
+  // Called (on ZooKeeper's thread, keep it short) when a host reached a stage, finished or failed
+  // after a poll(): the caller polls again at once instead of at its next period.
+  void onChange(std::function<void()> listener) { sync_.setChangeListener(std::move(listener)); }
   // After completion or failure: the table locks go and the operation's nodes are removed.
   BackupResult<void> cleanUp();
   // Fails the operation (a user deleted the backup, or the operator gave up).

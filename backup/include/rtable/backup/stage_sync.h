@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <expected>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,8 +60,9 @@ template <class T>
 using BackupResult = std::expected<T, BackupError>;
 
 struct StageSyncOptions {
-  // How often a waiting host looks at the stage nodes. Seed 001's backups.sync_period_ms is 5 s;
-  // the hosts of one table are few, and each look is one children request.
+  // A waiting host looks at the stage nodes when they change (a watch on the stage folder) and at
+  // least this often (a lost watch, a missed session event). Seed 001 polls only, every
+  // backups.sync_period_ms = 5 s; with five barriers a poll costs half a period each.
   std::chrono::milliseconds sync_period{500};
   // How long a replica's alive node may be missing before it counts as dead: longer than a
   // reconnect (which recreates it), much shorter than a backup.
@@ -108,8 +110,13 @@ class BackupStageSync {
     std::map<std::string, HostState> hosts;  // every host named in the constructor, and ""
     std::optional<BackupError> error;
   };
-  // One look at the stage nodes.
+  // One look at the stage nodes. It also arms (once at a time) a watch on the stage folder: its
+  // next change wakes a waitForStage and calls the change listener.
   BackupResult<State> readState();
+  // Called (on ZooKeeper's thread: keep it short) when the stage folder changed after a
+  // readState, i.e. some host reached a stage, finished, or set the error. For an initiator that
+  // is polled: the operator requeues the ClusterBackup instead of waiting for its next poll.
+  void setChangeListener(std::function<void()> listener);
 
   // Runs `request` on the current session with this sync's retries (connection-level errors,
   // session renewal with the alive node recreated). For the host's own requests (parts, file
@@ -123,6 +130,8 @@ class BackupStageSync {
   void dropSession(const std::shared_ptr<core::Keeper>& keeper);
   core::KeeperStatus createAliveNode(core::Keeper& keeper);
   bool sleepOrStop(std::chrono::milliseconds duration);
+  // Waits until the stage folder changed since the last look, or `duration`; false once stopped.
+  bool waitForChange(std::chrono::milliseconds duration);
   BackupError stoppedError(std::string_view stage) const;
 
   const core::KeeperFactory factory_;
@@ -138,6 +147,17 @@ class BackupStageSync {
   std::shared_ptr<core::Keeper> keeper_;  // guarded by mu_
   bool joined_ = false;                   // alive must be recreated after a session loss
   std::map<std::string, std::string> results_cache_;  // current| node name -> value (immutable)
+
+  // Shared with the armed watch, which may fire after this object is gone.
+  struct ChangeSignal {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool armed = false;    // a watch is set and has not fired
+    bool changed = false;  // it fired since the last waitForChange
+    bool stopped = false;
+    std::function<void()> listener;
+  };
+  const std::shared_ptr<ChangeSignal> signal_ = std::make_shared<ChangeSignal>();
 };
 
 template <class Request>

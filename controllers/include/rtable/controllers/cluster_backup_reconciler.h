@@ -7,7 +7,8 @@
 //              hosts, and the operation is started (BackupInitiator::start). A table swap or
 //              another backup of a table running: stays Pending (condition Waiting says which),
 //              retried every 5 s.
-//   Running    polled every second: each host's stage, bytes written and reused. An operator that
+//   Running    followed as its hosts move (a watch on its stage nodes requeues it) and polled
+//              every second: each host's stage, bytes written and reused. An operator that
 //              restarted resumes the operation from ZooKeeper (its alive node recreated).
 //   Completed  the manifest was written last; status says where, the tables' generation, parts
 //              and rows, files, bytes written and bytes reused from earlier backups.
@@ -78,6 +79,11 @@ struct ClusterBackupReconcilerOptions {
   prometheus::Registry* registry = nullptr;
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   backup::StageSyncOptions sync;
+  // Requeues a ClusterBackup (the controller's queue): called when a host of its running backup
+  // moved, so that the initiator takes its part in a barrier within milliseconds rather than at
+  // the next poll. Unset: polls only.
+  std::function<void(const op::ObjectKey&)> wake;
+  // The poll covers a lost watch.
   std::chrono::milliseconds poll_period{1000};
   std::chrono::milliseconds busy_retry{5000};
   // A deletion no replica finished in this long is given up: the object goes, the data stays
