@@ -245,63 +245,120 @@ void BackupHost::reached(std::string_view point) {
   if (options_.test_point) options_.test_point(point);
 }
 
+BackupResult<std::vector<bool>> BackupHost::electWriters(const std::vector<std::size_t>& indexes,
+                                                         const std::string& my_index) {
+  // `create` decides; a node holding my index is mine (an earlier attempt created it and its
+  // answer was lost). Without contention a batch costs two round trips, not one per file: one
+  // pipelined read of its nodes, then one multi creating the free ones. A create that loses a race
+  // fails the multi; the batch is looked at again (the node that won is then read as taken).
+  return sync_.withRetries(stage::kWritingBackup, "electing the writers",
+                           [&](core::Keeper& keeper) -> core::KeeperResult<std::vector<bool>> {
+                             std::vector<std::optional<bool>> won(indexes.size());
+                             for (;;) {
+                               std::vector<std::string> paths;
+                               std::vector<std::size_t> which;
+                               for (std::size_t i = 0; i < indexes.size(); ++i) {
+                                 if (won[i]) continue;
+                                 paths.push_back(paths_.writingFile(indexes[i]));
+                                 which.push_back(i);
+                               }
+                               if (paths.empty()) break;
+                               auto nodes = keeper.getMany(paths);
+                               std::vector<core::Op> creates;
+                               std::vector<std::size_t> created;
+                               for (std::size_t k = 0; k < nodes.size(); ++k) {
+                                 if (nodes[k]) {
+                                   won[which[k]] = nodes[k]->data == my_index;
+                                 } else if (nodes[k].error().code == core::KeeperCode::kNoNode) {
+                                   creates.push_back(core::op::Create{
+                                       paths[k], my_index, core::CreateMode::kPersistent});
+                                   created.push_back(which[k]);
+                                 } else {
+                                   return std::unexpected(nodes[k].error());
+                                 }
+                               }
+                               if (creates.empty()) continue;
+                               auto made = keeper.multi(creates);
+                               if (made) {
+                                 for (std::size_t i : created) won[i] = true;
+                               } else if (made.error().code != core::KeeperCode::kNodeExists) {
+                                 return std::unexpected(made.error());
+                               }
+                             }
+                             std::vector<bool> result;
+                             for (const auto& w : won) result.push_back(*w);
+                             return result;
+                           });
+}
+
 BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
   reached("writing files");
   HostStats stats;
-  std::string my_index;
   auto hosts = operation_.hosts();
-  my_index = std::to_string(std::find(hosts.begin(), hosts.end(), host_) - hosts.begin());
-  std::set<std::size_t> done;  // data file indexes this host dealt with
+  const std::size_t position =
+      static_cast<std::size_t>(std::find(hosts.begin(), hosts.end(), host_) - hosts.begin());
+  const std::string my_index = std::to_string(position);
+  // Each data file this host holds, once.
+  std::vector<std::pair<const PlannedFile*, const LocalFile*>> mine;
+  std::set<std::size_t> seen;
   for (const auto& [name, local] : local_files_) {
     const PlannedFile* planned = plan.find(name);
     if (!planned || planned->data_file.empty()) continue;
-    if (!done.insert(planned->data_file_index).second) continue;
-    // The writer election: `create` decides; a node holding my index is mine (an earlier
-    // attempt created it and its answer was lost).
-    auto won = sync_.withRetries(stage::kWritingBackup, "electing the writer",
-                                 [&](core::Keeper& keeper) -> core::KeeperResult<bool> {
-                                   auto path = paths_.writingFile(planned->data_file_index);
-                                   auto created =
-                                       keeper.create(path, my_index, core::CreateMode::kPersistent);
-                                   if (created) return true;
-                                   if (created.error().code != core::KeeperCode::kNodeExists) {
-                                     return std::unexpected(created.error());
-                                   }
-                                   auto value = keeper.get(path);
-                                   if (!value) return std::unexpected(value.error());
-                                   return value->data == my_index;
-                                 });
+    if (!seen.insert(planned->data_file_index).second) continue;
+    mine.emplace_back(planned, &local);
+  }
+  // Each host starts at its own share of the list: hosts that hold the same files claim different
+  // ones first and meet only near the end, so they seldom race for one.
+  if (!mine.empty() && !hosts.empty()) {
+    std::rotate(mine.begin(),
+                mine.begin() + static_cast<std::ptrdiff_t>(position * mine.size() / hosts.size() %
+                                                           mine.size()),
+                mine.end());
+  }
+  // Claimed a few at a time, each batch written before the next is claimed: a host that writes
+  // faster claims more, and the last batches leave little for one host alone.
+  constexpr std::size_t kElectionBatch = 8;
+  for (std::size_t begin = 0; begin < mine.size(); begin += kElectionBatch) {
+    const std::size_t end = std::min(mine.size(), begin + kElectionBatch);
+    std::vector<std::size_t> indexes;
+    for (std::size_t i = begin; i < end; ++i) indexes.push_back(mine[i].first->data_file_index);
+    auto won = electWriters(indexes, my_index);
     if (!won) return std::unexpected(won.error());
-    if (!*won) continue;
-    auto fail = [&](const StorageError& error) {
-      return std::unexpected(
-          BackupError{host_, std::string(stage::kWritingBackup),
-                      fmt::format("{} ({}): {}", planned->data_file,
-                                  storageErrorKindName(error.kind), error.message),
-                      std::string(storageErrorKindName(error.kind))});
-    };
-    auto stored = storage_.size(planned->data_file);
-    if (!stored) return fail(stored.error());
-    if (*stored && **stored == planned->info.size) {
-      ++stats.files_reused;
-      stats.bytes_reused += planned->info.size;
-      continue;
-    }
-    const core::DataPart& part = *local.part;
-    StorageResult<void> put;
-    if (part.image) {
-      const core::PartFile* file = part.image->find(local.file);
-      if (!file) {
-        return std::unexpected(BackupError{host_, std::string(stage::kWritingBackup),
-                                           fmt::format("{}: not in the held part", name)});
+    for (std::size_t i = begin; i < end; ++i) {
+      if (!(*won)[i - begin]) continue;
+      const PlannedFile& planned = *mine[i].first;
+      const LocalFile& local = *mine[i].second;
+      auto fail = [&](const StorageError& error) {
+        return std::unexpected(
+            BackupError{host_, std::string(stage::kWritingBackup),
+                        fmt::format("{} ({}): {}", planned.data_file,
+                                    storageErrorKindName(error.kind), error.message),
+                        std::string(storageErrorKindName(error.kind))});
+      };
+      auto stored = storage_.size(planned.data_file);
+      if (!stored) return fail(stored.error());
+      if (*stored && **stored == planned.info.size) {
+        ++stats.files_reused;
+        stats.bytes_reused += planned.info.size;
+        continue;
       }
-      put = storage_.putBytes(planned->data_file, file->bytes);
-    } else {
-      put = storage_.putFile(planned->data_file, part.dir / local.file);
+      const core::DataPart& part = *local.part;
+      StorageResult<void> put;
+      if (part.image) {
+        const core::PartFile* file = part.image->find(local.file);
+        if (!file) {
+          return std::unexpected(
+              BackupError{host_, std::string(stage::kWritingBackup),
+                          fmt::format("{}: not in the held part", planned.info.name)});
+        }
+        put = storage_.putBytes(planned.data_file, file->bytes);
+      } else {
+        put = storage_.putFile(planned.data_file, part.dir / local.file);
+      }
+      if (!put) return fail(put.error());
+      ++stats.files_written;
+      stats.bytes_written += planned.info.size;
     }
-    if (!put) return fail(put.error());
-    ++stats.files_written;
-    stats.bytes_written += planned->info.size;
   }
   return stats;
 }

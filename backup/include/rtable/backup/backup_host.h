@@ -144,6 +144,10 @@ class BackupHost {
   BackupResult<void> gatherMetadata();
   BackupResult<std::map<std::string, FrozenPartList>> readPartLists(const BackupTableRef& table);
   BackupResult<HostStats> writeFiles(const BackupFilePlan& plan);
+  // The writer election of data files `indexes`: for each, whether this host (`my_index`, its
+  // position in the operation's hosts) writes it.
+  BackupResult<std::vector<bool>> electWriters(const std::vector<std::size_t>& indexes,
+                                               const std::string& my_index);
   void reached(std::string_view point);  // options_.test_point
   // The manifest written; its summary (BackupSummary) is this host's result of "completed".
   BackupResult<std::string> writeManifest(const BackupFilePlan& plan,
