@@ -53,6 +53,8 @@ class AtomicFile {
   AtomicFile(std::filesystem::path target, std::filesystem::path temporary, int fd)
       : target_(std::move(target)), temporary_(std::move(temporary)), fd_(fd) {}
 
+  friend LocalResult copyInto(int from, const std::filesystem::path& from_path, AtomicFile& to);
+
   std::filesystem::path target_;
   std::filesystem::path temporary_;
   int fd_ = -1;

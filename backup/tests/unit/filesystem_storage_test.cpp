@@ -4,6 +4,7 @@
 // child process that runs rtable-backup-storage-probe.
 #include "rtable/backup/filesystem_storage.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 
 #include "../storage_conformance.h"
+#include "local_files.h"
 #include "rtable/backup/testing/fake_storage.h"
 #include "rtable/common/testing/files.h"
 #include "rtable/common/testing/subprocess.h"
@@ -46,6 +48,34 @@ INSTANTIATE_TEST_SUITE_P(Fake, StorageConformanceTest,
                              "Fake",
                              [] { return std::unique_ptr<StorageUnderTest>(new FakeUnderTest); }}),
                          storageFactoryName);
+
+TEST(FilesystemStorageTest, CopiesAreMadeInTheKernelOrByReadAndWriteAlike) {
+  ScratchDir dir;
+  std::string bytes;
+  for (int i = 0; bytes.size() < (3u << 20); ++i) bytes += fmt::format("row {}\n", i);
+  writeFile(dir.path() / "source", bytes);
+  // A file: copy_file_range.
+  const int file = ::open((dir.path() / "source").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(file, 0);
+  auto copied = AtomicFile::create(dir.path() / "from-file");
+  ASSERT_TRUE(copied);
+  ASSERT_TRUE(copyInto(file, dir.path() / "source", *copied));
+  ::close(file);
+  ASSERT_TRUE(copied->commit());
+  EXPECT_EQ(readFile(dir.path() / "from-file"), bytes);
+  // A pipe, which copy_file_range refuses (EINVAL): read and write.
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const std::string piped = "through a pipe\n";
+  ASSERT_EQ(::write(pipe_fds[1], piped.data(), piped.size()), static_cast<ssize_t>(piped.size()));
+  ::close(pipe_fds[1]);
+  auto from_pipe = AtomicFile::create(dir.path() / "from-pipe");
+  ASSERT_TRUE(from_pipe);
+  ASSERT_TRUE(copyInto(pipe_fds[0], "a pipe", *from_pipe));
+  ::close(pipe_fds[0]);
+  ASSERT_TRUE(from_pipe->commit());
+  EXPECT_EQ(readFile(dir.path() / "from-pipe"), piped);
+}
 
 TEST(FilesystemStorageTest, AMissingRootIsNoBucketAndIsNeverCreated) {
   ScratchDir dir;
