@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -291,6 +293,34 @@ BackupResult<std::vector<bool>> BackupHost::electWriters(const std::vector<std::
                            });
 }
 
+BackupResult<BackupHost::Written> BackupHost::writeDataFile(const PlannedFile& planned,
+                                                            const LocalFile& local) {
+  auto fail = [&](const StorageError& error) {
+    return std::unexpected(BackupError{host_, std::string(stage::kWritingBackup),
+                                       fmt::format("{} ({}): {}", planned.data_file,
+                                                   storageErrorKindName(error.kind), error.message),
+                                       std::string(storageErrorKindName(error.kind))});
+  };
+  auto stored = storage_.size(planned.data_file);
+  if (!stored) return fail(stored.error());
+  if (*stored && **stored == planned.info.size) return Written::kReused;
+  const core::DataPart& part = *local.part;
+  StorageResult<void> put;
+  if (part.image) {
+    const core::PartFile* file = part.image->find(local.file);
+    if (!file) {
+      return std::unexpected(
+          BackupError{host_, std::string(stage::kWritingBackup),
+                      fmt::format("{}: not in the held part", planned.info.name)});
+    }
+    put = storage_.putBytes(planned.data_file, file->bytes);
+  } else {
+    put = storage_.putFile(planned.data_file, part.dir / local.file);
+  }
+  if (!put) return fail(put.error());
+  return Written::kWritten;
+}
+
 BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
   reached("writing files");
   HostStats stats;
@@ -324,40 +354,41 @@ BackupResult<HostStats> BackupHost::writeFiles(const BackupFilePlan& plan) {
     for (std::size_t i = begin; i < end; ++i) indexes.push_back(mine[i].first->data_file_index);
     auto won = electWriters(indexes, my_index);
     if (!won) return std::unexpected(won.error());
+    std::vector<std::size_t> to_write;
     for (std::size_t i = begin; i < end; ++i) {
-      if (!(*won)[i - begin]) continue;
-      const PlannedFile& planned = *mine[i].first;
-      const LocalFile& local = *mine[i].second;
-      auto fail = [&](const StorageError& error) {
-        return std::unexpected(
-            BackupError{host_, std::string(stage::kWritingBackup),
-                        fmt::format("{} ({}): {}", planned.data_file,
-                                    storageErrorKindName(error.kind), error.message),
-                        std::string(storageErrorKindName(error.kind))});
-      };
-      auto stored = storage_.size(planned.data_file);
-      if (!stored) return fail(stored.error());
-      if (*stored && **stored == planned.info.size) {
+      if ((*won)[i - begin]) to_write.push_back(i);
+    }
+    // The batch's won files, options_.writers at a time; the first error (in list order) wins
+    // and no new write starts after one failed.
+    std::vector<std::optional<BackupResult<Written>>> results(to_write.size());
+    std::atomic<std::size_t> next{0};
+    std::atomic<bool> failed{false};
+    auto writer = [&] {
+      while (!failed) {
+        const std::size_t k = next++;
+        if (k >= to_write.size()) return;
+        const auto& [planned, local] = mine[to_write[k]];
+        results[k] = writeDataFile(*planned, *local);
+        if (!*results[k]) failed = true;
+      }
+    };
+    const std::size_t threads =
+        std::min(to_write.size(), static_cast<std::size_t>(std::max(options_.writers, 1)));
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(writer);
+    writer();
+    for (auto& thread : pool) thread.join();
+    for (std::size_t k = 0; k < to_write.size(); ++k) {
+      if (!results[k]) continue;  // not started: another write failed
+      if (!*results[k]) return std::unexpected(results[k]->error());
+      const uint64_t size = mine[to_write[k]].first->info.size;
+      if (**results[k] == Written::kReused) {
         ++stats.files_reused;
-        stats.bytes_reused += planned.info.size;
-        continue;
-      }
-      const core::DataPart& part = *local.part;
-      StorageResult<void> put;
-      if (part.image) {
-        const core::PartFile* file = part.image->find(local.file);
-        if (!file) {
-          return std::unexpected(
-              BackupError{host_, std::string(stage::kWritingBackup),
-                          fmt::format("{}: not in the held part", planned.info.name)});
-        }
-        put = storage_.putBytes(planned.data_file, file->bytes);
+        stats.bytes_reused += size;
       } else {
-        put = storage_.putFile(planned.data_file, part.dir / local.file);
+        ++stats.files_written;
+        stats.bytes_written += size;
       }
-      if (!put) return fail(put.error());
-      ++stats.files_written;
-      stats.bytes_written += planned.info.size;
     }
   }
   return stats;
