@@ -35,6 +35,8 @@ core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigC
   core.fetch_receive_timeout = std::chrono::milliseconds(r.fetch_receive_timeout_ms);
   // spec.insertQuorum: the quorum of inserts that give none (a request's insert_quorum wins).
   core.insert_quorum = static_cast<std::size_t>(spec.insert_quorum);
+  // spec.asyncInserts: written to the config only when not the defaults (no roll of old tables).
+  core.async_inserts = spec.async_inserts;
   return core;
 }
 

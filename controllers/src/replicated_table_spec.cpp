@@ -274,6 +274,29 @@ ReplicatedTableSpec parseSpec(const json& object) {
                      result.insert_quorum, result.replicas));
   }
 
+  if (const json* value = spec.find("asyncInserts")) {
+    JsonFields async(*value, spec.at("asyncInserts"));
+    core::AsyncInsertSettings& a = result.async_inserts;
+    a.enabled = async.boolean("enabled", a.enabled);
+    a.wait = async.boolean("wait", a.wait);
+    a.max_data_size = static_cast<std::size_t>(
+        async.integer("maxDataSize", static_cast<int64_t>(a.max_data_size), 1, int64_t{1} << 30));
+    a.max_query_number = static_cast<std::size_t>(
+        async.integer("maxQueryNumber", static_cast<int64_t>(a.max_query_number), 1, 100'000));
+    a.busy_timeout = std::chrono::milliseconds(
+        async.integer("busyTimeoutMs", a.busy_timeout.count(), 1, 600'000));
+    a.stale_timeout = std::chrono::milliseconds(
+        async.integer("staleTimeoutMs", a.stale_timeout.count(), 0, 600'000));
+    a.max_buffered_bytes = static_cast<std::size_t>(async.integer(
+        "maxBufferedBytes", static_cast<int64_t>(a.max_buffered_bytes), 1, int64_t{1} << 40));
+    if (a.max_buffered_bytes < a.max_data_size) {
+      fail(async.at("maxBufferedBytes"),
+           fmt::format("{} is below maxDataSize ({}): one flush must fit", a.max_buffered_bytes,
+                       a.max_data_size));
+    }
+    async.rejectUnknown();
+  }
+
   if (const json* value = spec.find("headroom")) {
     JsonFields headroom(*value, spec.at("headroom"));
     result.headroom.threshold_percent =
@@ -435,6 +458,13 @@ json ReplicatedTableSpec::toJson() const {
   spec["deduplication"] = {{"window", deduplication.window},
                            {"windowSeconds", deduplication.window_seconds}};
   spec["insertQuorum"] = insert_quorum;
+  spec["asyncInserts"] = {{"enabled", async_inserts.enabled},
+                          {"wait", async_inserts.wait},
+                          {"maxDataSize", async_inserts.max_data_size},
+                          {"maxQueryNumber", async_inserts.max_query_number},
+                          {"busyTimeoutMs", async_inserts.busy_timeout.count()},
+                          {"staleTimeoutMs", async_inserts.stale_timeout.count()},
+                          {"maxBufferedBytes", async_inserts.max_buffered_bytes}};
   spec["headroom"] = {{"thresholdPercent", headroom.threshold_percent},
                       {"exhaustionDays", headroom.exhaustion_days},
                       {"autoRecover", headroom.auto_recover}};

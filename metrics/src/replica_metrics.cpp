@@ -28,13 +28,15 @@ prometheus::Gauge& gauge(prometheus::Registry& r, const ReplicaLabels& l, Remova
 }
 
 // 1 ms .. ~10 min: a small part's fetch or merge takes milliseconds, a big one minutes.
-prometheus::Histogram& histogram(prometheus::Registry& r, const ReplicaLabels& l,
-                                 Removals& removals, const std::string& name,
-                                 const std::string& help) {
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.001, 0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30, 100, 600};
+const prometheus::Histogram::BucketBoundaries kDurationBuckets = {0.001, 0.005, 0.025, 0.1, 0.25, 1,
+                                                                  2.5,   10,    30,    100, 600};
+
+prometheus::Histogram& histogram(
+    prometheus::Registry& r, const ReplicaLabels& l, Removals& removals, const std::string& name,
+    const std::string& help,
+    const prometheus::Histogram::BucketBoundaries& buckets = kDurationBuckets) {
   return addSeries(prometheus::BuildHistogram().Name(name).Help(help).Register(r), base(l),
-                   removals, kBuckets);
+                   removals, buckets);
 }
 
 prometheus::Counter& counter(prometheus::Registry& r, const ReplicaLabels& l, Removals& removals,
@@ -62,6 +64,21 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
                                          "Blocks skipped as duplicates of committed ones")),
       insert_errors(
           counter(r, l, removals_, "rtable_insert_errors_total", "Insert requests that failed")),
+      async_insert_buffered_bytes(
+          gauge(r, l, removals_, "rtable_async_insert_buffered_bytes",
+                "Bytes of async inserts waiting in the buffer or being flushed")),
+      async_insert_buffered_inserts(gauge(r, l, removals_, "rtable_async_insert_buffered_inserts",
+                                          "Async inserts waiting in the buffer or being flushed")),
+      async_insert_inserts_per_flush(
+          histogram(r, l, removals_, "rtable_async_insert_inserts_per_flush",
+                    "Inserts committed together by one flush of the async insert buffer",
+                    {1, 2, 4, 8, 16, 32, 64, 128, 256, 450, 1000, 4000})),
+      async_insert_wait_seconds(
+          histogram(r, l, removals_, "rtable_async_insert_wait_seconds",
+                    "Time from an async insert's arrival to its outcome (committed or failed)",
+                    {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2.5, 10})),
+      async_insert_rejected(counter(r, l, removals_, "rtable_async_insert_rejected_total",
+                                    "Async inserts refused with 503 because the buffer was full")),
       parts(gauge(r, l, removals_, "rtable_parts", "Active parts of this replica")),
       merges(counter(r, l, removals_, "rtable_merges_total", "Merges executed by this replica")),
       merged_rows(counter(r, l, removals_, "rtable_merged_rows_total", "Rows written by merges")),
@@ -136,7 +153,13 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
       pool_size_family_(prometheus::BuildGauge()
                             .Name("rtable_replication_pool_size")
                             .Help("Slots of the replica's fetch and merge pools (pool label)")
-                            .Register(r)) {
+                            .Register(r)),
+      async_insert_flushes_family_(
+          prometheus::BuildCounter()
+              .Name("rtable_async_insert_flushes_total")
+              .Help("Flushes of the async insert buffer by reason (size, count, timeout, stale, "
+                    "forced: shutdown or a table swap's pause)")
+              .Register(r)) {
   log_counter_exhaustion_seconds.Set(std::numeric_limits<double>::infinity());
 }
 
@@ -190,6 +213,13 @@ prometheus::Gauge& ReplicaMetrics::poolSize(const std::string& pool) {
   labels["pool"] = pool;
   std::lock_guard lock(removals_mu_);
   return addSeries(pool_size_family_, labels, removals_);
+}
+
+prometheus::Counter& ReplicaMetrics::asyncInsertFlushes(const std::string& reason) {
+  auto labels = base(labels_);
+  labels["reason"] = reason;
+  std::lock_guard lock(removals_mu_);
+  return addSeries(async_insert_flushes_family_, labels, removals_);
 }
 
 void CounterRateEstimator::addSample(double time_seconds, int64_t counter) {

@@ -100,6 +100,8 @@ class ReplicaHttpServer::Impl {
 
   void drain(std::chrono::milliseconds grace, const std::function<void()>& while_serving_parts) {
     draining_ = true;
+    // Async inserts waiting for their flush are answered now, not at their busy timeout.
+    if (auto serving = tables_.serving()) serving->flushAsyncInserts();
     waitIdle(grace);
     if (while_serving_parts) while_serving_parts();
     waitIdle(grace);
@@ -117,6 +119,7 @@ class ReplicaHttpServer::Impl {
                         "this replica is shutting down; retry on another replica", json::object(),
                         {{"Retry-After", "1"}});
     }
+    Turn turn{*this, false};
     {
       std::unique_lock lock(mu_);
       if (in_flight_ >= workers_ + kMaxQueuedRequests) {
@@ -128,32 +131,48 @@ class ReplicaHttpServer::Impl {
       if (!part_transfer) {
         turn_.wait(lock, [this] { return running_ < workers_; });
         ++running_;
+        turn.held = true;
       }
     }
-    serve(request);
+    serve(request, turn);
+    turn.release();
     {
       std::lock_guard lock(mu_);
       --in_flight_;
-      if (!part_transfer) --running_;
     }
-    turn_.notify_one();
     idle_.notify_all();
   }
+
+  // A request's worker slot, given back early by an async insert that waits for its flush (the
+  // slots are for work: 64 waiting clients must not keep the 65th from joining their batch).
+  struct Turn {
+    Impl& impl;
+    bool held;
+    void release() {
+      if (!held) return;
+      held = false;
+      {
+        std::lock_guard lock(impl.mu_);
+        --impl.running_;
+      }
+      impl.turn_.notify_one();
+    }
+  };
 
   void waitIdle(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mu_);
     idle_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
   }
 
-  void serve(HttpExchange& request) {
+  void serve(HttpExchange& request, Turn& turn) {
     try {
-      route(request);
+      route(request, turn);
     } catch (const std::exception& e) {
       replyError(request, 500, "INTERNAL", e.what());
     }
   }
 
-  void route(HttpExchange& request) {
+  void route(HttpExchange& request, Turn& turn) {
     const std::string path = request.request().path;
     std::map<std::string, std::string> query;
     try {
@@ -175,8 +194,9 @@ class ReplicaHttpServer::Impl {
     }
     if (path == "/insert") {
       if (method != "POST") return methodNotAllowed(request, "POST");
-      return insert(request, param("format"), param("insert_deduplication_token"),
-                    param("insert_quorum"), param("insert_quorum_timeout"));
+      return insert(request, turn, param("format"), param("insert_deduplication_token"),
+                    param("insert_quorum"), param("insert_quorum_timeout"), param("async_insert"),
+                    param("wait_for_async_insert"));
     }
     if (path == "/drop_partition") {
       if (method != "POST") return methodNotAllowed(request, "POST");
@@ -213,8 +233,10 @@ class ReplicaHttpServer::Impl {
                json::object(), {{"Allow", allowed}});
   }
 
-  void insert(HttpExchange& request, const std::string& format_name, const std::string& token,
-              const std::string& quorum, const std::string& quorum_timeout) {
+  void insert(HttpExchange& request, Turn& turn, const std::string& format_name,
+              const std::string& token, const std::string& quorum,
+              const std::string& quorum_timeout, const std::string& async_text,
+              const std::string& wait_text) {
     auto format = parseRowFormat(format_name.empty() ? "JSONEachRow" : format_name);
     if (!format) return replyError(request, 400, "BAD_FORMAT", "format: " + format.error());
     InsertOptions options;
@@ -251,6 +273,24 @@ class ReplicaHttpServer::Impl {
                         quorum_timeout));
       }
       options.quorum_timeout = std::chrono::milliseconds(*value);
+    }
+    // ClickHouse's settings, 0 or 1; the table's defaults (spec inserts.async) otherwise.
+    auto flag = [](const std::string& text, bool fallback) -> std::optional<bool> {
+      if (text.empty()) return fallback;
+      if (text == "1" || text == "true") return true;
+      if (text == "0" || text == "false") return false;
+      return std::nullopt;
+    };
+    const AsyncInsertSettings& async_settings = spec_.async_inserts;
+    const auto async = flag(async_text, async_settings.enabled);
+    if (!async) {
+      return replyError(request, 400, "BAD_ASYNC_INSERT",
+                        fmt::format("async_insert '{}': expected 0 or 1", async_text));
+    }
+    const auto wait = flag(wait_text, async_settings.wait);
+    if (!wait) {
+      return replyError(request, 400, "BAD_WAIT_FOR_ASYNC_INSERT",
+                        fmt::format("wait_for_async_insert '{}': expected 0 or 1", wait_text));
     }
     auto admitted = tables_.admit_insert();
     if (!admitted) {
@@ -298,40 +338,77 @@ class ReplicaHttpServer::Impl {
       }
       return replyError(request, 500, "INTERNAL", "staging the insert: " + add_error);
     }
-    auto result = table.commit(*pending);
-    if (!result) {
-      const InsertError& error = result.error();
-      switch (error.kind) {
-        case InsertError::Kind::kUnavailable:
-          return replyError(request, 503, "UNAVAILABLE", error.message, json::object(),
-                            {{"Retry-After", "1"}});
-        case InsertError::Kind::kLogExhausted:
-          return replyError(request, 503, "LOG_COUNTER_EXHAUSTED", error.message, json::object(),
-                            {{"Retry-After", "60"}});
-        case InsertError::Kind::kUnknownOutcome:
-          return replyError(request, 500, "UNKNOWN_STATUS_OF_INSERT",
-                            error.message + "; retrying the same insert is safe");
-        case InsertError::Kind::kTooFewReplicas:
-          return replyError(request, 503, "TOO_FEW_LIVE_REPLICAS", error.message, json::object(),
-                            {{"Retry-After", "5"}});
-        case InsertError::Kind::kQuorumTimeout:
-          return replyError(request, 500, "QUORUM_TIMEOUT", error.message);
-        case InsertError::Kind::kBadRequest:
-          return replyError(request, 400, "BAD_REQUEST", error.message);
-        case InsertError::Kind::kNotFound:
-          return replyError(request, 404, "NOT_FOUND", error.message);
-        case InsertError::Kind::kStorageFull:
-          return replyError(request, 507, "INSUFFICIENT_STORAGE", error.message, json::object(),
-                            {{"Retry-After", "10"}});
-        case InsertError::Kind::kInternal:
-          return replyError(request, 500, "INTERNAL", error.message);
+    // An async insert too big for one flush goes the synchronous way, as in ClickHouse.
+    if (*async && pending->rows() > 0 &&
+        pending->bufferedValueBytes() <= async_settings.max_data_size) {
+      if (auto pieces = pending->takePieces()) {
+        return asyncInsert(request, turn, table, std::move(*pieces), pending->options(),
+                           std::move(admitted->lease), *wait);
       }
     }
+    auto result = table.commit(*pending);
+    if (!result) return insertFailed(request, result.error());
     replyJson(request, 200,
               {{"rows", result->rows},
                {"blocks", result->blocks},
                {"deduplicated_blocks", result->deduplicated_blocks},
                {"parts", result->parts}});
+  }
+
+  void asyncInsert(HttpExchange& request, Turn& turn, TableReplica& table,
+                   std::vector<InsertPiece> pieces, const InsertOptions& options,
+                   std::shared_ptr<void> lease, bool wait) {
+    std::size_t rows = 0;
+    for (const auto& piece : pieces) rows += piece.rows.rows();
+    auto ticket = table.enqueueAsync(std::move(pieces), options, std::move(lease));
+    if (!ticket) return insertFailed(request, ticket.error());
+    if (!wait) {
+      // Queued only: a crash or a failed commit before the flush loses these rows.
+      return replyJson(request, 202, {{"status", "queued"}, {"rows", rows}});
+    }
+    turn.release();
+    const AsyncInsertTicket::Outcome& outcome = (*ticket)->wait();
+    if (!outcome.result) return insertFailed(request, outcome.result.error());
+    const InsertResult& result = *outcome.result;
+    replyJson(request, 200,
+              {{"rows", result.rows},
+               {"blocks", result.blocks},
+               {"deduplicated_blocks", result.deduplicated_blocks},
+               {"parts", result.parts},
+               {"async_insert",
+                {{"inserts_in_flush", outcome.inserts_in_flush},
+                 {"flush_reason", flushReasonName(outcome.reason)}}}});
+  }
+
+  static void insertFailed(HttpExchange& request, const InsertError& error) {
+    switch (error.kind) {
+      case InsertError::Kind::kUnavailable:
+        return replyError(request, 503, "UNAVAILABLE", error.message, json::object(),
+                          {{"Retry-After", "1"}});
+      case InsertError::Kind::kLogExhausted:
+        return replyError(request, 503, "LOG_COUNTER_EXHAUSTED", error.message, json::object(),
+                          {{"Retry-After", "60"}});
+      case InsertError::Kind::kUnknownOutcome:
+        return replyError(request, 500, "UNKNOWN_STATUS_OF_INSERT",
+                          error.message + "; retrying the same insert is safe");
+      case InsertError::Kind::kTooFewReplicas:
+        return replyError(request, 503, "TOO_FEW_LIVE_REPLICAS", error.message, json::object(),
+                          {{"Retry-After", "5"}});
+      case InsertError::Kind::kQuorumTimeout:
+        return replyError(request, 500, "QUORUM_TIMEOUT", error.message);
+      case InsertError::Kind::kBadRequest:
+        return replyError(request, 400, "BAD_REQUEST", error.message);
+      case InsertError::Kind::kNotFound:
+        return replyError(request, 404, "NOT_FOUND", error.message);
+      case InsertError::Kind::kStorageFull:
+        return replyError(request, 507, "INSUFFICIENT_STORAGE", error.message, json::object(),
+                          {{"Retry-After", "10"}});
+      case InsertError::Kind::kOverloaded:
+        return replyError(request, 503, "OVERLOADED", error.message, json::object(),
+                          {{"Retry-After", "1"}});
+      case InsertError::Kind::kInternal:
+        return replyError(request, 500, "INTERNAL", error.message);
+    }
   }
 
   static void badInput(HttpExchange& request, const ParseError& error) {

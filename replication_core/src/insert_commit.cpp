@@ -168,6 +168,26 @@ std::expected<std::vector<StagedBlock>*, std::string> PendingInsert::finish() {
   return &blocks_;
 }
 
+uint64_t PendingInsert::bufferedValueBytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [partition, rows] : buffers_) bytes += valueBytes(rows);
+  return bytes;
+}
+
+std::optional<std::vector<InsertPiece>> PendingInsert::takePieces() {
+  if (!blocks_.empty()) return std::nullopt;
+  std::vector<InsertPiece> pieces;
+  for (auto& [partition, rows] : buffers_) {
+    if (rows.rows() == 0) continue;
+    const std::size_t n = blocks_per_partition_[partition]++;
+    SortedBlock sorted =
+        sortAndIdentify(schema_, partition, std::exchange(rows, schema_.emptyBlock()),
+                        options_.deduplication_token, n);
+    pieces.push_back(InsertPiece{partition, std::move(sorted.rows), std::move(sorted.dedup_id)});
+  }
+  return pieces;
+}
+
 // --- InsertCommit ------------------------------------------------------------------------------
 
 InsertCommit::InsertCommit(const TableSpec& spec, TablePaths paths, std::size_t max_part_rows,
@@ -270,8 +290,8 @@ std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& ins
           i, blocks.size())));
     }
     // Reserving the next block number pays off for a stream of one-part inserts.
-    auto part =
-        commitOne(*keeper, blocks[i], writes[i], result, *quorum, /*reserve=*/blocks.size() == 1);
+    const std::size_t rows = blocks[i].part.rows;
+    auto part = commitOne(*keeper, blocks[i], writes[i], *quorum, /*reserve=*/blocks.size() == 1);
     if (!part) {
       InsertError error = part.error();
       error.message += fmt::format(
@@ -280,35 +300,154 @@ std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& ins
           i, blocks.size());
       return failed(std::move(error));
     }
-    result.parts.push_back(*part);
-  }
-  if (*quorum > 0) {
-    for (const auto& part : result.parts) {
-      std::shared_ptr<Keeper> keeper = session_.current();
-      auto reached = keeper ? waitForQuorum(*keeper, paths_, part, quorum_deadline)
-                            : KeeperResult<bool>(std::unexpected(
-                                  KeeperError{KeeperCode::kConnectionLoss, "", "no session", {}}));
-      if (!reached || !*reached) {
-        return failed(InsertError{
-            InsertError::Kind::kQuorumTimeout,
-            fmt::format("the insert is committed on this replica, but part {} did not reach {} "
-                        "replicas within {} ms{}; it may still become visible on the others, and "
-                        "retrying the same insert is safe (it is deduplicated)",
-                        part, *quorum, options.quorum_timeout.count(),
-                        reached ? "" : " (ZooKeeper: " + reached.error().toString() + ")")});
-      }
+    if (part->duplicate) {
+      ++result.deduplicated_blocks;
+    } else {
+      result.rows += rows;
     }
+    result.parts.push_back(part->part);
   }
+  if (auto reached = awaitQuorum(result.parts, *quorum, options, quorum_deadline); !reached)
+    return failed(reached.error());
   metrics_.inserts.Increment();
   metrics_.inserted_rows.Increment(static_cast<double>(result.rows));
   metrics_.insert_deduplicated_blocks.Increment(static_cast<double>(result.deduplicated_blocks));
   return result;
 }
 
-std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, StagedBlock& block,
-                                                                PartWrite& writing,
-                                                                InsertResult& result,
-                                                                std::size_t quorum, bool reserve) {
+std::vector<PieceOutcome> InsertCommit::commitPieces(std::vector<InsertPiece> pieces,
+                                                     const InsertOptions& options) {
+  std::vector<PieceOutcome> outcomes(pieces.size());
+  auto failAll = [&](const std::vector<std::size_t>& indexes, const InsertError& error) {
+    for (std::size_t i : indexes) outcomes[i].error = error;
+  };
+  std::vector<std::size_t> all(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) all[i] = i;
+  const auto quorum_deadline = std::chrono::steady_clock::now() + options.quorum_timeout;
+  auto quorum = checkQuorum(options);
+  if (!quorum) {
+    failAll(all, quorum.error());
+    return outcomes;
+  }
+  // The pieces of each partition, in arrival order; a piece whose id came earlier in the batch (a
+  // client's retry that arrived before the first try was flushed) follows that one's fate.
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> partitions;
+  std::map<std::string, std::size_t> first_with_id;
+  std::vector<std::pair<std::size_t, std::size_t>> repeats;  // (piece, the first with its id)
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (auto [it, fresh] = first_with_id.emplace(pieces[i].dedup_id, i); !fresh) {
+      repeats.emplace_back(i, it->second);
+      continue;
+    }
+    auto group = std::find_if(partitions.begin(), partitions.end(),
+                              [&](const auto& p) { return p.first == pieces[i].partition; });
+    if (group == partitions.end())
+      group = partitions.insert(partitions.end(), {pieces[i].partition, {}});
+    group->second.push_back(i);
+  }
+  std::vector<std::string> committed_parts;
+  for (auto& [partition, alive] : partitions) {
+    // Until a part is committed with every piece still in it: each duplicate found costs one
+    // more try without it (rare: a retry whose first try was committed meanwhile).
+    while (!alive.empty()) {
+      std::shared_ptr<Keeper> keeper = session_.current();
+      if (!keeper) {
+        failAll(alive, unavailable("ZooKeeper is unreachable; the batch was not committed, "
+                                   "retrying the same insert is safe"));
+        break;
+      }
+      if (worker_.lost()) {
+        failAll(alive, unavailable("this replica is lost and is being restored from a live "
+                                   "replica; retrying the same insert is safe"));
+        break;
+      }
+      Block rows = spec_.schema.emptyBlock();
+      for (std::size_t i : alive) rows.append(Block(pieces[i].rows));
+      if (alive.size() > 1) {
+        const auto order = spec_.schema.sortPermutation(rows);
+        rows = rows.select(order);
+      }
+      StagedBlock block;
+      block.part.partition = partition;
+      block.part.dedup_id = pieces[alive.front()].dedup_id;
+      for (std::size_t k = 1; k < alive.size(); ++k)
+        block.more_dedup_ids.push_back(pieces[alive[k]].dedup_id);
+      block.part.dir = store_.dataDir() / kStagingDir /
+                       fmt::format("async-{}-{}", next_staging_id_.fetch_add(1), partition);
+      block.part.rows = rows.rows();
+      const bool held = store_.willHold(valueBytes(rows));
+      block.unwritten = std::move(rows);
+      PartWrite writing;
+      if (!held) {
+        // Written while ZooKeeper allocates the block number, as commit() does.
+        std::error_code ec;
+        fs::create_directories(block.part.dir.parent_path(), ec);
+        writing = std::async(std::launch::async, [this, &block] {
+          return writeStagedPart(block.part.dir, spec_.schema, *block.unwritten, PartSync::kNow);
+        });
+      }
+      // The staged folder goes whatever happens (a committed part was moved out of it).
+      struct RemoveStaged {
+        const fs::path& dir;
+        ~RemoveStaged() {
+          std::error_code ec;
+          fs::remove_all(dir, ec);
+        }
+      } remove_staged{block.part.dir};
+      auto done = commitOne(*keeper, block, writing, *quorum,
+                            /*reserve=*/partitions.size() == 1);
+      if (writing.valid()) writing.wait();
+      if (!done) {
+        failAll(alive, done.error());
+        break;
+      }
+      if (done->duplicate) {
+        const std::size_t index = std::min(*done->duplicate, alive.size() - 1);
+        outcomes[alive[index]] = PieceOutcome{done->part, true, std::nullopt};
+        alive.erase(alive.begin() + static_cast<std::ptrdiff_t>(index));
+        continue;
+      }
+      for (std::size_t i : alive) outcomes[i].part = done->part;
+      committed_parts.push_back(done->part);
+      break;
+    }
+  }
+  if (auto reached = awaitQuorum(committed_parts, *quorum, options, quorum_deadline); !reached) {
+    for (auto& outcome : outcomes) {
+      if (!outcome.error && !outcome.duplicate) outcome.error = reached.error();
+    }
+  }
+  for (auto [repeat, first] : repeats) {
+    outcomes[repeat] = outcomes[first];
+    if (!outcomes[repeat].error) outcomes[repeat].duplicate = true;
+  }
+  return outcomes;
+}
+
+std::expected<void, InsertError> InsertCommit::awaitQuorum(
+    const std::vector<std::string>& parts, std::size_t quorum, const InsertOptions& options,
+    std::chrono::steady_clock::time_point deadline) {
+  if (quorum == 0) return {};
+  for (const auto& part : parts) {
+    std::shared_ptr<Keeper> keeper = session_.current();
+    auto reached = keeper ? waitForQuorum(*keeper, paths_, part, deadline)
+                          : KeeperResult<bool>(std::unexpected(
+                                KeeperError{KeeperCode::kConnectionLoss, "", "no session", {}}));
+    if (!reached || !*reached) {
+      return std::unexpected(InsertError{
+          InsertError::Kind::kQuorumTimeout,
+          fmt::format("the insert is committed on this replica, but part {} did not reach {} "
+                      "replicas within {} ms{}; it may still become visible on the others, and "
+                      "retrying the same insert is safe (it is deduplicated)",
+                      part, quorum, options.quorum_timeout.count(),
+                      reached ? "" : " (ZooKeeper: " + reached.error().toString() + ")")});
+    }
+  }
+  return {};
+}
+
+std::expected<InsertCommit::BlockCommitted, InsertError> InsertCommit::commitOne(
+    Keeper& keeper, StagedBlock& block, PartWrite& writing, std::size_t quorum, bool reserve) {
   NewPart& part = block.part;
   std::error_code ec;
   if (block.unwritten && !writing.valid()) {
@@ -322,8 +461,10 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
   }
   std::optional<BlockNumberLock> reserved;
   if (reserve) reserved = allocator_.takeReserved(keeper.sessionId(), part.partition);
+  std::vector<std::string> ids{part.dedup_id};
+  ids.insert(ids.end(), block.more_dedup_ids.begin(), block.more_dedup_ids.end());
   auto allocation = reserved ? KeeperResult<Allocation>(Allocation{*reserved})
-                             : allocator_.allocate(keeper, part.partition, part.dedup_id);
+                             : allocator_.allocate(keeper, part.partition, ids);
   if (writing.valid()) {
     auto written = writing.get();
     block.unwritten.reset();
@@ -342,12 +483,11 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
     return std::unexpected(internal("allocating a block number: " + allocation.error().toString()));
   }
   if (auto* duplicate = std::get_if<Duplicate>(&*allocation)) {
-    ++result.deduplicated_blocks;
     fs::remove_all(part.dir, ec);
     // Possibly a duplicate of a part whose commit we could not confirm: it was committed after
     // all, and must become visible before we answer.
     worker_.resolveUncertainParts(keeper);
-    return duplicate->existing_part;
+    return BlockCommitted{duplicate->existing_part, duplicate->index};
   }
   const auto& lock = std::get<BlockNumberLock>(*allocation);
   const PartName name{part.partition, lock.block_number, lock.block_number, 0, 0};
@@ -373,7 +513,7 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
   entry.quorum = static_cast<int>(quorum);
   const std::optional<std::string> reserve_data =
       reserve ? allocator_.startReserving(part.partition) : std::nullopt;
-  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data);
+  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data, block.more_dedup_ids);
   if (reserve_data) {
     allocator_.finishReserving(
         keeper.sessionId(), part.partition, *reserve_data,
@@ -383,18 +523,18 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
   if (committed) {
     worker_.rememberLogEntry(committed->log_entry_path, entry.format());
     worker_.publish(name, part.checksums, part.rows, part.image);
-    result.rows += part.rows;
-    return name.format();
+    return BlockCommitted{name.format(), std::nullopt};
   }
   const CommitError& error = committed.error();
   switch (error.failure) {
     case CommitFailure::kDuplicate:
       store_.discard(name, part);
       (void)keeper.remove(lock.path);
-      ++result.deduplicated_blocks;
       // As for a duplicate found by the allocation (a reserved number skips that check).
       worker_.resolveUncertainParts(keeper);
-      return error.duplicate ? error.duplicate->existing_part : std::string("(deduplicated)");
+      return BlockCommitted{
+          error.duplicate ? error.duplicate->existing_part : std::string("(deduplicated)"),
+          error.duplicate_index};
     case CommitFailure::kLogExhausted:
       store_.discard(name, part);
       (void)keeper.remove(lock.path);
@@ -409,7 +549,7 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
         // A drop of the partition removed the reserved lock with the in-flight ones: the block
         // comes after the drop, so it takes a number of its own.
         if (store_.unplace(name, part)) {
-          return commitOne(keeper, block, writing, result, quorum, /*reserve=*/false);
+          return commitOne(keeper, block, writing, quorum, /*reserve=*/false);
         }
       }
       store_.discard(name, part);
@@ -434,8 +574,7 @@ std::expected<std::string, InsertError> InsertCommit::commitOne(Keeper& keeper, 
       });
   if (outcome && *outcome) {
     worker_.publish(name, part.checksums, part.rows, part.image);
-    result.rows += part.rows;
-    return name.format();
+    return BlockCommitted{name.format(), std::nullopt};
   }
   if (outcome) {
     store_.discard(name, part);

@@ -64,11 +64,18 @@ BlockNumberAllocator::BlockNumberAllocator(TablePaths paths, const common::Clock
 KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper,
                                                         const std::string& partition,
                                                         const std::string& dedup_id) {
+  return allocate(keeper, partition, std::vector<std::string>{dedup_id});
+}
+
+KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper,
+                                                        const std::string& partition,
+                                                        const std::vector<std::string>& dedup_ids) {
   std::string lock_data;
   {
     std::lock_guard lock(mu_);
-    lock_data = nextLockData(dedup_id);
+    lock_data = nextLockData(dedup_ids.empty() ? std::string() : dedup_ids.front());
   }
+  const std::size_t lock_op = dedup_ids.size();
   // Two tries: the partition node may be removed under us (a dropped partition), then made again.
   for (int attempt = 0;; ++attempt) {
     bool known;
@@ -84,12 +91,13 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper,
       std::lock_guard lock(mu_);
       known_partitions_.insert(partition);
     }
-    auto allocated = keeper.multi({
-        op::CheckNotExists{paths_.dedupHash(dedup_id)},
-        op::Create{paths_.blockLockPrefix(partition), lock_data, CreateMode::kEphemeralSequential},
-    });
+    std::vector<Op> ops;
+    for (const auto& id : dedup_ids) ops.push_back(op::CheckNotExists{paths_.dedupHash(id)});
+    ops.push_back(
+        op::Create{paths_.blockLockPrefix(partition), lock_data, CreateMode::kEphemeralSequential});
+    auto allocated = keeper.multi(ops);
     if (allocated) {
-      const std::string& path = (*allocated)[1].path_created;
+      const std::string& path = (*allocated)[lock_op].path_created;
       auto number = sequenceNumber(path);
       if (!number) {
         return std::unexpected(
@@ -103,14 +111,15 @@ KeeperResult<Allocation> BlockNumberAllocator::allocate(Keeper& keeper,
       lost_.push_back(LostAllocation{keeper.sessionId(), partition, lock_data, clock_.now()});
       return std::unexpected(error);
     }
-    if (error.code == KeeperCode::kNodeExists && error.failed_op_index == 0u) {
-      auto existing = keeper.get(paths_.dedupHash(dedup_id));
-      if (existing) return Duplicate{existing->data};
+    const std::size_t failed = error.failed_op_index.value_or(SIZE_MAX);
+    if (error.code == KeeperCode::kNodeExists && failed < lock_op) {
+      auto existing = keeper.get(paths_.dedupHash(dedup_ids[failed]));
+      if (existing) return Duplicate{existing->data, failed};
       // Cleaned from the window in between: no longer a duplicate.
       if (existing.error().code == KeeperCode::kNoNode && attempt == 0) continue;
       return std::unexpected(existing.error());
     }
-    if (error.code == KeeperCode::kNoNode && error.failed_op_index == 1u && attempt == 0) {
+    if (error.code == KeeperCode::kNoNode && failed == lock_op && attempt == 0) {
       std::lock_guard lock(mu_);
       known_partitions_.erase(partition);
       continue;
@@ -333,14 +342,17 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper,
 
 std::expected<Committed, CommitError> commitPart(
     Keeper& keeper, const TablePaths& paths, const LogEntry& entry, const BlockNumberLock& lock,
-    const std::optional<std::string>& reserve_lock_data) {
-  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp };
+    const std::optional<std::string>& reserve_lock_data,
+    const std::vector<std::string>& more_dedup_ids) {
+  enum { kLogOp, kDedupOp, kPartOp, kUnlockOp, kMoreDedupOps };
   std::vector<Op> ops = {
       op::Create{paths.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
       op::Create{paths.dedupHash(entry.block_id), entry.new_part_name, CreateMode::kPersistent},
       op::Create{paths.part(entry.new_part_name), "", CreateMode::kPersistent},
       op::Remove{lock.path, -1},
   };
+  for (const auto& id : more_dedup_ids)
+    ops.push_back(op::Create{paths.dedupHash(id), entry.new_part_name, CreateMode::kPersistent});
   if (entry.quorum >= 2) {
     // This replica has the part: it is the first of the quorum.
     QuorumEntry quorum{
@@ -365,11 +377,14 @@ std::expected<Committed, CommitError> commitPart(
   if (error.code == KeeperCode::kNodeExists && op == kLogOp) {
     return std::unexpected(CommitError{CommitFailure::kLogExhausted, error, {}});
   }
-  if (error.code == KeeperCode::kNodeExists && op == kDedupOp) {
+  const bool more_dedup_op = op >= kMoreDedupOps && op < kMoreDedupOps + more_dedup_ids.size();
+  if (error.code == KeeperCode::kNodeExists && (op == kDedupOp || more_dedup_op)) {
+    const std::size_t index = op == kDedupOp ? 0 : op - kMoreDedupOps + 1;
+    const std::string& id = index == 0 ? entry.block_id : more_dedup_ids[index - 1];
     std::optional<Duplicate> duplicate;
-    if (auto existing = keeper.get(paths.dedupHash(entry.block_id)))
-      duplicate = Duplicate{existing->data};
-    return std::unexpected(CommitError{CommitFailure::kDuplicate, error, duplicate});
+    if (auto existing = keeper.get(paths.dedupHash(id)))
+      duplicate = Duplicate{existing->data, index};
+    return std::unexpected(CommitError{CommitFailure::kDuplicate, error, duplicate, index});
   }
   if (error.code == KeeperCode::kNoNode && op == kUnlockOp) {
     return std::unexpected(CommitError{CommitFailure::kLockLost, error, {}});

@@ -56,7 +56,6 @@ constexpr std::string_view kColumnsFile = "columns.txt";
 constexpr std::string_view kCountFile = "count.txt";
 constexpr std::string_view kReasonFile = "reason.txt";
 constexpr std::string_view kTemporaryPrefix = "tmp_";
-constexpr std::string_view kDetachedDir = "detached";
 constexpr std::string_view kBrokenPrefix = "broken_";
 constexpr std::string_view kChecksumsHeader = "rtable checksums format version: 1";
 

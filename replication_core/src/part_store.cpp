@@ -12,7 +12,6 @@ namespace rtable::core {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kDetachedDir = "detached";
 constexpr const char* kJournalDir = "journal";
 
 uint64_t imageBytes(const PartImage& image) {

@@ -251,6 +251,8 @@ std::expected<void, std::string> TableHost::openNext(int64_t generation) {
 }
 
 void TableHost::waitForInserts() {
+  // Buffered async inserts hold their lease until committed: flushed now, not at their age.
+  if (auto table = serving()) table->flushAsyncInserts();
   std::unique_lock lock(mu_);
   inserts_done_.wait(lock, [this] { return inserts_in_flight_ == 0; });
 }

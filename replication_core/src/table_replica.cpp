@@ -124,6 +124,12 @@ std::expected<void, std::string> TableReplica::start() {
   }
   inserts_ = std::make_unique<InsertCommit>(spec_, paths_, options_.max_part_rows, session_,
                                             *store_, allocator_, *worker_, metrics_);
+  async_inserts_ = std::make_unique<AsyncInsertQueue>(
+      spec_.async_inserts,
+      [this](std::vector<InsertPiece> pieces, const InsertOptions& options) {
+        return inserts_->commitPieces(std::move(pieces), options);
+      },
+      metrics_);
 
   auto connected = session_.connect();
   if (!connected) return std::unexpected("ZooKeeper: " + connected.error().toString());
@@ -259,6 +265,8 @@ std::expected<void, InsertError> TableReplica::dropReplica(const std::string& re
 }
 
 std::vector<std::string> TableReplica::handOff(std::chrono::milliseconds timeout) {
+  // Buffered async inserts are committed first: their parts are handed off with the rest.
+  if (async_inserts_) async_inserts_->stop();
   // No new merge (this replica may lead) makes a part that only it has.
   worker_->stop();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -316,6 +324,8 @@ std::expected<void, std::string> TableReplica::closeAndRemoveFiles() {
 
 void TableReplica::shutdown() {
   if (stopped_.exchange(true)) return;
+  // Rows buffered by async inserts are committed while the session and the worker still run.
+  if (async_inserts_) async_inserts_->stop();
   if (worker_) worker_->stop();
   // A clean stop leaves nothing for the next start to read back. Inserts have finished (the API
   // stops before the table).

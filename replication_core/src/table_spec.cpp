@@ -63,6 +63,14 @@ class Fields {
     return static_cast<T>(value);
   }
 
+  bool boolean(const std::string& key, bool fallback) {
+    if (!has(key)) return fallback;
+    const std::string text = node_[key].IsScalar() ? node_[key].Scalar() : "";
+    if (text == "true") return true;
+    if (text == "false") return false;
+    throw SpecError{fmt::format("{}: expected true or false, got '{}'", where(key), text)};
+  }
+
   void rejectUnknown() const {
     for (const auto& entry : node_) {
       const std::string key = entry.first.as<std::string>();
@@ -206,6 +214,28 @@ TableSpec parse(const YAML::Node& root) {
     }
     result.insert_quorum_timeout = std::chrono::milliseconds(inserts.number<int64_t>(
         "quorumTimeoutMs", result.insert_quorum_timeout.count(), 1, 86'400'000));
+    if (inserts.has("async")) {
+      Fields async(inserts.node("async"), "inserts.async");
+      AsyncInsertSettings& a = result.async_inserts;
+      a.enabled = async.boolean("enabled", a.enabled);
+      a.wait = async.boolean("wait", a.wait);
+      a.max_data_size =
+          async.number<std::size_t>("maxDataSize", a.max_data_size, 1, std::size_t{1} << 30);
+      a.max_query_number =
+          async.number<std::size_t>("maxQueryNumber", a.max_query_number, 1, 100'000);
+      a.busy_timeout = std::chrono::milliseconds(
+          async.number<int64_t>("busyTimeoutMs", a.busy_timeout.count(), 1, 600'000));
+      a.stale_timeout = std::chrono::milliseconds(
+          async.number<int64_t>("staleTimeoutMs", a.stale_timeout.count(), 0, 600'000));
+      a.max_buffered_bytes = async.number<std::size_t>("maxBufferedBytes", a.max_buffered_bytes, 1,
+                                                       std::size_t{1} << 40);
+      if (a.max_buffered_bytes < a.max_data_size) {
+        throw SpecError{fmt::format(
+            "inserts.async.maxBufferedBytes: {} is below maxDataSize {} (one flush must fit)",
+            a.max_buffered_bytes, a.max_data_size)};
+      }
+      async.rejectUnknown();
+    }
     inserts.rejectUnknown();
   }
   spec.rejectUnknown();
@@ -292,6 +322,18 @@ std::string TableSpec::formatYaml() const {
   }
   if (insert_quorum_timeout != kDefaultInsertQuorumTimeout) {
     out << YAML::Key << "quorumTimeoutMs" << YAML::Value << insert_quorum_timeout.count();
+  }
+  if (async_inserts != AsyncInsertSettings{}) {
+    const AsyncInsertSettings& a = async_inserts;
+    out << YAML::Key << "async" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "enabled" << YAML::Value << a.enabled;
+    out << YAML::Key << "wait" << YAML::Value << a.wait;
+    out << YAML::Key << "maxDataSize" << YAML::Value << a.max_data_size;
+    out << YAML::Key << "maxQueryNumber" << YAML::Value << a.max_query_number;
+    out << YAML::Key << "busyTimeoutMs" << YAML::Value << a.busy_timeout.count();
+    out << YAML::Key << "staleTimeoutMs" << YAML::Value << a.stale_timeout.count();
+    out << YAML::Key << "maxBufferedBytes" << YAML::Value << a.max_buffered_bytes;
+    out << YAML::EndMap;
   }
   out << YAML::EndMap;
   out << YAML::EndMap;

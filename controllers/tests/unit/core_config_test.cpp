@@ -43,6 +43,7 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
   ASSERT_TRUE(examples) << examples.error();
   int tables = 0;
   int with_quorum = 0;
+  int with_async = 0;
   for (const auto& file : *examples) {
     for (const auto& object : file.documents) {
       if (testing::kindOf(object) != "ReplicatedTable") continue;
@@ -89,10 +90,13 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
       EXPECT_EQ(core->cleanup_period.count(), spec->replication.cleanup_period_seconds);
       EXPECT_EQ(core->insert_quorum, static_cast<std::size_t>(spec->insert_quorum));
       if (spec->insert_quorum >= 2) ++with_quorum;
+      EXPECT_EQ(core->async_inserts, spec->async_inserts);
+      if (spec->async_inserts.enabled) ++with_async;
     }
   }
   EXPECT_GE(tables, 3);
   EXPECT_GE(with_quorum, 1) << "no example sets spec.insertQuorum";
+  EXPECT_GE(with_async, 1) << "no example sets spec.asyncInserts";
 }
 
 // One TableSpec is written (coreTableSpec, TableSpec::formatYaml) and read back whole by

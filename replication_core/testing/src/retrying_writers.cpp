@@ -38,31 +38,43 @@ void RetryingWriters::write(int writer) {
     for (uint64_t id = first; id < first + block; ++id) body += options_.row(id);
     const std::string token = fmt::format("w{}-b{}", writer, first);
     if (!insertUntilAcknowledged(next_replica, token, body)) return;
+    std::size_t acknowledged_blocks;
     {
       std::lock_guard lock(mu_);
       for (uint64_t id = first; id < first + block; ++id) acknowledged_.insert(id);
-      ++acknowledged_blocks_;
+      acknowledged_blocks = ++acknowledged_blocks_;
+    }
+    if (options_.resend_every > 0 && acknowledged_blocks % options_.resend_every == 0) {
+      auto rows = insertUntilAcknowledged(next_replica, token, body);
+      if (!rows) return;
+      ++resent_;
+      if (*rows > 0) ++resent_and_added_;
     }
     std::this_thread::sleep_for(options_.pause_between_blocks);
   }
 }
 
-bool RetryingWriters::insertUntilAcknowledged(std::size_t& next_replica, const std::string& token,
-                                              const std::string& body) {
-  const std::string target = "/insert?format=JSONEachRow&insert_deduplication_token=" + token;
+std::optional<uint64_t> RetryingWriters::insertUntilAcknowledged(std::size_t& next_replica,
+                                                                 const std::string& token,
+                                                                 const std::string& body) {
+  const std::string target =
+      "/insert?format=JSONEachRow&insert_deduplication_token=" + token + options_.insert_settings;
   for (bool first_attempt = true;; first_attempt = false) {
     if (!first_attempt) {
       ++retries_;
       if (stopping_ && std::chrono::steady_clock::now() > stop_deadline_) {
         given_up_ = true;
-        return false;
+        return std::nullopt;
       }
       std::this_thread::sleep_for(options_.retry_pause);
     }
     const ReplicaEndpoint& replica = options_.replicas[next_replica++ % options_.replicas.size()];
     auto answer = common::testing::httpRequest(replica.host, replica.port, "POST", target, body,
                                                options_.request_timeout);
-    if (answer && answer->status == 200) return true;
+    if (answer && answer->status == 200) {
+      auto parsed = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+      return parsed.is_object() ? parsed.value("rows", uint64_t{0}) : uint64_t{0};
+    }
     std::string code;
     if (!answer) {
       code = answer.error().find("timed out") != std::string::npos ? "timeout" : "connection";
@@ -74,6 +86,13 @@ bool RetryingWriters::insertUntilAcknowledged(std::size_t& next_replica, const s
     std::lock_guard lock(mu_);
     codes_.insert(code);
   }
+}
+
+std::size_t RetryingWriters::resent() const {
+  return resent_;
+}
+std::size_t RetryingWriters::resentAndAdded() const {
+  return resent_and_added_;
 }
 
 std::set<uint64_t> RetryingWriters::acknowledged() const {

@@ -1075,5 +1075,165 @@ TEST_F(TableReplicaTest, CheckpointsAndReservesFollowTheInjectedClock) {
   EXPECT_EQ(table_->rowCount(), 1u);
 }
 
+// --- Async inserts: many inserts committed as one part, each deduplicated alone ---------------
+
+class AsyncInsertTest : public TableReplicaTest {
+ protected:
+  // The pieces an async insert of these rows (with this token) queues.
+  std::vector<InsertPiece> pieces(Block block, std::string token = "") {
+    auto pending = table_->beginInsert(InsertOptions{std::move(token)});
+    EXPECT_TRUE(pending->add(std::move(block)));
+    auto taken = pending->takePieces();
+    EXPECT_TRUE(taken);
+    return taken ? std::move(*taken) : std::vector<InsertPiece>{};
+  }
+  // Queues each insert, flushes them as one batch, and returns each one's outcome.
+  std::vector<std::expected<InsertResult, InsertError>> batch(
+      std::vector<std::vector<InsertPiece>> inserts) {
+    std::vector<std::shared_ptr<AsyncInsertTicket>> tickets;
+    for (auto& insert : inserts) {
+      auto ticket = table_->enqueueAsync(std::move(insert), InsertOptions{}, nullptr);
+      EXPECT_TRUE(ticket) << ticket.error().message;
+      if (ticket) tickets.push_back(*ticket);
+    }
+    table_->flushAsyncInserts();
+    std::vector<std::expected<InsertResult, InsertError>> results;
+    for (auto& ticket : tickets) {
+      const auto& outcome = ticket->wait();
+      EXPECT_EQ(outcome.inserts_in_flush, inserts.size());
+      results.push_back(outcome.result);
+    }
+    return results;
+  }
+  std::size_t logEntries() { return observer_->children(paths_.log())->names.size(); }
+  std::size_t dedupIds() { return observer_->children(paths_.dedupHashes())->names.size(); }
+
+  void SetUp() override {
+    TableReplicaTest::SetUp();
+    // Only flushAsyncInserts flushes: batches are exactly what a test queued.
+    spec_.async_inserts.busy_timeout = std::chrono::hours(1);
+    spec_.async_inserts.stale_timeout = std::chrono::milliseconds(0);
+    open();
+  }
+};
+
+TEST_F(AsyncInsertTest, ABatchIsOnePartAndOneLogEntryWithAnIdPerInsert) {
+  auto results = batch({pieces(rows({{"2026-12-01", 3}}), "client-a"),
+                        pieces(rows({{"2026-12-01", 1}, {"2026-12-02", 2}}), "client-b"),
+                        pieces(rows({{"2026-12-03", 4}}))});
+  for (const auto& result : results) {
+    ASSERT_TRUE(result) << result.error().message;
+    EXPECT_EQ(result->parts, std::vector<std::string>{"202612_0_0_0"});
+    EXPECT_EQ(result->deduplicated_blocks, 0u);
+  }
+  EXPECT_EQ(results[1]->rows, 2u);
+  EXPECT_EQ(logEntries(), 1u);
+  EXPECT_EQ(dedupIds(), 3u);
+  EXPECT_EQ(table_->rowCount(), 4u);
+  // The part's rows are sorted by the ORDER BY (x), whatever insert they came from.
+  auto part = table_->activePart(*PartName::parse("202612_0_0_0"));
+  ASSERT_TRUE(part);
+  auto block = readDataPart(*part, spec_.schema);
+  ASSERT_TRUE(block);
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(block->columns[1].values),
+            (std::vector<uint64_t>{1, 2, 3, 4}));
+}
+
+TEST_F(AsyncInsertTest, ARetryInALaterBatchIsADuplicateAndOnlyTheOthersAreCommitted) {
+  ASSERT_TRUE(batch({pieces(rows({{"2026-12-01", 1}}), "a")})[0]);
+  auto results = batch({pieces(rows({{"2026-12-01", 1}}), "a"),  // the retry
+                        pieces(rows({{"2026-12-01", 2}}), "b")});
+  ASSERT_TRUE(results[0] && results[1]);
+  EXPECT_EQ(results[0]->rows, 0u);
+  EXPECT_EQ(results[0]->deduplicated_blocks, 1u);
+  EXPECT_EQ(results[0]->parts, std::vector<std::string>{"202612_0_0_0"});  // where its rows are
+  EXPECT_EQ(results[1]->rows, 1u);
+  ASSERT_EQ(results[1]->parts.size(), 1u);
+  EXPECT_NE(results[1]->parts[0], "202612_0_0_0");
+  EXPECT_EQ(table_->rowCount(), 2u);
+  EXPECT_EQ(logEntries(), 2u);
+}
+
+// The id is the one a synchronous insert of the same rows has: a retry is deduplicated across
+// the two paths, with a token or by content.
+TEST_F(AsyncInsertTest, SynchronousAndAsyncTriesOfOneInsertAreDeduplicatedAgainstEachOther) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}}), "t1"));
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  auto results =
+      batch({pieces(rows({{"2026-12-01", 1}}), "t1"), pieces(rows({{"2026-12-01", 2}}))});
+  for (const auto& result : results) {
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->deduplicated_blocks, 1u);
+  }
+  ASSERT_TRUE(batch({pieces(rows({{"2026-12-01", 3}}), "t3")})[0]);
+  auto sync_retry = insert(rows({{"2026-12-01", 3}}), "t3");
+  ASSERT_TRUE(sync_retry);
+  EXPECT_EQ(sync_retry->deduplicated_blocks, 1u);
+  EXPECT_EQ(table_->rowCount(), 3u);
+}
+
+TEST_F(AsyncInsertTest, TheSameInsertTwiceInOneBatchIsCommittedOnce) {
+  auto results =
+      batch({pieces(rows({{"2026-12-01", 1}}), "a"), pieces(rows({{"2026-12-01", 1}}), "a"),
+             pieces(rows({{"2026-12-01", 5}}), "b")});
+  ASSERT_TRUE(results[0] && results[1] && results[2]);
+  EXPECT_EQ(results[0]->rows, 1u);
+  EXPECT_EQ(results[1]->rows, 0u);
+  EXPECT_EQ(results[1]->deduplicated_blocks, 1u);
+  EXPECT_EQ(results[1]->parts, results[0]->parts);
+  EXPECT_EQ(table_->rowCount(), 2u);
+  EXPECT_EQ(dedupIds(), 2u);
+}
+
+// Committed by another replica between this batch's allocation and its commit (a reserved block
+// number skips the allocation's check): the commit multi fails on that id, the part is made again
+// without it, and the rest commit.
+TEST_F(AsyncInsertTest, AnIdCommittedElsewhereBeforeTheCommitIsLeftOutOfThePart) {
+  ASSERT_TRUE(batch({pieces(rows({{"2026-12-01", 1}}), "first")})[0]);  // reserves the next number
+  auto later = pieces(rows({{"2026-12-01", 2}}), "taken");
+  const std::string taken_id = later[0].dedup_id;
+  ASSERT_TRUE(
+      observer_->create(paths_.dedupHash(taken_id), "202612_9_9_0", CreateMode::kPersistent));
+  auto results = batch({pieces(rows({{"2026-12-01", 3}}), "c"), std::move(later),
+                        pieces(rows({{"2026-12-01", 4}}), "d")});
+  ASSERT_TRUE(results[0] && results[1] && results[2]);
+  EXPECT_EQ(results[1]->deduplicated_blocks, 1u);
+  EXPECT_EQ(results[1]->parts, std::vector<std::string>{"202612_9_9_0"});
+  EXPECT_EQ(results[0]->rows + results[2]->rows, 2u);
+  EXPECT_EQ(results[0]->parts, results[2]->parts);
+  EXPECT_EQ(table_->rowCount(), 3u);  // 1, 3, 4
+  EXPECT_EQ(logEntries(), 2u);
+  EXPECT_TRUE(!fs::exists(dir_ / "staging") || fs::is_empty(dir_ / "staging"));
+}
+
+TEST_F(AsyncInsertTest, AnInsertSpanningPartitionsGetsAPartInEach) {
+  auto results = batch(
+      {pieces(rows({{"2026-12-01", 1}, {"2026-11-01", 2}})), pieces(rows({{"2026-11-05", 3}}))});
+  ASSERT_TRUE(results[0] && results[1]);
+  EXPECT_EQ(results[0]->blocks, 2u);
+  EXPECT_EQ(results[0]->parts, (std::vector<std::string>{"202612_0_0_0", "202611_0_0_0"}));
+  EXPECT_EQ(results[1]->parts, std::vector<std::string>{"202611_0_0_0"});
+  EXPECT_EQ(logEntries(), 2u);
+  EXPECT_EQ(dedupIds(), 3u);
+}
+
+TEST_F(AsyncInsertTest, WithoutZooKeeperEveryInsertOfTheBatchFailsAndARetryIsSafe) {
+  hooks_->before = [](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+    if (call.operation != "multi") return std::nullopt;
+    return KeeperError{KeeperCode::kConnectionLoss, call.path, "cut by the test", {}};
+  };
+  auto results =
+      batch({pieces(rows({{"2026-12-01", 1}}), "a"), pieces(rows({{"2026-12-01", 2}}), "b")});
+  for (const auto& result : results) {
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().kind, InsertError::Kind::kUnavailable) << result.error().message;
+  }
+  hooks_->before = nullptr;
+  table_->runBackgroundRoundForTest();  // releases the allocation's lock
+  results = batch({pieces(rows({{"2026-12-01", 1}}), "a"), pieces(rows({{"2026-12-01", 2}}), "b")});
+  ASSERT_TRUE(results[0] && results[1]);
+  EXPECT_EQ(table_->rowCount(), 2u);
+}
+
 }  // namespace
 }  // namespace rtable::core

@@ -102,6 +102,54 @@ TEST(TableSpec, ReadsTheInsertDefaults) {
   }
 }
 
+TEST(TableSpec, ReadsTheAsyncInsertSettings) {
+  const std::string base =
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\nreplica: {name: "
+      "r1}\ndataDir: /d\n";
+  auto defaults = TableSpec::parseYaml(base);
+  ASSERT_TRUE(defaults) << defaults.error();
+  // ClickHouse's names and defaults (async_insert_*), and ours for the stale timeout.
+  EXPECT_FALSE(defaults->async_inserts.enabled);
+  EXPECT_TRUE(defaults->async_inserts.wait);
+  EXPECT_EQ(defaults->async_inserts.max_data_size, 1'000'000u);
+  EXPECT_EQ(defaults->async_inserts.max_query_number, 450u);
+  EXPECT_EQ(defaults->async_inserts.busy_timeout, std::chrono::milliseconds(200));
+  EXPECT_EQ(defaults->async_inserts.stale_timeout, std::chrono::milliseconds(10));
+  // At their defaults they are not written: configs rendered before keep their bytes.
+  EXPECT_EQ(defaults->formatYaml().find("async"), std::string::npos);
+
+  auto set = TableSpec::parseYaml(
+      base +
+      "inserts: {async: {enabled: true, wait: false, maxDataSize: 5000, maxQueryNumber: 7, "
+      "busyTimeoutMs: 50, staleTimeoutMs: 0, maxBufferedBytes: 10000}}\n");
+  ASSERT_TRUE(set) << set.error();
+  EXPECT_TRUE(set->async_inserts.enabled);
+  EXPECT_FALSE(set->async_inserts.wait);
+  EXPECT_EQ(set->async_inserts.max_data_size, 5000u);
+  EXPECT_EQ(set->async_inserts.max_query_number, 7u);
+  EXPECT_EQ(set->async_inserts.busy_timeout, std::chrono::milliseconds(50));
+  EXPECT_EQ(set->async_inserts.stale_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(set->async_inserts.max_buffered_bytes, 10000u);
+  auto again = TableSpec::parseYaml(set->formatYaml());
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(*again, *set);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"inserts: {async: {enabled: yes please}}\n",
+       "inserts.async.enabled: expected true or false, got 'yes please'"},
+      {"inserts: {async: {busyTimeoutMs: 0}}\n",
+       "inserts.async.busyTimeoutMs: expected a whole number from 1"},
+      {"inserts: {async: {maxDataSize: 2000, maxBufferedBytes: 1000}}\n",
+       "inserts.async.maxBufferedBytes: 1000 is below maxDataSize 2000"},
+      {"inserts: {async: {maxQueries: 3}}\n", "inserts.async.maxQueries: unknown field"},
+  };
+  for (const auto& [text, why] : bad) {
+    auto spec = TableSpec::parseYaml(base + text);
+    ASSERT_FALSE(spec) << text;
+    EXPECT_NE(spec.error().find(why), std::string::npos) << spec.error();
+  }
+}
+
 TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
   const auto file = std::filesystem::temp_directory_path() / "rtable-spec-test-secret";
   std::ofstream(file) << "s3cret\n";

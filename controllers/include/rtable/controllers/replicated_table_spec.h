@@ -9,6 +9,7 @@
 // Plain copyable values; no shared state: thread-safe as values are.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <expected>
 #include <map>
@@ -21,6 +22,7 @@
 #include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/spec_error.h"
 #include "rtable/replication_core/table_schema.h"
+#include "rtable/replication_core/table_spec.h"
 
 namespace rtable::controllers {
 
@@ -108,7 +110,8 @@ struct ReplicatedTableSpec {
   nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements
   ZooKeeperSettings zookeeper;
   DeduplicationSettings deduplication;
-  int32_t insert_quorum = 0;  // 0: off
+  int32_t insert_quorum = 0;                // 0: off
+  core::AsyncInsertSettings async_inserts;  // spec.asyncInserts: rtable-core's inserts.async
   HeadroomPolicy headroom;
   ReplicationSettings replication;
   PodTemplateAdditions pod_template;

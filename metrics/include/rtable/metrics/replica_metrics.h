@@ -52,6 +52,16 @@ class ReplicaMetrics {
   prometheus::Counter& inserted_rows;
   prometheus::Counter& insert_deduplicated_blocks;
   prometheus::Counter& insert_errors;
+  // Async inserts (async_insert=1): what waits in the buffer now, how many inserts each flush
+  // committed together (one part and one log entry per partition), the time from an insert's
+  // arrival to its outcome, and inserts refused because the buffer was full (503).
+  prometheus::Gauge& async_insert_buffered_bytes;
+  prometheus::Gauge& async_insert_buffered_inserts;
+  prometheus::Histogram& async_insert_inserts_per_flush;
+  prometheus::Histogram& async_insert_wait_seconds;
+  prometheus::Counter& async_insert_rejected;
+  // Flushes by reason: size, count, timeout, stale, forced (shutdown, a table swap's pause).
+  prometheus::Counter& asyncInsertFlushes(const std::string& reason);
   prometheus::Gauge& parts;
   prometheus::Counter& merges;
   prometheus::Counter& merged_rows;
@@ -105,6 +115,7 @@ class ReplicaMetrics {
   prometheus::Family<prometheus::Counter>& queue_postponed_family_;
   prometheus::Family<prometheus::Gauge>& queue_executing_family_;
   prometheus::Family<prometheus::Gauge>& pool_size_family_;
+  prometheus::Family<prometheus::Counter>& async_insert_flushes_family_;
 };
 
 // Exhaustion projection from counter samples over a sliding window: counter growth per second and

@@ -1,6 +1,8 @@
 // The replica's HTTP API on port 8123 (DESIGN.md 2.8), on HttpServer (http_server.h).
 //
 //   POST /insert?format=&insert_deduplication_token=&insert_quorum=&table=   rows in the body
+//        &async_insert=0|1&wait_for_async_insert=0|1   async inserts (async_insert.h): batched
+//        with other clients' rows; defaults from the spec (inserts.async)
 //   GET  /select?format=&where=&partition=&limit=    GET /count?where=&partition=
 //   GET  /parts    GET /replica    GET /healthz    GET /readyz
 //   POST /sync?timeout_seconds=    wait for the replication queue to drain

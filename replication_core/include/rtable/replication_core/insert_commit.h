@@ -61,6 +61,7 @@ struct InsertError {
     kBadRequest,      // the request names something that cannot be done (nothing changed)
     kNotFound,        // the request names something that does not exist (nothing changed)
     kStorageFull,     // this replica's data volume is full: nothing was committed, retry elsewhere
+    kOverloaded,      // the async insert buffer is full: nothing was queued, retry after a moment
     kInternal,
   };
   Kind kind;
@@ -72,6 +73,24 @@ struct InsertError {
 struct StagedBlock {
   NewPart part;
   std::optional<Block> unwritten;
+  // A part holding several async inserts: the other inserts' ids, each checked and created
+  // beside part.dedup_id (insert_protocol.h commitPart).
+  std::vector<std::string> more_dedup_ids;
+};
+
+// One partition's rows of one insert, sorted, with the dedup id a synchronous insert of the same
+// rows would have: the unit an async insert (async_insert.h) is deduplicated by.
+struct InsertPiece {
+  std::string partition;
+  Block rows;
+  std::string dedup_id;
+};
+
+// What became of one piece of a batch (InsertCommit::commitPieces).
+struct PieceOutcome {
+  std::string part;                  // the part that has its rows: written now, or found
+  bool duplicate = false;            // in the window already, or twice in the batch
+  std::optional<InsertError> error;  // not committed (or not known): the insert failed
 };
 
 // The blocks of one insert request between parsing and commit. Its staged parts are removed with
@@ -88,10 +107,15 @@ class PendingInsert {
   // Adds parsed rows (the schema's columns). Full parts are written to staging at once.
   std::expected<void, std::string> add(Block block);
   std::size_t rows() const { return rows_; }
+  // The values not yet staged (valueBytes): what an async insert would add to its batch.
+  uint64_t bufferedValueBytes() const;
   const InsertOptions& options() const { return options_; }
 
   // Sorts and identifies what is still buffered: every block of the insert, in order.
   std::expected<std::vector<StagedBlock>*, std::string> finish();
+  // Instead of finish(), for an async insert: each partition's rows sorted and identified, as
+  // finish() would; nothing if a part was written already (the insert is too big to batch).
+  std::optional<std::vector<InsertPiece>> takePieces();
 
  private:
   // `write_now`: write the staged part at once (a full buffer); otherwise the commit encodes or
@@ -120,13 +144,31 @@ class InsertCommit {
   std::unique_ptr<PendingInsert> begin(InsertOptions options);
   std::expected<InsertResult, InsertError> commit(PendingInsert& insert);
 
+  // Commits the pieces of many inserts together (a flush of the async insert buffer): per
+  // partition one part and one log entry with every piece's rows, and every piece's dedup id in
+  // the same multi. A piece whose id is in the window already (or earlier in the batch) is left
+  // out and answered as a duplicate; the part is then made again without it. `options` (the
+  // quorum) are the batch's: the buffer keeps inserts of other quorum settings apart.
+  std::vector<PieceOutcome> commitPieces(std::vector<InsertPiece> pieces,
+                                         const InsertOptions& options);
+
  private:
   using PartWrite = std::future<std::expected<PartChecksums, std::string>>;
+  struct BlockCommitted {
+    std::string part;  // the part written, or the one found to have the rows
+    // The block was a duplicate of the id with this index (0: part.dedup_id, i:
+    // more_dedup_ids[i-1]), which exists already: nothing was written.
+    std::optional<std::size_t> duplicate;
+  };
   // Commits one block. `writing`: its staged write, if one was started. `reserve`: use the
   // partition's reserved block number if there is one, and reserve the next.
-  std::expected<std::string, InsertError> commitOne(Keeper& keeper, StagedBlock& block,
-                                                    PartWrite& writing, InsertResult& result,
-                                                    std::size_t quorum, bool reserve);
+  std::expected<BlockCommitted, InsertError> commitOne(Keeper& keeper, StagedBlock& block,
+                                                       PartWrite& writing, std::size_t quorum,
+                                                       bool reserve);
+  // Waits until each part is on `quorum` replicas (0: returns at once).
+  std::expected<void, InsertError> awaitQuorum(const std::vector<std::string>& parts,
+                                               std::size_t quorum, const InsertOptions& options,
+                                               std::chrono::steady_clock::time_point deadline);
   // The quorum an insert asks for, checked against the live replicas before anything is written
   // (ClickHouse's checkQuorumPrecondition): 0 for none.
   std::expected<std::size_t, InsertError> checkQuorum(const InsertOptions& options);

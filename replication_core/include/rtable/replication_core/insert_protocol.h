@@ -55,6 +55,7 @@ struct BlockNumberLock {
 
 struct Duplicate {
   std::string existing_part;  // the value of deduplication_hashes/<id>: the part that has the rows
+  std::size_t index = 0;      // which of the ids asked about (a batch of async inserts: several)
 };
 
 using Allocation = std::variant<BlockNumberLock, Duplicate>;
@@ -71,6 +72,10 @@ class BlockNumberAllocator {
   // whose answer was lost can find its own lock.
   KeeperResult<Allocation> allocate(Keeper& keeper, const std::string& partition,
                                     const std::string& dedup_id);
+  // The same for a part that holds the rows of several inserts (async inserts, async_insert.h):
+  // one check per id in the same multi; a duplicate names the first id found in the window.
+  KeeperResult<Allocation> allocate(Keeper& keeper, const std::string& partition,
+                                    const std::vector<std::string>& dedup_ids);
   // Block numbers for several (partition, dedup id) pairs in one round trip: one multi creating
   // the partition nodes not known yet and allocating every lock with its dedup check (when some
   // partition node exists already: the nodes one by one, then the allocation). All or nothing:
@@ -150,13 +155,17 @@ struct CommitError {
   CommitFailure failure;
   KeeperError cause;
   std::optional<Duplicate> duplicate;  // for kDuplicate, when it could be read
+  std::size_t duplicate_index = 0;  // for kDuplicate: 0 the entry's block_id, i more_dedup_ids[i-1]
 };
 
 // The commit multi. `entry` is the get entry (its block_id is the dedup id, new_part_name the
 // part). With `reserve_lock_data` it also creates the partition's next block lock with that data.
+// `more_dedup_ids`: the ids of the other inserts whose rows the part holds (a batch of async
+// inserts), each created beside block_id, so that every insert of the batch is remembered alone.
 std::expected<Committed, CommitError> commitPart(
     Keeper& keeper, const TablePaths& paths, const LogEntry& entry, const BlockNumberLock& lock,
-    const std::optional<std::string>& reserve_lock_data = std::nullopt);
+    const std::optional<std::string>& reserve_lock_data = std::nullopt,
+    const std::vector<std::string>& more_dedup_ids = {});
 
 // After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
 KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths,

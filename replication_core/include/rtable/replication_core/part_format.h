@@ -27,6 +27,8 @@
 
 namespace rtable::core {
 
+// Where broken and unexpected parts are moved, in a generation's data directory.
+inline constexpr std::string_view kDetachedDir = "detached";
 // The part file that lists every other with its size and hash.
 inline constexpr std::string_view kChecksumsFile = "checksums.txt";
 

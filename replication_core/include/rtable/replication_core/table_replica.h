@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "rtable/metrics/replica_metrics.h"
+#include "rtable/replication_core/async_insert.h"
 #include "rtable/replication_core/insert_commit.h"
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/keeper.h"
@@ -91,6 +92,14 @@ class TableReplica {
   std::expected<InsertResult, InsertError> commit(PendingInsert& insert) {
     return inserts_->commit(insert);
   }
+  // An async insert (async_insert.h): the pieces join the buffer; `hold` is kept until they are
+  // committed. The ticket tells the outcome.
+  std::expected<std::shared_ptr<AsyncInsertTicket>, InsertError> enqueueAsync(
+      std::vector<InsertPiece> pieces, const InsertOptions& options, std::shared_ptr<void> hold) {
+    return async_inserts_->enqueue(std::move(pieces), options, std::move(hold));
+  }
+  // Flushes the async insert buffer now (a table swap's pause waits for what it holds).
+  void flushAsyncInserts() { async_inserts_->flushNow(); }
 
   // The active part with this partition and checksum (the table swap attaches it), or null.
   DataPartPtr activePartWithChecksum(const std::string& partition,
@@ -166,6 +175,8 @@ class TableReplica {
   std::unique_ptr<PartStore> store_;           // set by start()
   std::unique_ptr<ReplicationWorker> worker_;  // set by start()
   std::unique_ptr<InsertCommit> inserts_;      // set by start()
+  // Set by start(); declared last, so that it is destroyed (its flusher stopped) first.
+  std::unique_ptr<AsyncInsertQueue> async_inserts_;
   std::atomic<bool> stopped_{false};
 };
 

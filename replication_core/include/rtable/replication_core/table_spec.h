@@ -29,6 +29,14 @@
 //   inserts:                      # optional: defaults for inserts that do not set them
 //     quorum: 2                   # insert_quorum (0: off; "auto": a majority of the replicas)
 //     quorumTimeoutMs: 600000     # insert_quorum_timeout
+//     async:                      # async inserts (async_insert.h), ClickHouse's names and defaults
+//       enabled: false            # async_insert for requests that do not say
+//       wait: true                # wait_for_async_insert: answer once committed and durable
+//       maxDataSize: 1000000      # async_insert_max_data_size: bytes of values per flush
+//       maxQueryNumber: 450       # async_insert_max_query_number: inserts per flush
+//       busyTimeoutMs: 200        # async_insert_busy_timeout_ms: the oldest insert waits no longer
+//       staleTimeoutMs: 10        # async_insert_stale_timeout_ms: flush once none came this long
+//       maxBufferedBytes: 67108864  # buffered and flushing together; beyond it: 503 Retry-After
 #pragma once
 
 #include <chrono>
@@ -42,6 +50,20 @@
 #include "rtable/replication_core/table_schema.h"
 
 namespace rtable::core {
+
+// How a replica gathers async inserts (async_insert.h). Defaults: ClickHouse's (23.x+), but the
+// stale timeout, which ClickHouse leaves off (0): with it a burst of inserts is flushed as soon as
+// it ends, not a busy timeout later, so clients that wait for their answer are not held 200 ms.
+struct AsyncInsertSettings {
+  bool enabled = false;
+  bool wait = true;
+  std::size_t max_data_size = 1'000'000;
+  std::size_t max_query_number = 450;
+  std::chrono::milliseconds busy_timeout{200};
+  std::chrono::milliseconds stale_timeout{10};
+  std::size_t max_buffered_bytes = 64 << 20;
+  friend bool operator==(const AsyncInsertSettings&, const AsyncInsertSettings&) = default;
+};
 
 struct TableSpec {
   std::string table;
@@ -80,13 +102,15 @@ struct TableSpec {
   bool insert_quorum_auto = false;
   static constexpr std::chrono::milliseconds kDefaultInsertQuorumTimeout{600000};  // ClickHouse's
   std::chrono::milliseconds insert_quorum_timeout = kDefaultInsertQuorumTimeout;
+  AsyncInsertSettings async_inserts;
 
   // Also reads the secret file, so that a spec that parses is one the replica can serve with.
   static std::expected<TableSpec, std::string> parseYaml(const std::string& text);
   static std::expected<TableSpec, std::string> load(const std::filesystem::path& file);
   // Every field (defaults too) but the secret itself, which stays in its file: parseYaml gives the
-  // same spec back. inserts.quorumTimeoutMs is left out at its default, so that configs rendered
-  // before it was written keep their bytes (the operator rolls the pods when the config changes).
+  // same spec back. inserts.quorumTimeoutMs and inserts.async are left out at their defaults, so
+  // that configs rendered before it was written keep their bytes (the operator rolls the pods when
+  // the config changes).
   std::string formatYaml() const;
 
   // The ZooKeeper tree's root for this table: <zookeeper_root>/<uid>.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -42,6 +43,11 @@ struct RetryingWritersOptions {
   std::chrono::milliseconds pause_between_blocks{0};
   // Pause after a failed attempt (a 503 says Retry-After: 1; the next replica may answer sooner).
   std::chrono::milliseconds retry_pause{100};
+  // Appended to every insert's query string (e.g. "&async_insert=1").
+  std::string insert_settings;
+  // Every n-th acknowledged block is sent once more, with its token, to the next replica, as by a
+  // client whose answer was lost: the answer must say 0 rows (deduplicated). 0: none.
+  std::size_t resend_every = 0;
 };
 
 class RetryingWriters {
@@ -62,11 +68,17 @@ class RetryingWriters {
   // ...), and "timeout" or "connection" for attempts with no answer.
   std::set<std::string> errorCodes() const;
   std::size_t retries() const;
+  // Blocks sent again after their acknowledgement (resend_every), and those of them whose
+  // answer said rows were added: a doubled insert.
+  std::size_t resent() const;
+  std::size_t resentAndAdded() const;
 
  private:
   void write(int writer);
-  bool insertUntilAcknowledged(std::size_t& next_replica, const std::string& token,
-                               const std::string& body);
+  // The acknowledgement's "rows", or nothing when given up.
+  std::optional<uint64_t> insertUntilAcknowledged(std::size_t& next_replica,
+                                                  const std::string& token,
+                                                  const std::string& body);
 
   RetryingWritersOptions options_;
   std::atomic<bool> stopping_{false};
@@ -74,6 +86,8 @@ class RetryingWriters {
   std::chrono::steady_clock::time_point stop_deadline_;  // set before stopping_
   std::atomic<uint64_t> next_id_{1};
   std::atomic<std::size_t> retries_{0};
+  std::atomic<std::size_t> resent_{0};
+  std::atomic<std::size_t> resent_and_added_{0};
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   std::set<uint64_t> acknowledged_;      // guarded by mu_
