@@ -26,6 +26,7 @@
 #include <fstream>
 #include <string>
 
+#include "keep_alive_client.h"
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/table_registration.h"
 #include "rtable/replication_core/testing/local_clickhouse.h"
@@ -35,6 +36,7 @@
 namespace {
 
 using namespace rtable::core::testing;
+using rtable::bench::KeepAliveClient;
 
 constexpr const char* kTableYaml = R"(table: bench
 columns:
@@ -108,110 +110,6 @@ uint64_t txnLogBytes(const std::filesystem::path& data_dir, int64_t after, int64
   }
   return total;
 }
-
-// A keep-alive HTTP/1.1 client that sends each request in one write with TCP_NODELAY, so that
-// neither server is measured through Nagle/delayed-ACK stalls of the client.
-class KeepAliveClient {
- public:
-  KeepAliveClient(std::string name, int port, std::string insert_path)
-      : name_(std::move(name)), port_(port), insert_path_(std::move(insert_path)) {}
-  ~KeepAliveClient() {
-    if (fd_ >= 0) close(fd_);
-  }
-  const std::string& name() const { return name_; }
-  // A fresh connection: the server may have closed an idle keep-alive one.
-  void reconnect() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-    buffer_.clear();
-  }
-
-  bool post(const std::string& body) {
-    if (fd_ < 0 && !connectSocket()) return false;
-    std::string request = fmt::format(
-        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: "
-        "keep-alive\r\n\r\n",
-        insert_path_, body.size());
-    request += body;
-    for (std::size_t sent = 0; sent < request.size();) {
-      const ssize_t n = send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return fail("send failed");
-      sent += static_cast<std::size_t>(n);
-    }
-    // Status line and headers, then a Content-Length body or a chunked one.
-    std::size_t header_end;
-    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
-      if (!readMore()) return fail("connection closed");
-    }
-    const std::string headers = buffer_.substr(0, header_end);
-    buffer_.erase(0, header_end + 4);
-    int status = 0;
-    std::sscanf(headers.c_str(), "HTTP/1.%*d %d", &status);
-    std::string lower = headers;
-    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::string body_text;
-    if (auto at = lower.find("content-length:"); at != std::string::npos) {
-      const std::size_t length = std::stoul(lower.substr(at + 15));
-      while (buffer_.size() < length) {
-        if (!readMore()) return fail("body cut short");
-      }
-      body_text = buffer_.substr(0, length);
-      buffer_.erase(0, length);
-    } else if (lower.find("transfer-encoding: chunked") != std::string::npos) {
-      for (;;) {
-        std::size_t line_end;
-        while ((line_end = buffer_.find("\r\n")) == std::string::npos) {
-          if (!readMore()) return fail("chunk cut short");
-        }
-        const std::size_t size = std::stoul(buffer_.substr(0, line_end), nullptr, 16);
-        while (buffer_.size() < line_end + 2 + size + 2) {
-          if (!readMore()) return fail("chunk cut short");
-        }
-        body_text += buffer_.substr(line_end + 2, size);
-        buffer_.erase(0, line_end + 2 + size + 2);
-        if (size == 0) break;
-      }
-    }
-    if (status != 200) {
-      fmt::print(stderr, "{}: HTTP {} {}\n", name_, status, body_text);
-      return false;
-    }
-    return true;
-  }
-
- private:
-  bool connectSocket() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port_));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    return connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ||
-           fail("connect failed");
-  }
-  bool readMore() {
-    char chunk[65536];
-    const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
-    if (n <= 0) return false;
-    buffer_.append(chunk, static_cast<std::size_t>(n));
-    return true;
-  }
-  bool fail(const char* what) {
-    fmt::print(stderr, "{}: {}\n", name_, what);
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-    buffer_.clear();
-    return false;
-  }
-
-  std::string name_;
-  int port_;
-  std::string insert_path_;
-  int fd_ = -1;
-  std::string buffer_;
-};
 
 // One system's totals over all rounds; rates are totals over totals, so a slow round weighs in
 // by its time as it would for a client.

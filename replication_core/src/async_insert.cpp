@@ -50,7 +50,9 @@ AsyncInsertQueue::AsyncInsertQueue(AsyncInsertSettings settings, Commit commit,
   flusher_ = std::thread([this] { flusherLoop(); });
 }
 
-AsyncInsertQueue::~AsyncInsertQueue() { stop(); }
+AsyncInsertQueue::~AsyncInsertQueue() {
+  stop();
+}
 
 namespace {
 
@@ -136,7 +138,8 @@ std::optional<std::chrono::steady_clock::time_point> AsyncInsertQueue::sealDue(
       due.emplace_back(key, FlushReason::kStale);
     } else {
       auto at = by_age;
-      if (settings_.stale_timeout.count() > 0) at = std::min(at, batch.last + settings_.stale_timeout);
+      if (settings_.stale_timeout.count() > 0)
+        at = std::min(at, batch.last + settings_.stale_timeout);
       next = next ? std::min(*next, at) : at;
     }
   }

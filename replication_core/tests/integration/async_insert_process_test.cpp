@@ -142,10 +142,9 @@ TEST_F(AsyncInsertProcessTest, ConcurrentClientsWithRetriesAcrossReplicasLandExa
 // dies), and their rows are not in the table; every acknowledged row is.
 TEST_F(AsyncInsertProcessTest, AKillWhileABatchIsBufferedLosesOnlyUnacknowledgedRows) {
   // Batches of 5 flush at once; anything less waits a minute (no stale flush).
-  auto& r1 = addReplica(
-      "r1", "s3cret", "",
-      "inserts: {async: {enabled: true, maxQueryNumber: 5, busyTimeoutMs: 60000, "
-      "staleTimeoutMs: 0}}");
+  auto& r1 = addReplica("r1", "s3cret", "",
+                        "inserts: {async: {enabled: true, maxQueryNumber: 5, busyTimeoutMs: 60000, "
+                        "staleTimeoutMs: 0}}");
   std::vector<std::thread> clients;
   std::mutex mu;
   std::set<uint64_t> acknowledged;
@@ -183,8 +182,9 @@ TEST_F(AsyncInsertProcessTest, AKillWhileABatchIsBufferedLosesOnlyUnacknowledged
 // SIGTERM commits what the buffer holds before the process exits: waiting clients are answered
 // 200, queued-only rows are in the table after the restart.
 TEST_F(AsyncInsertProcessTest, SigtermCommitsTheBufferBeforeExiting) {
-  auto& r1 = addReplica("r1", "s3cret", "",
-                        "inserts: {async: {enabled: true, busyTimeoutMs: 60000, staleTimeoutMs: 0}}");
+  auto& r1 =
+      addReplica("r1", "s3cret", "",
+                 "inserts: {async: {enabled: true, busyTimeoutMs: 60000, staleTimeoutMs: 0}}");
   std::vector<std::thread> clients;
   std::atomic<int> answered{0};
   // Rows of one partition (month 10: ids divisible by 3), so one flush makes one part.

@@ -77,9 +77,7 @@ class AsyncInsertQueueTest : public ::testing::Test {
     }
     gate_cv_.notify_all();
   }
-  std::string metricsText() {
-    return prometheus::TextSerializer().Serialize(registry_.Collect());
-  }
+  std::string metricsText() { return prometheus::TextSerializer().Serialize(registry_.Collect()); }
 
   TableSchema schema_;
   prometheus::Registry registry_;
@@ -117,8 +115,9 @@ TEST_F(AsyncInsertQueueTest, InsertsUpToTheQueryNumberAreCommittedTogether) {
   EXPECT_EQ(outcome.result->parts, std::vector<std::string>{"all_0_0_0"});
   ASSERT_TRUE(a->wait().result);
   EXPECT_EQ(batches(), (std::vector<std::vector<std::string>>{{"a", "b", "c"}}));
-  EXPECT_NE(metricsText().find("rtable_async_insert_flushes_total{generation=\"1\",reason=\"count\""),
-            std::string::npos);
+  EXPECT_NE(
+      metricsText().find("rtable_async_insert_flushes_total{generation=\"1\",reason=\"count\""),
+      std::string::npos);
 }
 
 TEST_F(AsyncInsertQueueTest, ABatchNeverHoldsMoreThanTheDataSize) {

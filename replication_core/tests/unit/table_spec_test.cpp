@@ -114,7 +114,7 @@ TEST(TableSpec, ReadsTheAsyncInsertSettings) {
   EXPECT_EQ(defaults->async_inserts.max_data_size, 1'000'000u);
   EXPECT_EQ(defaults->async_inserts.max_query_number, 450u);
   EXPECT_EQ(defaults->async_inserts.busy_timeout, std::chrono::milliseconds(200));
-  EXPECT_EQ(defaults->async_inserts.stale_timeout, std::chrono::milliseconds(10));
+  EXPECT_EQ(defaults->async_inserts.stale_timeout, std::chrono::milliseconds(5));
   // At their defaults they are not written: configs rendered before keep their bytes.
   EXPECT_EQ(defaults->formatYaml().find("async"), std::string::npos);
 

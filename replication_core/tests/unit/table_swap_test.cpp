@@ -71,7 +71,8 @@ class TableSwap : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(root_);
   }
 
-  TableHost& open(const std::string& name) {
+  // `more_yaml`: more of the spec (e.g. inserts:).
+  TableHost& open(const std::string& name, const std::string& more_yaml = "") {
     TableHost* opened = nullptr;
     for (int attempt = 0; attempt < 5 && !opened; ++attempt) {
       auto port = common::testing::findFreeLoopbackPort();
@@ -87,9 +88,10 @@ replica: {{name: {}, host: 127.0.0.1}}
 ports: {{http: {}}}
 dataDir: {}
 replication: {{secretFile: {}}}
+{}
 )",
                                                    name, *port, (root_ / name).string(),
-                                                   (root_ / "secret").string()));
+                                                   (root_ / "secret").string(), more_yaml));
       EXPECT_TRUE(spec) << spec.error();
       if (!spec) break;
       auto server = server_;
@@ -254,6 +256,57 @@ TEST_F(TableSwap, ATableMovesToTheNextGenerationUnderInsertsWithNoRowLostOrDoubl
     }
     EXPECT_EQ(left, std::vector<std::string>{"generation-2"}) << replica;
   }
+}
+
+// Async inserts buffered when a swap pauses inserts: the pause flushes them into the old
+// generation (their leases hold it), and the swap carries their rows to the new one. Buffered for
+// ten minutes otherwise: without the flush the pause would wait that long.
+TEST_F(TableSwap, ThePauseFlushesBufferedAsyncInsertsIntoTheOldGeneration) {
+  TableHost& r1 = open("r1", "inserts: {async: {busyTimeoutMs: 600000, staleTimeoutMs: 0}}");
+  std::vector<std::shared_ptr<AsyncInsertTicket>> tickets;
+  for (uint64_t x = 1; x <= 3; ++x) {
+    auto lease = r1.admitInsert();
+    ASSERT_TRUE(lease) << lease.error();
+    auto held = std::make_shared<TableHost::InsertLease>(std::move(*lease));
+    TableReplica& table = held->table();
+    Block block = table.spec().schema.emptyBlock();
+    std::get<std::vector<uint16_t>>(block.columns[0].values).push_back(*parseDate("2026-12-01"));
+    std::get<std::vector<uint64_t>>(block.columns[1].values).push_back(x);
+    std::get<std::vector<std::string>>(block.columns[2].values).push_back("v");
+    auto pending = table.beginInsert(InsertOptions{fmt::format("t{}", x)});
+    ASSERT_TRUE(pending->add(std::move(block)));
+    auto pieces = pending->takePieces();
+    ASSERT_TRUE(pieces);
+    auto ticket = table.enqueueAsync(std::move(*pieces), pending->options(), held);
+    ASSERT_TRUE(ticket) << ticket.error().message;
+    tickets.push_back(*ticket);
+  }
+  EXPECT_FALSE(tickets[0]->done());
+
+  SwapDriver driver(*observer_, kSwapRoot, [] { return int64_t{1000}; });
+  ASSERT_TRUE(driver.begin("manual"));
+  SwapProgress progress;
+  ASSERT_TRUE(common::testing::waitFor(
+      [&] {
+        auto advanced = driver.advance();
+        EXPECT_TRUE(advanced) << advanced.error().toString();
+        if (!advanced) return true;
+        progress = *advanced;
+        if (!progress.ended) std::this_thread::sleep_for(10ms);
+        return progress.ended;
+      },
+      60s))
+      << "stuck: " << progress.waiting_for;
+  EXPECT_FALSE(progress.aborted) << progress.waiting_for;
+  for (const auto& ticket : tickets) {
+    ASSERT_TRUE(ticket->done());
+    const auto& outcome = ticket->wait();
+    ASSERT_TRUE(outcome.result) << outcome.result.error().message;
+    EXPECT_EQ(outcome.reason, FlushReason::kForced);
+    EXPECT_EQ(outcome.inserts_in_flush, 3u);
+  }
+  ASSERT_EQ(r1.serving()->paths().generation, 2);
+  EXPECT_EQ(ids(*r1.serving()), (std::multiset<uint64_t>{1, 2, 3}));
 }
 
 TEST_F(TableSwap, ARefusalOfTheHostsOwnerStopsInsertsUntilLifted) {

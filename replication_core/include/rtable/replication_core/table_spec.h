@@ -35,7 +35,7 @@
 //       maxDataSize: 1000000      # async_insert_max_data_size: bytes of values per flush
 //       maxQueryNumber: 450       # async_insert_max_query_number: inserts per flush
 //       busyTimeoutMs: 200        # async_insert_busy_timeout_ms: the oldest insert waits no longer
-//       staleTimeoutMs: 10        # async_insert_stale_timeout_ms: flush once none came this long
+//       staleTimeoutMs: 5         # async_insert_stale_timeout_ms: flush once none came this long
 //       maxBufferedBytes: 67108864  # buffered and flushing together; beyond it: 503 Retry-After
 #pragma once
 
@@ -60,7 +60,7 @@ struct AsyncInsertSettings {
   std::size_t max_data_size = 1'000'000;
   std::size_t max_query_number = 450;
   std::chrono::milliseconds busy_timeout{200};
-  std::chrono::milliseconds stale_timeout{10};
+  std::chrono::milliseconds stale_timeout{5};
   std::size_t max_buffered_bytes = 64 << 20;
   friend bool operator==(const AsyncInsertSettings&, const AsyncInsertSettings&) = default;
 };

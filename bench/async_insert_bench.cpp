@@ -1,0 +1,252 @@
+// Many clients, one row per insert (issue 22): rtable-core with async inserts
+// (async_insert=1, wait_for_async_insert=1: each client is answered once its row is committed and
+// durable) beside ClickHouse 18.16, which has no async inserts and takes the same clients
+// synchronously, on one ZooKeeper 3.8 (its JVM as in production), one replica each, in one run.
+// Per system: acknowledged rows per second, client latency (p50, p99, max), errors by status, and
+// the table's log entries per 1000 acknowledged inserts (its log counter's growth, merges
+// included). Then one bulk JSONEachRow insert of --bulk-rows rows into each (rows per second).
+// Usage: rtable-async-insert-bench [--clients N] [--seconds S] [--bulk-rows N]
+//                                  [--async 'staleTimeoutMs: 5, ...'] (the table's inserts.async)
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "keep_alive_client.h"
+#include "rtable/common/testing/http_client.h"
+#include "rtable/replication_core/sequential_counter.h"
+#include "rtable/replication_core/testing/local_clickhouse.h"
+#include "rtable/replication_core/testing/local_replica.h"
+#include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/zookeeper_client.h"
+
+namespace {
+
+using namespace rtable::core::testing;
+using rtable::bench::KeepAliveClient;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kTableYaml = R"(table: bench
+columns:
+  - {name: id, type: UInt64}
+  - {name: d, type: Date}
+  - {name: user, type: String}
+  - {name: value, type: Float64}
+  - {name: n, type: Nullable(UInt32)}
+partitionBy: toYYYYMM(d)
+orderBy: [id])";
+
+constexpr const char* kClickHouseTable =
+    "CREATE TABLE default.bench (id UInt64, d Date, user String, value Float64, n "
+    "Nullable(UInt32)) "
+    "ENGINE = ReplicatedMergeTree('/clickhouse/tables/01/bench', '{replica}') "
+    "PARTITION BY toYYYYMM(d) ORDER BY id";
+constexpr const char* kClickHouseLog = "/clickhouse/tables/01/bench/log";
+
+// All rows in one month: a client's many single-row inserts land in one partition, as a stream
+// of events does.
+std::string row(uint64_t id) {
+  return fmt::format(R"({{"id":{},"d":"2026-12-{:02d}","user":"user-{}","value":{},"n":{}}})", id,
+                     1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
+                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) +
+         "\n";
+}
+
+struct Run {
+  uint64_t acknowledged = 0;
+  double seconds = 0;
+  std::vector<double> latencies_ms;  // of acknowledged inserts
+  std::map<int, uint64_t> errors;    // by HTTP status (0: no answer)
+  int64_t log_entries = 0;
+
+  double perSecond() const { return static_cast<double>(acknowledged) / seconds; }
+  double percentile(double p) {
+    if (latencies_ms.empty()) return 0;
+    std::sort(latencies_ms.begin(), latencies_ms.end());
+    return latencies_ms[std::min(latencies_ms.size() - 1,
+                                 static_cast<std::size_t>(p * latencies_ms.size()))];
+  }
+  std::size_t slowerThan(double ms) const {
+    return static_cast<std::size_t>(
+        std::count_if(latencies_ms.begin(), latencies_ms.end(), [ms](double l) { return l > ms; }));
+  }
+  double entriesPerThousand() const {
+    return acknowledged ? 1000.0 * static_cast<double>(log_entries) / acknowledged : 0;
+  }
+};
+
+// `clients` threads, each with its own keep-alive connection, sending one row per insert for
+// `seconds`; `log_counter` reads the table's log counter (before and after).
+Run hammer(const std::string& name, int port, const std::string& path, int clients,
+           std::chrono::seconds seconds, uint64_t first_id,
+           const std::function<int64_t()>& log_counter) {
+  Run run;
+  std::mutex mu;
+  std::atomic<uint64_t> next_id{first_id};
+  const int64_t counter_before = log_counter();
+  const auto start = Clock::now();
+  const auto deadline = start + seconds;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      KeepAliveClient client(name, port, path);
+      client.setQuiet(true);
+      std::vector<double> latencies;
+      std::map<int, uint64_t> errors;
+      while (Clock::now() < deadline) {
+        const auto sent = Clock::now();
+        if (client.post(row(next_id++))) {
+          latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
+        } else {
+          ++errors[client.lastStatus()];
+          if (client.lastStatus() == 0) client.reconnect();
+          // As a client told to come back later would (503 Retry-After, ClickHouse's too many
+          // parts): not at once.
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+      std::lock_guard lock(mu);
+      run.acknowledged += latencies.size();
+      run.latencies_ms.insert(run.latencies_ms.end(), latencies.begin(), latencies.end());
+      for (auto [status, n] : errors) run.errors[status] += n;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  run.log_entries = log_counter() - counter_before;
+  return run;
+}
+
+std::string bulkBody(uint64_t first_id, uint64_t rows) {
+  std::string body;
+  for (uint64_t id = first_id; id < first_id + rows; ++id) body += row(id);
+  return body;
+}
+
+double bulkRowsPerSecond(KeepAliveClient& client, const std::string& body, uint64_t rows) {
+  client.reconnect();
+  const auto start = Clock::now();
+  if (!client.post(body)) return 0;
+  return static_cast<double>(rows) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string errorsText(const std::map<int, uint64_t>& errors) {
+  std::string text;
+  for (auto [status, n] : errors)
+    text += fmt::format("{}{}: {}", text.empty() ? "" : ", ", status ? std::to_string(status) : "none", n);
+  return text.empty() ? "none" : text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int clients = 64;
+  int seconds = 20;
+  uint64_t bulk_rows = 1'000'000;
+  std::string async_settings = "enabled: true";  // the table's inserts.async (--async 'k: v, ...')
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--clients") {
+      clients = std::max(1, std::stoi(argv[i + 1]));
+    } else if (flag == "--seconds") {
+      seconds = std::max(1, std::stoi(argv[i + 1]));
+    } else if (flag == "--bulk-rows") {
+      bulk_rows = std::stoull(argv[i + 1]);
+    } else if (flag == "--async") {
+      async_settings = argv[i + 1];
+    } else {
+      fmt::print(stderr,
+                 "usage: rtable-async-insert-bench [--clients N] [--seconds S] [--bulk-rows N] "
+                 "[--async 'busyTimeoutMs: 200, ...']\n");
+      return 2;
+    }
+  }
+  rtable::core::ZooKeeperClient::silenceLibraryLog();
+  LocalZooKeeperOptions zk_options;
+  zk_options.production_jvm = true;
+  auto zk = LocalZooKeeper::start(zk_options);
+  if (!zk) return fmt::print(stderr, "{}\n", zk.error()), 1;
+  LocalReplicaOptions options;
+  options.binary = RTABLE_CORE_BINARY;
+  options.work_dir = (*zk)->workDir() / "rtable";
+  options.table_yaml = fmt::format("{}\ninserts: {{async: {{{}}}}}", kTableYaml, async_settings);
+  options.zookeeper = (*zk)->connectString();
+  options.session_timeout_ms = 10000;
+  auto replica = LocalReplica::start(options);
+  if (!replica) return fmt::print(stderr, "{}\n", replica.error()), 1;
+  // Merges on, as in production: without them ClickHouse refuses inserts at 300 parts.
+  LocalClickHouseOptions clickhouse_options;
+  clickhouse_options.zookeeper_port = (*zk)->port();
+  clickhouse_options.assign_merges = true;
+  auto clickhouse = LocalClickHouse::start(clickhouse_options);
+  if (!clickhouse) return fmt::print(stderr, "{}\n", clickhouse.error()), 1;
+  if (auto created = (*clickhouse)->query(kClickHouseTable); !created)
+    return fmt::print(stderr, "{}\n", created.error()), 1;
+  rtable::core::ZooKeeperConfig zk_config;
+  zk_config.connect_string = (*zk)->connectString();
+  auto keeper = rtable::core::ZooKeeperClient::connect(zk_config);
+  if (!keeper) return fmt::print(stderr, "{}\n", keeper.error().toString()), 1;
+
+  const int http_port = (*replica)->httpPort();
+  auto rtable_counter = [&]() -> int64_t {
+    auto state = rtable::common::testing::httpRequest("127.0.0.1", http_port, "GET", "/replica",
+                                                       "", std::chrono::seconds(30));
+    if (!state || state->status != 200) return -1;
+    return nlohmann::json::parse(state->body).value("log_counter", int64_t{-1});
+  };
+  auto clickhouse_counter = [&]() -> int64_t {
+    auto counter = rtable::core::SequentialCounter::read(**keeper, kClickHouseLog, "log-");
+    return counter ? counter->counter() : -1;
+  };
+
+  fmt::print("{} clients, one row per insert, {} s each; rtable-core with async_insert=1 and "
+             "wait_for_async_insert=1 (inserts.async: {{{}}}), ClickHouse 18.16 synchronous\n\n",
+             clients, seconds, async_settings);
+  // ClickHouse first: the ZooKeeper JVM warms up on its requests, not on rtable's.
+  Run c = hammer("ClickHouse 18.16", (*clickhouse)->httpPort(),
+                 "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow", clients,
+                 std::chrono::seconds(seconds), 1, clickhouse_counter);
+  Run r = hammer("rtable-core", http_port, "/insert?format=JSONEachRow&async_insert=1", clients,
+                 std::chrono::seconds(seconds), 1, rtable_counter);
+
+  fmt::print("{:<44} {:>14} {:>18} {:>9}\n", "", "rtable-core", "ClickHouse 18.16", "ratio");
+  fmt::print("{:<44} {:>14} {:>18}\n", "acknowledged inserts (= rows)", r.acknowledged,
+             c.acknowledged);
+  fmt::print("{:<44} {:>14.0f} {:>18.0f} {:>8.2f}x\n", "rows/s", r.perSecond(), c.perSecond(),
+             r.perSecond() / c.perSecond());
+  for (double p : {0.5, 0.99}) {
+    fmt::print("{:<44} {:>14.1f} {:>18.1f}\n", fmt::format("client latency p{:.0f}, ms", p * 100),
+               r.percentile(p), c.percentile(p));
+  }
+  fmt::print("{:<44} {:>14.1f} {:>18.1f}\n", "client latency max, ms", r.percentile(1.0),
+             c.percentile(1.0));
+  fmt::print("{:<44} {:>14} {:>18}\n", "inserts slower than 250 ms (busy timeout + 50)",
+             r.slowerThan(250), c.slowerThan(250));
+  fmt::print("{:<44} {:>14} {:>18}\n", "log entries (merges included)", r.log_entries,
+             c.log_entries);
+  fmt::print("{:<44} {:>14.1f} {:>18.1f}\n", "log entries per 1000 acknowledged inserts",
+             r.entriesPerThousand(), c.entriesPerThousand());
+  fmt::print("{:<44} {:>14} {:>18}\n", "failed attempts by HTTP status", errorsText(r.errors),
+             errorsText(c.errors));
+
+  if (bulk_rows > 0) {
+    const std::string bulk = bulkBody(1'000'000'000, bulk_rows);
+    KeepAliveClient rtable_bulk("rtable-core", http_port, "/insert?format=JSONEachRow");
+    KeepAliveClient ch_bulk("ClickHouse 18.16", (*clickhouse)->httpPort(),
+                            "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow");
+    const double rb = bulkRowsPerSecond(rtable_bulk, bulk, bulk_rows);
+    const double cb = bulkRowsPerSecond(ch_bulk, bulk, bulk_rows);
+    fmt::print("{:<44} {:>14.0f} {:>18.0f} {:>8.2f}x\n",
+               fmt::format("bulk rows/s ({} rows, {:.0f} MB JSONEachRow)", bulk_rows,
+                           bulk.size() / 1e6),
+               rb, cb, cb > 0 ? rb / cb : 0);
+  }
+  return 0;
+}
