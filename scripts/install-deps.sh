@@ -11,6 +11,8 @@ packages=(
   # C++ libraries (DESIGN.md 1)
   libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev
+  # simdjson 3.0: the JSONEachRow reader measured against it (bench/row_parse_bench.cpp, issue 22)
+  libsimdjson-dev
   # libcurl 7.88 with OpenSSL: backups to S3, signed by libcurl's own SigV4 (docs/backup-storage.md)
   libcurl4-openssl-dev
   # ZooKeeper 3.8 server and its jars (the local server, the snapshot tool)

@@ -1,0 +1,163 @@
+// How fast JSONEachRow becomes columns (issue 22's "bulk inserts on simdjson"): rtable's own
+// streaming parser (row_format.h), on one thread and on every core, beside simdjson 3.0's
+// iterate_many (Debian's libsimdjson-dev) filling the same columns on one thread, for the same
+// body as rtable-insert-bench's bulk insert (5 columns: UInt64, Date, String, Float64,
+// Nullable(UInt32)). Only the parse: no sort, no part, no commit. Each reader runs --rounds times;
+// the fastest round counts (the machine is shared).
+// Usage: rtable-row-parse-bench [--rows N] [--rounds N]
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "rtable/replication_core/row_format.h"
+#include "rtable/replication_core/table_schema.h"
+
+namespace {
+
+using namespace rtable::core;
+using Clock = std::chrono::steady_clock;
+
+std::string row(uint64_t id) {
+  return fmt::format(R"({{"id":{},"d":"2026-{:02d}-{:02d}","user":"user-{}","value":{},"n":{}}})",
+                     id, 10 + id % 3, 1 + id % 28, id % 1000, static_cast<double>(id) * 0.25,
+                     id % 5 == 0 ? std::string("null") : std::to_string(id % 100000)) +
+         "\n";
+}
+
+TableSchema schema() {
+  auto type = [](const char* name) { return *DataType::parse(name); };
+  return *TableSchema::create({{"id", type("UInt64")},
+                               {"d", type("Date")},
+                               {"user", type("String")},
+                               {"value", type("Float64")},
+                               {"n", type("Nullable(UInt32)")}},
+                              *PartitionKey::parse("toYYYYMM(d)"), {"id"});
+}
+
+// Seconds of the fastest of `rounds` runs of `run`, which returns the rows it read.
+template <class Run>
+double fastest(int rounds, uint64_t rows, Run run) {
+  double best = 1e9;
+  for (int r = 0; r < rounds; ++r) {
+    const auto start = Clock::now();
+    const uint64_t read = run();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (read != rows) {
+      fmt::print(stderr, "read {} rows, expected {}\n", read, rows);
+      std::exit(1);
+    }
+    best = std::min(best, seconds);
+  }
+  return best;
+}
+
+uint64_t ownParser(const TableSchema& s, const std::string& body, std::size_t threads) {
+  uint64_t rows = 0;
+  auto sink = [&](Block&& block) { rows += block.rows(); };
+  constexpr std::size_t kChunk = 256 * 1024;  // as the HTTP API feeds it
+  auto check = [](const std::expected<void, ParseError>& done) {
+    if (!done) fmt::print(stderr, "{}\n", done.error().toString()), std::exit(1);
+  };
+  if (threads == 1) {
+    RowParser parser(s, RowFormat::kJSONEachRow);
+    for (std::size_t at = 0; at < body.size(); at += kChunk)
+      check(parser.feed(std::string_view(body).substr(at, kChunk), sink));
+    check(parser.finish(sink));
+  } else {
+    ParallelRowParser parser(s, RowFormat::kJSONEachRow, threads);
+    for (std::size_t at = 0; at < body.size(); at += kChunk)
+      check(parser.feed(std::string_view(body).substr(at, kChunk), sink));
+    check(parser.finish(sink));
+  }
+  return rows;
+}
+
+// simdjson's on-demand reader over the newline-delimited documents, each field by name into its
+// column (blocks of 65536 rows, as the own parser makes).
+uint64_t simdjsonParser(const TableSchema& s, const simdjson::padded_string& body) {
+  simdjson::ondemand::parser parser;
+  simdjson::ondemand::document_stream docs;
+  if (parser.iterate_many(body, 1 << 20).get(docs)) std::exit(1);
+  uint64_t rows = 0;
+  Block block = s.emptyBlock();
+  std::vector<uint64_t>* ids;
+  std::vector<uint16_t>* dates;
+  std::vector<std::string>* users;
+  std::vector<double>* values;
+  std::vector<uint32_t>* ns;
+  std::vector<uint8_t>* n_nulls;
+  // A full block is handed on (dropped here) and a new one begun, as the own parser does.
+  auto begin = [&] {
+    block = s.emptyBlock();
+    ids = &std::get<std::vector<uint64_t>>(block.columns[0].values);
+    dates = &std::get<std::vector<uint16_t>>(block.columns[1].values);
+    users = &std::get<std::vector<std::string>>(block.columns[2].values);
+    values = &std::get<std::vector<double>>(block.columns[3].values);
+    ns = &std::get<std::vector<uint32_t>>(block.columns[4].values);
+    n_nulls = &block.columns[4].null_map;
+  };
+  begin();
+  for (auto doc : docs) {
+    simdjson::ondemand::object object;
+    if (doc.get_object().get(object)) std::exit(1);
+    for (auto field : object) {
+      std::string_view key;
+      if (field.unescaped_key().get(key)) std::exit(1);
+      auto value = field.value();
+      if (key == "id") {
+        ids->push_back(value.get_uint64().value());
+      } else if (key == "d") {
+        dates->push_back(parseDate(value.get_string().value()).value());
+      } else if (key == "user") {
+        users->emplace_back(value.get_string().value());
+      } else if (key == "value") {
+        values->push_back(value.get_double().value());
+      } else if (key == "n") {
+        const bool null = value.is_null();
+        n_nulls->push_back(null ? 1 : 0);
+        ns->push_back(null ? 0 : static_cast<uint32_t>(value.get_uint64().value()));
+      }
+    }
+    if (++rows % 65536 == 0) begin();
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t rows = 1'000'000;
+  int rounds = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--rows") {
+      rows = std::stoull(argv[i + 1]);
+    } else if (flag == "--rounds") {
+      rounds = std::max(1, std::stoi(argv[i + 1]));
+    } else {
+      fmt::print(stderr, "usage: rtable-row-parse-bench [--rows N] [--rounds N]\n");
+      return 2;
+    }
+  }
+  const TableSchema s = schema();
+  std::string body;
+  for (uint64_t id = 0; id < rows; ++id) body += row(id);
+  const simdjson::padded_string padded(body);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  fmt::print("{} rows, {:.1f} MB of JSONEachRow, fastest of {} rounds\n\n", rows, body.size() / 1e6,
+             rounds);
+  fmt::print("{:<44} {:>12} {:>10}\n", "reader", "rows/s", "MB/s");
+  auto report = [&](const std::string& name, double seconds) {
+    fmt::print("{:<44} {:>12.0f} {:>10.0f}\n", name, rows / seconds, body.size() / 1e6 / seconds);
+  };
+  report("rtable RowParser, 1 thread", fastest(rounds, rows, [&] { return ownParser(s, body, 1); }));
+  report(fmt::format("rtable ParallelRowParser, {} threads", cores),
+         fastest(rounds, rows, [&] { return ownParser(s, body, cores); }));
+  report("simdjson " SIMDJSON_STRINGIFY(SIMDJSON_VERSION) " iterate_many, 1 thread",
+         fastest(rounds, rows, [&] { return simdjsonParser(s, padded); }));
+  return 0;
+}
