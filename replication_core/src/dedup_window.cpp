@@ -49,18 +49,39 @@ KeeperResult<DedupCleanupResult> DedupWindowCleaner::run(Keeper& keeper) {
       ids.front().stat.ctime -
       std::chrono::duration_cast<std::chrono::milliseconds>(window_.max_age).count();
   std::vector<std::string> removed_names;
+  std::vector<const Id*> doomed;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (i < window_.max_ids && ids[i].stat.ctime >= oldest_kept_ctime) {
       ++result.kept;
       continue;
     }
-    auto removed = keeper.remove(paths_.dedupHash(*ids[i].name), ids[i].stat.version);
-    if (!removed && removed.error().code != KeeperCode::kNoNode &&
-        removed.error().code != KeeperCode::kBadVersion) {
-      return std::unexpected(removed.error());
+    doomed.push_back(&ids[i]);
+  }
+  // Async inserts make an id per insert: thousands a second to remove. A multi of removes is one
+  // ZooKeeper transaction (one fsync) where a remove each was one per id; an id re-created or
+  // removed meanwhile fails its multi, whose ids are then removed one by one.
+  constexpr std::size_t kRemovesPerMulti = 100;
+  for (std::size_t first = 0; first < doomed.size(); first += kRemovesPerMulti) {
+    const std::size_t last = std::min(doomed.size(), first + kRemovesPerMulti);
+    std::vector<Op> removes;
+    for (std::size_t i = first; i < last; ++i)
+      removes.push_back(op::Remove{paths_.dedupHash(*doomed[i]->name), doomed[i]->stat.version});
+    auto together = keeper.multi(removes);
+    if (together) {
+      result.removed += last - first;
+      for (std::size_t i = first; i < last; ++i) removed_names.push_back(*doomed[i]->name);
+      continue;
     }
-    if (removed) ++result.removed;
-    removed_names.push_back(*ids[i].name);
+    if (together.error().isConnectionLevel()) return std::unexpected(together.error());
+    for (std::size_t i = first; i < last; ++i) {
+      auto removed = keeper.remove(paths_.dedupHash(*doomed[i]->name), doomed[i]->stat.version);
+      if (!removed && removed.error().code != KeeperCode::kNoNode &&
+          removed.error().code != KeeperCode::kBadVersion) {
+        return std::unexpected(removed.error());
+      }
+      if (removed) ++result.removed;
+      removed_names.push_back(*doomed[i]->name);
+    }
   }
   for (const auto& name : removed_names) stats_.erase(name);
   return result;

@@ -364,6 +364,36 @@ TEST_F(DedupWindowTest, AQuietTableKeepsItsLastIdsAndRunsCostOneListing) {
   EXPECT_EQ(ids().size(), 2u);
 }
 
+// Async inserts leave an id per insert: thousands to remove per run, a multi per hundred.
+TEST_F(DedupWindowTest, OldIdsGoInMultisOfAHundred) {
+  createIdsAt(255, 1'000'000, 10);  // all_10 .. all_264
+  DedupWindowCleaner cleaner(paths_, DedupWindow{5, std::chrono::seconds(3600)});
+  const int64_t before = server_->requestCountForTest();
+  auto result = cleaner.run(*keeper_);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->removed, 250u);
+  EXPECT_EQ(ids(),
+            (std::vector<std::string>{"all_260", "all_261", "all_262", "all_263", "all_264"}));
+  // A listing, the stats (the fake counts each get of the pipelined batch), three multis of
+  // removes: not a remove per id (506 requests).
+  EXPECT_LE(server_->requestCountForTest() - before, 1 + 256 + 3);
+}
+
+// An id changed since the cleaner read it fails its multi and stays; the rest of that hundred go
+// one by one.
+TEST_F(DedupWindowTest, AnIdChangedSinceItWasReadStaysAndTheOthersGo) {
+  createIdsAt(5, 1'000'000, 10);  // all_10 .. all_14, read (and kept) by the first run
+  DedupWindowCleaner cleaner(paths_, DedupWindow{5, std::chrono::seconds(3600)});
+  ASSERT_TRUE(cleaner.run(*keeper_));
+  ASSERT_TRUE(keeper_->set(paths_.dedupHash("all_12"), "changed", -1));
+  createIdsAt(150, 2'000'000, 10);  // all_15 .. all_164, newer
+  auto result = cleaner.run(*keeper_);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->removed, 149u);
+  EXPECT_EQ(ids(), (std::vector<std::string>{"all_12", "all_160", "all_161", "all_162", "all_163",
+                                             "all_164"}));
+}
+
 // A commit that reserves creates the partition's next lock in the same multi; the next insert
 // commits with it, its dedup check being the commit's create of the dedup node.
 TEST_F(InsertProtocol, ACommitReservesTheNextBlockNumberForItsPartition) {
