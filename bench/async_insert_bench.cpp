@@ -103,7 +103,8 @@ Run hammer(const std::string& name, int port, const std::string& path, int clien
       while (Clock::now() < deadline) {
         const auto sent = Clock::now();
         if (client.post(row(next_id++))) {
-          latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
+          latencies.push_back(
+              std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
         } else {
           ++errors[client.lastStatus()];
           if (client.lastStatus() == 0) client.reconnect();
@@ -140,7 +141,8 @@ double bulkRowsPerSecond(KeepAliveClient& client, const std::string& body, uint6
 std::string errorsText(const std::map<int, uint64_t>& errors) {
   std::string text;
   for (auto [status, n] : errors)
-    text += fmt::format("{}{}: {}", text.empty() ? "" : ", ", status ? std::to_string(status) : "none", n);
+    text += fmt::format("{}{}: {}", text.empty() ? "" : ", ",
+                        status ? std::to_string(status) : "none", n);
   return text.empty() ? "none" : text;
 }
 
@@ -196,8 +198,8 @@ int main(int argc, char** argv) {
 
   const int http_port = (*replica)->httpPort();
   auto rtable_counter = [&]() -> int64_t {
-    auto state = rtable::common::testing::httpRequest("127.0.0.1", http_port, "GET", "/replica",
-                                                       "", std::chrono::seconds(30));
+    auto state = rtable::common::testing::httpRequest("127.0.0.1", http_port, "GET", "/replica", "",
+                                                      std::chrono::seconds(30));
     if (!state || state->status != 200) return -1;
     return nlohmann::json::parse(state->body).value("log_counter", int64_t{-1});
   };
@@ -206,9 +208,10 @@ int main(int argc, char** argv) {
     return counter ? counter->counter() : -1;
   };
 
-  fmt::print("{} clients, one row per insert, {} s each; rtable-core with async_insert=1 and "
-             "wait_for_async_insert=1 (inserts.async: {{{}}}), ClickHouse 18.16 synchronous\n\n",
-             clients, seconds, async_settings);
+  fmt::print(
+      "{} clients, one row per insert, {} s each; rtable-core with async_insert=1 and "
+      "wait_for_async_insert=1 (inserts.async: {{{}}}), ClickHouse 18.16 synchronous\n\n",
+      clients, seconds, async_settings);
   // ClickHouse first: the ZooKeeper JVM warms up on its requests, not on rtable's.
   Run c = hammer("ClickHouse 18.16", (*clickhouse)->httpPort(),
                  "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow", clients,
@@ -243,10 +246,10 @@ int main(int argc, char** argv) {
                             "/?query=INSERT%20INTO%20default.bench%20FORMAT%20JSONEachRow");
     const double rb = bulkRowsPerSecond(rtable_bulk, bulk, bulk_rows);
     const double cb = bulkRowsPerSecond(ch_bulk, bulk, bulk_rows);
-    fmt::print("{:<44} {:>14.0f} {:>18.0f} {:>8.2f}x\n",
-               fmt::format("bulk rows/s ({} rows, {:.0f} MB JSONEachRow)", bulk_rows,
-                           bulk.size() / 1e6),
-               rb, cb, cb > 0 ? rb / cb : 0);
+    fmt::print(
+        "{:<44} {:>14.0f} {:>18.0f} {:>8.2f}x\n",
+        fmt::format("bulk rows/s ({} rows, {:.0f} MB JSONEachRow)", bulk_rows, bulk.size() / 1e6),
+        rb, cb, cb > 0 ? rb / cb : 0);
   }
   return 0;
 }

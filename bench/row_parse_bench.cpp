@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
   auto report = [&](const std::string& name, double seconds) {
     fmt::print("{:<44} {:>12.0f} {:>10.0f}\n", name, rows / seconds, body.size() / 1e6 / seconds);
   };
-  report("rtable RowParser, 1 thread", fastest(rounds, rows, [&] { return ownParser(s, body, 1); }));
+  report("rtable RowParser, 1 thread",
+         fastest(rounds, rows, [&] { return ownParser(s, body, 1); }));
   report(fmt::format("rtable ParallelRowParser, {} threads", cores),
          fastest(rounds, rows, [&] { return ownParser(s, body, cores); }));
   report("simdjson " SIMDJSON_STRINGIFY(SIMDJSON_VERSION) " iterate_many, 1 thread",

