@@ -13,7 +13,7 @@ RUN apt-get update -q \
       g++ cmake ninja-build pkg-config openjdk-17-jdk-headless ccache \
       libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev \
       libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev \
-      libcurl4-openssl-dev zookeeper libslf4j-java openssl tzdata \
+      libcurl4-openssl-dev libsimdjson-dev zookeeper libslf4j-java openssl tzdata \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -29,7 +29,7 @@ RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       libzookeeper-mt2 libcpprest2.10 libssl3 libyaml-cpp0.7 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
-      libspdlog1.10 libfmt9 libxxhash0 libzstd1 libcurl4 ca-certificates tzdata \
+      libspdlog1.10 libfmt9 libxxhash0 libzstd1 libcurl4 libsimdjson14 ca-certificates tzdata \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 rtable \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

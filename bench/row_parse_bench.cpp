@@ -55,7 +55,10 @@ double fastest(int rounds, uint64_t rows, Run run) {
   return best;
 }
 
-uint64_t ownParser(const TableSchema& s, const std::string& body, std::size_t threads) {
+std::size_t read_by_simdjson = 0;  // of the last one-thread run
+
+uint64_t ownParser(const TableSchema& s, const std::string& body, std::size_t threads,
+                   bool simdjson = true) {
   uint64_t rows = 0;
   auto sink = [&](Block&& block) { rows += block.rows(); };
   constexpr std::size_t kChunk = 256 * 1024;  // as the HTTP API feeds it
@@ -63,10 +66,11 @@ uint64_t ownParser(const TableSchema& s, const std::string& body, std::size_t th
     if (!done) fmt::print(stderr, "{}\n", done.error().toString()), std::exit(1);
   };
   if (threads == 1) {
-    RowParser parser(s, RowFormat::kJSONEachRow);
+    RowParser parser(s, RowFormat::kJSONEachRow, 65536, simdjson);
     for (std::size_t at = 0; at < body.size(); at += kChunk)
       check(parser.feed(std::string_view(body).substr(at, kChunk), sink));
     check(parser.finish(sink));
+    read_by_simdjson = parser.rowsReadBySimdjson();
   } else {
     ParallelRowParser parser(s, RowFormat::kJSONEachRow, threads);
     for (std::size_t at = 0; at < body.size(); at += kChunk)
@@ -156,6 +160,9 @@ int main(int argc, char** argv) {
   };
   report("rtable RowParser, 1 thread",
          fastest(rounds, rows, [&] { return ownParser(s, body, 1); }));
+  fmt::print("  of which read by simdjson: {} rows\n", read_by_simdjson);
+  report("rtable RowParser, 1 thread, own scanner only",
+         fastest(rounds, rows, [&] { return ownParser(s, body, 1, false); }));
   report(fmt::format("rtable ParallelRowParser, {} threads", cores),
          fastest(rounds, rows, [&] { return ownParser(s, body, cores); }));
   report("simdjson " SIMDJSON_STRINGIFY(SIMDJSON_VERSION) " iterate_many, 1 thread",

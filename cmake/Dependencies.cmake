@@ -11,6 +11,8 @@ find_package(OpenSSL REQUIRED)
 find_package(CURL 7.85 REQUIRED)
 find_package(GTest REQUIRED)
 find_package(zstd REQUIRED)
+# simdjson 3.0 (libsimdjson-dev): the JSONEachRow reader's structural scan (row_format.cpp).
+find_package(simdjson REQUIRED)
 find_package(Java 17 REQUIRED COMPONENTS Development)
 include(UseJava)
 

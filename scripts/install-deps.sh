@@ -11,7 +11,7 @@ packages=(
   # C++ libraries (DESIGN.md 1)
   libzookeeper-mt-dev libcpprest-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libxxhash-dev libzstd-dev
-  # simdjson 3.0: the JSONEachRow reader measured against it (bench/row_parse_bench.cpp, issue 22)
+  # simdjson 3.0: JSONEachRow's structural scan (row_format.cpp)
   libsimdjson-dev
   # libcurl 7.88 with OpenSSL: backups to S3, signed by libcurl's own SigV4 (docs/backup-storage.md)
   libcurl4-openssl-dev

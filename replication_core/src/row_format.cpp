@@ -1,6 +1,7 @@
 #include "rtable/replication_core/row_format.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -23,6 +24,12 @@
 // values go straight from the input bytes into the typed columns with no DOM, no per-row
 // allocation and no number conversion before the column's type is known (a UInt64 or a value like
 // 1.0 must be judged from its text), and errors can quote the offending text.
+//
+// Bulk JSON goes through simdjson first (fastJsonRows): its SIMD structural scan and string
+// unescaping read the rows, the values' conversions stay this file's own (appendText,
+// readJsonValue), so what is accepted and how it is stored is the same. Anything it does not take
+// as it stands (a malformed row, an unknown key, a value of another kind) sends the whole chunk
+// back to the scanner below, which then gives the exact error with its row and column.
 
 namespace rtable::core {
 namespace {
@@ -836,10 +843,11 @@ std::string ParseError::toString() const {
 // scanned once), then parsed from one contiguous view: in place in the chunk when the row lies
 // inside it, else from `pending`, which holds the unfinished row.
 struct RowParser::State {
-  State(const TableSchema& schema, RowFormat format_, std::size_t max_block_rows_)
+  State(const TableSchema& schema, RowFormat format_, std::size_t max_block_rows_, bool fast_json_)
       : columns(schema.columns()),
         format(format_),
-        max_block_rows(std::max<std::size_t>(1, max_block_rows_)) {
+        max_block_rows(std::max<std::size_t>(1, max_block_rows_)),
+        fast_json(fast_json_ && format_ == RowFormat::kJSONEachRow) {
     sinks.resize(columns.size());
     for (std::size_t i = 0; i < columns.size(); ++i) {
       sinks[i].spec = &columns[i];
@@ -881,8 +889,10 @@ struct RowParser::State {
       if (head.size() < kUtf8Bom.size() && kUtf8Bom.starts_with(head)) return {};
       bom_checked = true;
       if (head == kUtf8Bom) head.clear();
-      const std::string start = std::move(head);
-      if (auto ok = consume(start, on_block); !ok) return ok;
+      // The first bytes with the rest of the chunk, so that its rows are read in one piece.
+      std::string start = std::move(head);
+      start.append(chunk);
+      return consume(start, on_block);
     }
     return consume(chunk, on_block);
   }
@@ -908,7 +918,15 @@ struct RowParser::State {
 
   std::expected<void, ParseError> consume(std::string_view chunk, const BlockSink& on_block) {
     std::size_t pos = 0;
+    bool fast_tried = !fast_json;
     while (pos < chunk.size()) {
+      // Once the row an earlier chunk left unfinished is done: the whole rows that follow through
+      // simdjson; what it leaves (an unfinished last row, or all when it declined) goes on below.
+      if (!fast_tried && pending.empty()) {
+        fast_tried = true;
+        pos += fastJsonRows(chunk.substr(pos), on_block);
+        if (pos == chunk.size()) break;
+      }
       const bool in_row = !pending.empty();
       if (!in_row) {
         if (format == RowFormat::kJSONEachRow) {
@@ -1243,6 +1261,183 @@ struct RowParser::State {
     return {};
   }
 
+  // The complete rows at the start of `text` read with simdjson into the columns: the bytes they
+  // took, or 0 when it declined (the rows it had added are taken back, and the scanner reads the
+  // text as if it had never been tried). It declines whatever it does not take exactly as
+  // parseJsonRow would: simdjson's errors, a row that is not one object, an unknown or repeated
+  // key, an object or array value, a conversion's error; strings and numbers are converted by
+  // the same functions as in parseJsonRow.
+  std::size_t fastJsonRows(std::string_view text, const BlockSink& on_block) {
+    // Below this the scanner is as fast as setting simdjson up.
+    constexpr std::size_t kMinBytes = 4096;
+    // Up to the last line break: a chunk cut inside a row would end in an unfinished string,
+    // which fails simdjson's whole scan; the rest is the scanner's (an unfinished row).
+    const std::size_t last_newline = text.rfind('\n');
+    if (last_newline == std::string_view::npos) return 0;
+    text = text.substr(0, last_newline + 1);
+    if (text.size() < kMinBytes) return 0;
+    // simdjson reads up to SIMDJSON_PADDING bytes past the text: they are there, and set.
+    json_buffer.assign(text);
+    json_buffer.resize(text.size() + simdjson::SIMDJSON_PADDING, ' ');
+    if (!json_parser) json_parser = std::make_unique<simdjson::ondemand::parser>();
+    simdjson::ondemand::document_stream docs;
+    if (json_parser
+            ->iterate_many(json_buffer.data(), text.size(), std::max<std::size_t>(text.size(), 64))
+            .get(docs)) {
+      return 0;
+    }
+    const std::size_t start_rows = rows_in_block;
+    std::size_t added = 0;
+    auto decline = [&] {
+      for (std::size_t i = 0; i < columns.size(); ++i) {
+        std::visit([&](auto& values) { values.resize(start_rows); }, block.columns[i].values);
+        if (columns[i].type.nullable) block.columns[i].null_map.resize(start_rows);
+      }
+      return std::size_t{0};
+    };
+    const char* const buffer_end = json_buffer.data() + text.size();
+    for (auto doc_result : docs) {
+      simdjson::ondemand::document_reference doc;
+      simdjson::ondemand::object object;
+      if (std::move(doc_result).get(doc) || doc.get_object().get(object)) return decline();
+      std::fill(seen.begin(), seen.end(), 0);
+      for (auto field_result : object) {
+        simdjson::ondemand::field field;
+        std::string_view key;
+        if (std::move(field_result).get(field) || field.unescaped_key().get(key)) return decline();
+        const std::size_t index = columnIndex(key);
+        if (index == sinks.size() || seen[index]) return decline();
+        seen[index] = 1;
+        const ColumnSink& sink = sinks[index];
+        simdjson::ondemand::value value = field.value();
+        simdjson::ondemand::json_type type;
+        if (value.type().get(type)) return decline();
+        switch (type) {
+          case simdjson::ondemand::json_type::string: {
+            std::string_view string;
+            if (value.get_string().get(string)) return decline();
+            if (sink.spec->type.id == TypeId::kString) {
+              sink.as<std::string>().emplace_back(string);
+              sink.markPresent();
+            } else if (!appendText(sink, string)) {
+              return decline();
+            }
+            break;
+          }
+          case simdjson::ondemand::json_type::null: {
+            bool is_null = false;
+            if (value.is_null().get(is_null) || !is_null || !sink.spec->type.nullable)
+              return decline();
+            appendNull(sink);
+            break;
+          }
+          case simdjson::ondemand::json_type::number:
+          case simdjson::ondemand::json_type::boolean: {
+            const char* token = value.raw_json_token().data();
+            // Integers and Float64 in simdjson's own conversion, which takes exactly the JSON
+            // numbers the scanner's takes, to the same value (correctly rounded); the rest (a
+            // fraction for an integer, a value out of range, booleans, Float32, numbers into
+            // strings and dates) as the scanner reads the token, from where simdjson found it.
+            if (!type_is_bool(type) && appendJsonNumber(value, sink)) {
+              // taken
+            } else if (const char* p = token; !readJsonValue(p, buffer_end, sink)) {
+              return decline();
+            }
+            // The scanner ends a token at the first byte that cannot be in a number or
+            // true/false, which must be followed by ',' or '}'.
+            const char* p = token;
+            while (p != buffer_end && isTokenByte(*p)) ++p;
+            p = skipJsonSpace(p, buffer_end);
+            if (p == buffer_end || (*p != ',' && *p != '}')) return decline();
+            break;
+          }
+          default:
+            return decline();
+        }
+      }
+      for (std::size_t i = 0; i < sinks.size(); ++i) {
+        if (seen[i]) continue;
+        if (!sinks[i].spec->type.nullable) return decline();
+        appendNull(sinks[i]);
+      }
+      ++added;
+    }
+    if (added == 0) return decline();
+    rows += added;
+    rows_by_simdjson += added;
+    rows_in_block += added;
+    if (rows_in_block >= max_block_rows) emitBlock(on_block);
+    return text.size() - docs.truncated_bytes();
+  }
+
+  static bool type_is_bool(simdjson::ondemand::json_type type) {
+    return type == simdjson::ondemand::json_type::boolean;
+  }
+  // A byte of a number or true/false token, as readJsonValue reads one.
+  static bool isTokenByte(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
+           c == '+' || c == '.';
+  }
+
+  // A JSON number into an integer or Float64 column by simdjson's conversion, when it is one
+  // that column takes as it stands: false (nothing appended) otherwise.
+  static bool appendJsonNumber(simdjson::ondemand::value& value, const ColumnSink& sink) {
+    auto unsignedInto = [&]<class T>(std::type_identity<T>) {
+      uint64_t v = 0;
+      if (value.get_uint64().get(v) || v > std::numeric_limits<T>::max()) return false;
+      sink.as<T>().push_back(static_cast<T>(v));
+      return true;
+    };
+    auto signedInto = [&]<class T>(std::type_identity<T>) {
+      int64_t v = 0;
+      if (value.get_int64().get(v) || v < std::numeric_limits<T>::min() ||
+          v > std::numeric_limits<T>::max()) {
+        return false;
+      }
+      sink.as<T>().push_back(static_cast<T>(v));
+      return true;
+    };
+    bool taken = false;
+    switch (sink.spec->type.id) {
+      case TypeId::kUInt8:
+        taken = unsignedInto(std::type_identity<uint8_t>{});
+        break;
+      case TypeId::kUInt16:
+        taken = unsignedInto(std::type_identity<uint16_t>{});
+        break;
+      case TypeId::kUInt32:
+        taken = unsignedInto(std::type_identity<uint32_t>{});
+        break;
+      case TypeId::kUInt64:
+        taken = unsignedInto(std::type_identity<uint64_t>{});
+        break;
+      case TypeId::kInt8:
+        taken = signedInto(std::type_identity<int8_t>{});
+        break;
+      case TypeId::kInt16:
+        taken = signedInto(std::type_identity<int16_t>{});
+        break;
+      case TypeId::kInt32:
+        taken = signedInto(std::type_identity<int32_t>{});
+        break;
+      case TypeId::kInt64:
+        taken = signedInto(std::type_identity<int64_t>{});
+        break;
+      case TypeId::kFloat64: {
+        double v = 0;
+        if (!value.get_double().get(v)) {
+          sink.as<double>().push_back(v);
+          taken = true;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    if (taken) sink.markPresent();
+    return taken;
+  }
+
   // Keys mostly come in schema order: try the one after the last match first.
   std::size_t columnIndex(std::string_view key) {
     const std::size_t n = sinks.size();
@@ -1338,10 +1533,16 @@ struct RowParser::State {
   std::size_t key_hint = 0;
   std::string scratch;
   std::string key_scratch;
+
+  const bool fast_json;  // JSONEachRow through simdjson first (fastJsonRows)
+  std::unique_ptr<simdjson::ondemand::parser> json_parser;
+  std::string json_buffer;  // the text simdjson reads, with room for its padding
+  std::size_t rows_by_simdjson = 0;
 };
 
-RowParser::RowParser(const TableSchema& schema, RowFormat format, std::size_t max_block_rows)
-    : state_(std::make_unique<State>(schema, format, max_block_rows)) {}
+RowParser::RowParser(const TableSchema& schema, RowFormat format, std::size_t max_block_rows,
+                     bool simdjson)
+    : state_(std::make_unique<State>(schema, format, max_block_rows, simdjson)) {}
 RowParser::~RowParser() = default;
 RowParser::RowParser(RowParser&&) noexcept = default;
 RowParser& RowParser::operator=(RowParser&&) noexcept = default;
@@ -1356,6 +1557,10 @@ std::expected<void, ParseError> RowParser::finish(const BlockSink& on_block) {
 
 std::size_t RowParser::rowsParsed() const {
   return state_->rows;
+}
+
+std::size_t RowParser::rowsReadBySimdjson() const {
+  return state_->rows_by_simdjson;
 }
 
 // ---------------------------------------------------------------------------------------------

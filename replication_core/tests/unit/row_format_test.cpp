@@ -357,6 +357,110 @@ TEST_F(RowFormatEveryType, TheParallelParserGivesTheSameAnswerForDamagedInput) {
   EXPECT_GT(errors, 200u);
 }
 
+// JSONEachRow through simdjson (where it takes the rows) and through the own scanner alone give
+// the same answer: the same rows, or the same error with the same row and column, for the rows
+// of every type as written and damaged, fed whole and in chunks that cut rows anywhere.
+TEST_F(RowFormatEveryType, SimdjsonAndTheScannerGiveTheSameAnswer) {
+  std::string text;
+  for (int i = 0; i < 6; ++i) writeRows(rows(), RowFormat::kJSONEachRow, text);
+  ASSERT_GT(text.size(), 8192u);
+  auto read = [&](std::string_view input, bool simdjson, std::size_t chunk,
+                  std::size_t* by_simdjson) -> std::expected<Parsed, ParseError> {
+    RowParser parser(schema(), RowFormat::kJSONEachRow, 50, simdjson);
+    Parsed parsed;
+    auto collect = [&](Block&& block) { parsed.blocks.push_back(std::move(block)); };
+    for (std::size_t at = 0; at < input.size(); at += chunk) {
+      if (auto fed = parser.feed(input.substr(at, chunk), collect); !fed)
+        return std::unexpected(fed.error());
+    }
+    if (auto done = parser.finish(collect); !done) return std::unexpected(done.error());
+    if (by_simdjson) *by_simdjson = parser.rowsReadBySimdjson();
+    parsed.all = schema().emptyBlock();
+    for (const auto& block : parsed.blocks) parsed.all.append(block);
+    return parsed;
+  };
+  std::size_t by_simdjson = 0;
+  auto fast = read(text, true, text.size(), &by_simdjson);
+  ASSERT_TRUE(fast) << fast.error().toString();
+  EXPECT_EQ(by_simdjson, fast->all.rows()) << "simdjson did not read the rows";
+  EXPECT_TRUE(sameAnswer(fast, read(text, false, text.size(), nullptr)));
+  std::mt19937 random(2026);
+  std::size_t errors = 0;
+  std::size_t fast_rows = 0;
+  for (uint32_t trial = 0; trial < 2000; ++trial) {
+    const std::string damaged = damage(text, 1 + trial % 3, random);
+    const std::size_t chunk = trial % 2 ? damaged.size() + 1 : 4096 + trial * 37;
+    std::size_t rows_fast = 0;
+    auto with = read(damaged, true, chunk, &rows_fast);
+    auto without = read(damaged, false, damaged.size() + 1, nullptr);
+    EXPECT_TRUE(sameAnswer(with, without)) << "trial " << trial << ":\n" << damaged;
+    errors += without ? 0 : 1;
+    fast_rows += rows_fast;
+  }
+  EXPECT_GT(errors, 1000u);  // most damage is caught, by the scanner's own errors
+  EXPECT_GT(fast_rows, 0u);  // and simdjson still read the undamaged chunks
+}
+
+// Hand-written rows simdjson must take or leave exactly as the scanner does: keys in any order,
+// blanks, escapes, numbers in strings, booleans into numbers, a missing Nullable column, and the
+// ones the scanner refuses (an unknown key, a repeated key, an object value, a number out of
+// range, a missing column that is not Nullable, ...).
+TEST(RowFormatSimdjson, TakesOrLeavesEachRowAsTheScannerDoes) {
+  const TableSchema schema = schemaOf({{"id", "UInt64"},
+                                       {"small", "UInt8"},
+                                       {"s", "String"},
+                                       {"n", "Nullable(Int32)"},
+                                       {"f", "Float64"},
+                                       {"d", "Date"},
+                                       {"t", "DateTime"},
+                                       {"b", "Bool"}});
+  const std::vector<std::string> good = {
+      R"({"id":1,"small":2,"s":"a","n":3,"f":1.5,"d":"2026-12-01","t":"2026-12-01 10:00:00","b":true})",
+      R"({ "b" : false , "t" : 1764583200, "d":"2026-12-02", "f":-0.25e3, "n":null, "s":"\"q\" \\ \u00e9 \ud83d\ude00", "small":"7", "id":"18446744073709551615" })",
+      R"({"id":3,"small":true,"s":"x","f":"nan","d":"2026-12-03","t":"2026-12-03 00:00:00","b":1})",
+      R"({"id":4,"small":0,"s":12.5,"n":-2147483648,"f":1e308,"d":"2026-12-04","t":0,"b":"true"})",
+  };
+  const std::vector<std::string> bad = {
+      R"({"id":5,"small":1,"s":"a","f":1,"d":"2026-12-01","t":0,"b":true,"zzz":1})",
+      R"({"id":5,"id":6,"small":1,"s":"a","f":1,"d":"2026-12-01","t":0,"b":true})",
+      R"({"id":5,"small":1,"s":{"x":1},"f":1,"d":"2026-12-01","t":0,"b":true})",
+      R"({"id":5,"small":300,"s":"a","f":1,"d":"2026-12-01","t":0,"b":true})",
+      R"({"id":5,"small":1,"s":"a","d":"2026-12-01","t":0,"b":true})",
+      R"({"id":5,"small":1,"s":"a","f":1,"d":20261201,"t":0,"b":true})",
+      R"({"id":-5,"small":1,"s":"a","f":1,"d":"2026-12-01","t":0,"b":true})",
+      R"({"id":5,"small":1,"s":"a","f":1,"d":"2026-12-01","t":0,"b":nul})",
+      R"({"id":5,"small":1,"s":"a","f":1,"d":"2026-12-01","t":0,"b":true},)",
+  };
+  auto read = [&](const std::string& input, bool simdjson,
+                  std::size_t* by_simdjson) -> std::expected<Parsed, ParseError> {
+    RowParser parser(schema, RowFormat::kJSONEachRow, 65536, simdjson);
+    Parsed parsed;
+    auto collect = [&](Block&& block) { parsed.blocks.push_back(std::move(block)); };
+    auto fed = parser.feed(input, collect);
+    if (fed) fed = parser.finish(collect);
+    if (!fed) return std::unexpected(fed.error());
+    if (by_simdjson) *by_simdjson = parser.rowsReadBySimdjson();
+    parsed.all = schema.emptyBlock();
+    for (const auto& block : parsed.blocks) parsed.all.append(block);
+    return parsed;
+  };
+  // Enough rows for simdjson to be tried (4 KiB), each good row many times.
+  std::string many;
+  for (int i = 0; i < 40; ++i) many += good[i % good.size()] + "\n";
+  std::size_t by_simdjson = 0;
+  auto fast = read(many, true, &by_simdjson);
+  ASSERT_TRUE(fast) << fast.error().toString();
+  EXPECT_EQ(by_simdjson, 40u);
+  EXPECT_TRUE(sameAnswer(fast, read(many, false, nullptr)));
+  for (const auto& row : bad) {
+    SCOPED_TRACE(row);
+    const std::string input = many + row + "\n" + many;
+    auto with = read(input, true, nullptr);
+    EXPECT_FALSE(with);
+    EXPECT_TRUE(sameAnswer(with, read(input, false, nullptr)));
+  }
+}
+
 TEST_F(RowFormatEveryType, WritesOnlyTheRequestedRows) {
   const Block original = rows();
   std::string all;

@@ -53,7 +53,10 @@ class RowParser {
 
   // Keeps a copy of the schema's columns; `schema` need not outlive the parser.
   // max_block_rows >= 1 (0 is taken as 1).
-  RowParser(const TableSchema& schema, RowFormat format, std::size_t max_block_rows = 65536);
+  // `simdjson`: JSONEachRow is read with simdjson where it takes the rows as they stand (the same
+  // blocks and errors either way; false: the own scanner only, for tests that compare the two).
+  RowParser(const TableSchema& schema, RowFormat format, std::size_t max_block_rows = 65536,
+            bool simdjson = true);
   ~RowParser();
   RowParser(RowParser&&) noexcept;
   RowParser& operator=(RowParser&&) noexcept;
@@ -63,8 +66,9 @@ class RowParser {
   // quote is an error. Hands over the last block if it has rows.
   std::expected<void, ParseError> finish(const BlockSink& on_block);
 
-  // Complete rows parsed so far.
+  // Complete rows parsed so far; of them, the rows simdjson read.
   std::size_t rowsParsed() const;
+  std::size_t rowsReadBySimdjson() const;
 
  private:
   friend class ParallelRowParser;
