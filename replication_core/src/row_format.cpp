@@ -1274,15 +1274,21 @@ struct RowParser::State {
     // which fails simdjson's whole scan; the rest is the scanner's (an unfinished row).
     const std::size_t last_newline = text.rfind('\n');
     if (last_newline == std::string_view::npos) return 0;
+    const std::size_t after = text.size() - (last_newline + 1);
     text = text.substr(0, last_newline + 1);
     if (text.size() < kMinBytes) return 0;
-    // simdjson reads up to SIMDJSON_PADDING bytes past the text: they are there, and set.
-    json_buffer.assign(text);
-    json_buffer.resize(text.size() + simdjson::SIMDJSON_PADDING, ' ');
+    // simdjson reads up to SIMDJSON_PADDING bytes past the text: they must be there, and set.
+    // The text is read where it is when the chunk goes on that far (ParallelRowParser's
+    // segments end in that much white space), else from a copy.
+    const char* json = text.data();
+    if (after < simdjson::SIMDJSON_PADDING) {
+      json_buffer.assign(text);
+      json_buffer.resize(text.size() + simdjson::SIMDJSON_PADDING, ' ');
+      json = json_buffer.data();
+    }
     if (!json_parser) json_parser = std::make_unique<simdjson::ondemand::parser>();
     simdjson::ondemand::document_stream docs;
-    if (json_parser
-            ->iterate_many(json_buffer.data(), text.size(), std::max<std::size_t>(text.size(), 64))
+    if (json_parser->iterate_many(json, text.size(), std::max<std::size_t>(text.size(), 64))
             .get(docs)) {
       return 0;
     }
@@ -1295,7 +1301,7 @@ struct RowParser::State {
       }
       return std::size_t{0};
     };
-    const char* const buffer_end = json_buffer.data() + text.size();
+    const char* const buffer_end = json + text.size();
     for (auto doc_result : docs) {
       simdjson::ondemand::document_reference doc;
       simdjson::ondemand::object object;
@@ -1303,9 +1309,14 @@ struct RowParser::State {
       std::fill(seen.begin(), seen.end(), 0);
       for (auto field_result : object) {
         simdjson::ondemand::field field;
-        std::string_view key;
-        if (std::move(field_result).get(field) || field.unescaped_key().get(key)) return decline();
-        const std::size_t index = columnIndex(key);
+        if (std::move(field_result).get(field)) return decline();
+        // The key as it stands in the input, compared in place; an escaped one is unescaped.
+        std::size_t index = rawColumnIndex(field.key());
+        if (index == sinks.size()) {
+          std::string_view key;
+          if (field.unescaped_key().get(key)) return decline();
+          index = columnIndex(key);
+        }
         if (index == sinks.size() || seen[index]) return decline();
         seen[index] = 1;
         const ColumnSink& sink = sinks[index];
@@ -1438,6 +1449,21 @@ struct RowParser::State {
     return taken;
   }
 
+  // columnIndex for a key simdjson has not unescaped: equal when its raw bytes are the name's
+  // (column names are identifiers, TableSchema: nothing in them is escaped in JSON).
+  std::size_t rawColumnIndex(simdjson::ondemand::raw_json_string key) {
+    const std::size_t n = sinks.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      std::size_t i = key_hint + k;
+      if (i >= n) i -= n;
+      if (key.unsafe_is_equal(sinks[i].spec->name)) {
+        key_hint = i + 1 == n ? 0 : i + 1;
+        return i;
+      }
+    }
+    return n;
+  }
+
   // Keys mostly come in schema order: try the one after the last match first.
   std::size_t columnIndex(std::string_view key) {
     const std::size_t n = sinks.size();
@@ -1564,8 +1590,12 @@ std::size_t RowParser::rowsReadBySimdjson() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// ParallelRowParser: the calling thread only finds row ends (the same scan RowParser runs, so a
-// segment always starts where RowParser would start a row) and hands segments to workers.
+// ParallelRowParser. JSONEachRow is cut at line breaks: a JSON string cannot hold a raw one, so
+// in the usual stream (a row per line) every cut is a row end, found with one memrchr rather than
+// a scan of every byte in the calling thread. A row written over several lines can be cut in its
+// middle; the segment before the cut then ends in an unfinished object and fails, and from that
+// segment on the stream is read serially, which gives exactly RowParser's rows or error. TSV and
+// CSV are cut where RowParser's own row-end scan finds a row end (CSV quotes may hold line breaks).
 
 struct ParallelRowParser::Impl {
   struct Segment {
@@ -1573,37 +1603,45 @@ struct ParallelRowParser::Impl {
     std::size_t rows = 0;
     std::optional<ParseError> error;
   };
+  struct Flight {
+    std::future<Segment> result;
+    std::shared_ptr<const std::string> text;  // JSON: kept for a serial re-read
+    std::size_t size = 0;                     // of the text, without the padding
+  };
 
   Impl(const TableSchema& schema_, RowFormat format_, std::size_t threads_,
        std::size_t max_block_rows_, std::size_t segment_bytes_)
       : schema(schema_),
         format(format_),
+        cut_at_line_breaks(format_ == RowFormat::kJSONEachRow),
         max_in_flight(std::max<std::size_t>(1, threads_) * 2),
         max_block_rows(max_block_rows_),
         segment_bytes(std::max<std::size_t>(1, segment_bytes_)),
         scanner(schema_, format_, max_block_rows_) {}
 
-  ~Impl() {
-    for (auto& segment : in_flight) {
-      if (segment.valid()) segment.wait();
+  ~Impl() { waitAll(); }
+
+  void waitAll() {
+    for (auto& flight : in_flight) {
+      if (flight.result.valid()) flight.result.wait();
     }
   }
 
   // Parses one segment in a worker. Only the first segment can start with a byte order mark.
   static Segment parse(const TableSchema& schema, RowFormat format, std::size_t max_block_rows,
-                       std::string text, bool first) {
+                       std::shared_ptr<const std::string> text, bool first) {
     Segment out;
     RowParser parser(schema, format, max_block_rows);
     if (!first) parser.state_->bom_checked = true;
     auto keep = [&](Block&& block) { out.blocks.push_back(std::move(block)); };
-    auto fed = parser.feed(text, keep);
+    auto fed = parser.feed(*text, keep);
     if (fed) fed = parser.finish(keep);
     if (!fed) out.error = fed.error();
     out.rows = parser.rowsParsed();
     return out;
   }
 
-  // The offset just past the last complete row in `buffer`, scanning from `scanned`.
+  // TSV and CSV: the offset just past the last complete row in `buffer`, scanning from `scanned`.
   void scanRows() {
     if (!bom_decided) {
       // A byte order mark is the first RowParser's to skip; the scan starts after it.
@@ -1616,30 +1654,37 @@ struct ParallelRowParser::Impl {
     RowParser::State& state = *scanner.state_;
     const std::string_view data(buffer);
     while (pos < data.size()) {
-      std::size_t start = pos;
-      if (format == RowFormat::kJSONEachRow) {
-        while (start < data.size() && isJsonSpace(data[start])) ++start;
-        if (start == data.size()) break;
-      }
+      const std::size_t start = pos;
       state.csv_scan = CsvScan::kFieldStart;
       state.json_in_string = false;
       state.json_escaped = false;
       const std::size_t row_end = state.findRowEnd(data, start);
       if (row_end == std::string_view::npos) break;
-      pos = format == RowFormat::kJSONEachRow ? row_end : row_end + 1;
+      pos = row_end + 1;
       cut = pos;
     }
     scanned = cut;
   }
 
   void dispatch(std::size_t end) {
-    std::string text = buffer.substr(0, end);
-    buffer.erase(0, end);
+    // The buffer becomes the segment; the few bytes after `end` start the next one.
+    auto text = std::make_shared<std::string>(std::move(buffer));
+    buffer.assign(*text, end);
+    text->resize(end);
+    // JSON: white space after the last row, which simdjson may read past the text's end
+    // (RowParser then reads the segment in place).
+    if (cut_at_line_breaks) text->append(simdjson::SIMDJSON_PADDING, ' ');
     scanned = scanned > end ? scanned - end : 0;
     cut = cut > end ? cut - end : 0;
     bom_length = 0;  // it went with the first segment
-    in_flight.push_back(std::async(std::launch::async, parse, std::cref(schema), format,
-                                   max_block_rows, std::move(text), segments == 0));
+    Flight flight;
+    flight.result = std::async(std::launch::async, parse, std::cref(schema), format, max_block_rows,
+                               text, segments == 0);
+    if (cut_at_line_breaks) {
+      flight.text = std::move(text);
+      flight.size = end;
+    }
+    in_flight.push_back(std::move(flight));
     ++segments;
   }
 
@@ -1648,50 +1693,94 @@ struct ParallelRowParser::Impl {
     while (!in_flight.empty()) {
       auto& front = in_flight.front();
       const bool must_wait = all || in_flight.size() >= max_in_flight;
-      if (!must_wait && front.wait_for(std::chrono::seconds(0)) != std::future_status::ready) break;
-      Segment segment = front.get();
-      in_flight.pop_front();
+      if (!must_wait && front.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        break;
+      Segment segment = front.result.get();
       if (segment.error) {
-        ParseError error = *segment.error;
-        error.row += rows_before;
-        failed = error;
-        return std::unexpected(error);
+        if (cut_at_line_breaks) return readOnSerially(on_block);
+        return fail(*segment.error);
       }
+      in_flight.pop_front();
+      ++delivered;
       rows_before += segment.rows;
       for (auto& block : segment.blocks) on_block(std::move(block));
     }
     return {};
   }
 
+  // A segment failed (the front one): it, the segments after it and the rest of the stream are
+  // read by one RowParser from that segment's start, a row boundary (every segment before it
+  // ended in complete rows).
+  std::expected<void, ParseError> readOnSerially(const BlockSink& on_block) {
+    waitAll();
+    serial.emplace(schema, format, max_block_rows);
+    if (delivered > 0) serial->state_->bom_checked = true;
+    std::deque<Flight> flights = std::move(in_flight);
+    in_flight.clear();
+    for (auto& flight : flights) {
+      const std::string_view text = std::string_view(*flight.text).substr(0, flight.size);
+      if (auto fed = feedSerial(text, on_block); !fed) return fed;
+    }
+    std::string rest = std::move(buffer);
+    buffer.clear();
+    return feedSerial(rest, on_block);
+  }
+
+  std::expected<void, ParseError> feedSerial(std::string_view text, const BlockSink& on_block) {
+    if (auto fed = serial->feed(text, on_block); !fed) return fail(fed.error());
+    return {};
+  }
+
+  std::expected<void, ParseError> fail(ParseError error) {
+    error.row += rows_before;
+    failed = error;
+    return std::unexpected(error);
+  }
+
   std::expected<void, ParseError> feed(std::string_view chunk, const BlockSink& on_block) {
     if (failed) return std::unexpected(*failed);
-    buffer.append(chunk);
-    scanRows();
-    if (cut >= segment_bytes) dispatch(cut);
+    if (serial) return feedSerial(chunk, on_block);
+    if (cut_at_line_breaks) {
+      const std::size_t before = buffer.size();
+      buffer.append(chunk);
+      if (buffer.size() >= segment_bytes) {
+        // The last line break, looked for in what came now (the bytes before had none).
+        const void* found = memrchr(buffer.data() + before, '\n', buffer.size() - before);
+        if (found) dispatch(static_cast<const char*>(found) - buffer.data() + 1);
+      }
+    } else {
+      buffer.append(chunk);
+      scanRows();
+      if (cut >= segment_bytes) dispatch(cut);
+    }
     return deliver(on_block, /*all=*/false);
   }
 
   std::expected<void, ParseError> finish(const BlockSink& on_block) {
     if (failed) return std::unexpected(*failed);
-    if (segments == 0) {
+    if (!serial && segments == 0) {
       // A short stream: no thread is worth it.
-      RowParser parser(schema, format, max_block_rows);
-      auto fed = parser.feed(buffer, on_block);
-      if (fed) fed = parser.finish(on_block);
-      if (!fed) failed = fed.error();
+      serial.emplace(schema, format, max_block_rows);
+      if (auto fed = feedSerial(buffer, on_block); !fed) return fed;
       buffer.clear();
-      return fed;
     }
-    if (!buffer.empty()) dispatch(buffer.size());
-    return deliver(on_block, /*all=*/true);
+    if (!serial) {
+      if (!buffer.empty()) dispatch(buffer.size());
+      if (auto delivered_all = deliver(on_block, /*all=*/true); !delivered_all)
+        return delivered_all;
+      if (!serial) return {};
+    }
+    if (auto finished = serial->finish(on_block); !finished) return fail(finished.error());
+    return {};
   }
 
   const TableSchema schema;
   const RowFormat format;
+  const bool cut_at_line_breaks;
   const std::size_t max_in_flight;
   const std::size_t max_block_rows;
   const std::size_t segment_bytes;
-  RowParser scanner;  // only its row-end scan is used
+  RowParser scanner;  // TSV, CSV: only its row-end scan is used
 
   std::string buffer;       // bytes not yet handed to a worker
   std::size_t scanned = 0;  // buffer[0, scanned) is whole rows
@@ -1699,8 +1788,10 @@ struct ParallelRowParser::Impl {
   bool bom_decided = false;
   std::size_t bom_length = 0;  // a byte order mark at the start of buffer
   std::size_t segments = 0;
-  std::deque<std::future<Segment>> in_flight;
-  std::size_t rows_before = 0;  // rows of the segments handed over
+  std::size_t delivered = 0;  // segments handed over
+  std::deque<Flight> in_flight;
+  std::size_t rows_before = 0;      // rows of the segments handed over
+  std::optional<RowParser> serial;  // the stream's reader from where a segment failed
   std::optional<ParseError> failed;
 };
 

@@ -357,6 +357,52 @@ TEST_F(RowFormatEveryType, TheParallelParserGivesTheSameAnswerForDamagedInput) {
   EXPECT_GT(errors, 200u);
 }
 
+// The parallel parser cuts JSONEachRow at line breaks; a row written over several lines can be
+// cut in its middle, and must still come out as RowParser reads it (whole rows, or the same error
+// with the same row number), damaged or not, however it is chunked and cut.
+TEST_F(RowFormatEveryType, TheParallelParserReadsJsonRowsSpreadOverLines) {
+  std::string one_line;
+  for (int i = 0; i < 6; ++i) writeRows(rows(), RowFormat::kJSONEachRow, one_line);
+  // Every other row over several lines: a line break after '{' and each ',' outside strings.
+  std::string spread;
+  bool in_string = false, escaped = false, spreading = false;
+  for (char c : one_line) {
+    spread += c;
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '\n') {
+      spreading = !spreading;
+    } else if (spreading && (c == '{' || c == ',')) {
+      spread += "\n  ";
+    }
+  }
+  ASSERT_GT(std::count(spread.begin(), spread.end(), '\n'),
+            2 * std::count(one_line.begin(), one_line.end(), '\n'));
+  auto expected = parse(schema(), RowFormat::kJSONEachRow, one_line);
+  ASSERT_TRUE(expected) << expected.error().toString();
+  std::mt19937 random(11);
+  for (uint32_t trial = 0; trial < 120; ++trial) {
+    const std::string input = trial < 20 ? spread : damage(spread, 2, random);
+    auto whole = parse(schema(), RowFormat::kJSONEachRow, input, Chunking::kWhole);
+    if (trial < 20) {
+      ASSERT_TRUE(whole) << whole.error().toString();
+      EXPECT_TRUE(sameRows(whole->all, expected->all));
+    }
+    auto parallel =
+        parse(schema(), RowFormat::kJSONEachRow, input,
+              trial % 2 ? Chunking::kRandom : Chunking::kWhole, 3, trial, 1 + (trial * 97) % 3000);
+    EXPECT_TRUE(sameAnswer(parallel, whole)) << "trial " << trial;
+  }
+}
+
 // JSONEachRow through simdjson (where it takes the rows) and through the own scanner alone give
 // the same answer: the same rows, or the same error with the same row and column, for the rows
 // of every type as written and damaged, fed whole and in chunks that cut rows anywhere.
