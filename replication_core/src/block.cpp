@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
+#include <future>
+#include <thread>
 
 namespace rtable::core {
 namespace {
@@ -175,6 +178,52 @@ void Block::append(Block&& other) {
     auto& nulls = other.columns[i].null_map;
     columns[i].null_map.insert(columns[i].null_map.end(), nulls.begin(), nulls.end());
   }
+}
+
+Block Block::concat(std::vector<Block>&& blocks) {
+  if (blocks.size() == 1) return std::move(blocks.front());
+  std::size_t rows = 0;
+  for (const auto& block : blocks) rows += block.rows();
+  Block out;
+  for (const auto& column : blocks.front().columns)
+    out.columns.push_back(Column::empty(column.name, column.type));
+  auto joinColumn = [&](std::size_t i) {
+    std::visit(
+        [&](auto& target) {
+          using Values = std::decay_t<decltype(target)>;
+          target.reserve(rows);
+          for (auto& block : blocks) {
+            auto& source = std::get<Values>(block.columns[i].values);
+            target.insert(target.end(), std::make_move_iterator(source.begin()),
+                          std::make_move_iterator(source.end()));
+            Values().swap(source);  // freed as it goes: the memory peaks at one copy
+          }
+        },
+        out.columns[i].values);
+    if (out.columns[i].type.nullable) {
+      auto& nulls = out.columns[i].null_map;
+      nulls.reserve(rows);
+      for (auto& block : blocks) {
+        nulls.insert(nulls.end(), block.columns[i].null_map.begin(),
+                     block.columns[i].null_map.end());
+        std::vector<uint8_t>().swap(block.columns[i].null_map);
+      }
+    }
+  };
+  // A bulk insert's columns are joined on every core; a few rows are not worth a thread.
+  static const std::size_t kCores = std::max(1u, std::thread::hardware_concurrency());
+  constexpr std::size_t kParallelRows = 100'000;
+  const std::size_t workers = rows >= kParallelRows ? std::min(kCores, out.columns.size()) : 1;
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < out.columns.size();) joinColumn(i);
+  };
+  std::vector<std::future<void>> helpers;
+  for (std::size_t w = 1; w < workers; ++w) helpers.push_back(std::async(std::launch::async, work));
+  work();
+  for (auto& helper : helpers) helper.get();
+  blocks.clear();
+  return out;
 }
 
 namespace {

@@ -65,19 +65,31 @@ PendingInsert::~PendingInsert() {
 
 namespace {
 
+// With `hash` false, an id from the rows' content is left for later (empty): commit() hashes a
+// part's rows while they are being written.
 SortedBlock sortAndIdentify(const TableSchema& schema, const std::string& partition, Block rows,
-                            const std::string& token, std::size_t n) {
+                            const std::string& token, std::size_t n, bool hash = true) {
   const auto order = schema.sortPermutation(rows);
   bool in_order = true;
   for (std::size_t i = 0; i < order.size() && in_order; ++i) in_order = order[i] == i;
   // Rows that came sorted (ids, times) are kept as they are rather than copied.
   SortedBlock sorted{in_order ? std::move(rows) : rows.select(order), {}};
-  sorted.dedup_id =
-      token.empty() ? blockDedupId(partition, sorted.rows) : tokenDedupId(partition, token, n);
+  if (!token.empty()) {
+    sorted.dedup_id = tokenDedupId(partition, token, n);
+  } else if (hash) {
+    sorted.dedup_id = blockDedupId(partition, sorted.rows);
+  }
   return sorted;
 }
 
 }  // namespace
+
+Block PendingInsert::PartitionRows::take() {
+  Block joined = Block::concat(std::move(blocks));
+  blocks.clear();
+  rows = 0;
+  return joined;
+}
 
 std::expected<void, std::string> PendingInsert::add(Block block) {
   rows_ += block.rows();
@@ -86,21 +98,28 @@ std::expected<void, std::string> PendingInsert::add(Block block) {
   std::vector<std::size_t> buffer_of_group;
   for (const auto& partition : groups.ids) {
     auto it = std::find_if(buffers_.begin(), buffers_.end(),
-                           [&](const auto& buffer) { return buffer.first == partition; });
-    if (it == buffers_.end())
-      it = buffers_.insert(buffers_.end(), {partition, schema_.emptyBlock()});
+                           [&](const auto& buffer) { return buffer.partition == partition; });
+    if (it == buffers_.end()) it = buffers_.insert(buffers_.end(), PartitionRows{partition, {}, 0});
     buffer_of_group.push_back(static_cast<std::size_t>(it - buffers_.begin()));
   }
+  auto keep = [&](std::size_t group, Block rows) {
+    PartitionRows& buffer = buffers_[buffer_of_group[group]];
+    buffer.rows += rows.rows();
+    buffer.blocks.push_back(std::move(rows));
+  };
   if (groups.ids.size() == 1) {
-    buffers_[buffer_of_group[0]].second.append(std::move(block));
+    keep(0, std::move(block));
   } else if (!groups.ids.empty()) {
+    std::vector<Block> split(groups.ids.size(), schema_.emptyBlock());
     std::vector<Block*> targets;
-    for (std::size_t index : buffer_of_group) targets.push_back(&buffers_[index].second);
+    for (auto& part : split) targets.push_back(&part);
     std::move(block).scatterInto(groups.group_of_row, targets);
+    for (std::size_t group = 0; group < split.size(); ++group) keep(group, std::move(split[group]));
   }
   for (std::size_t index : buffer_of_group) {
-    if (buffers_[index].second.rows() >= max_part_rows_) {
-      if (auto flushed = flush(buffers_[index].first, /*write_now=*/true); !flushed) return flushed;
+    if (buffers_[index].rows >= max_part_rows_) {
+      if (auto flushed = flush(buffers_[index].partition, /*write_now=*/true); !flushed)
+        return flushed;
     }
   }
   return {};
@@ -109,9 +128,9 @@ std::expected<void, std::string> PendingInsert::add(Block block) {
 std::expected<void, std::string> PendingInsert::flush(const std::string& partition,
                                                       bool write_now) {
   auto it = std::find_if(buffers_.begin(), buffers_.end(),
-                         [&](const auto& buffer) { return buffer.first == partition; });
-  if (it == buffers_.end() || it->second.rows() == 0) return {};
-  Block rows = std::exchange(it->second, schema_.emptyBlock());
+                         [&](const auto& buffer) { return buffer.partition == partition; });
+  if (it == buffers_.end() || it->rows == 0) return {};
+  Block rows = it->take();
   const std::size_t n = blocks_per_partition_[partition]++;
   return stage(
       partition,
@@ -146,19 +165,24 @@ std::expected<void, std::string> PendingInsert::stage(const std::string& partiti
 }
 
 std::expected<std::vector<StagedBlock>*, std::string> PendingInsert::finish() {
-  // Sorting and hashing one partition's rows does not depend on the others: an insert spanning
-  // several partitions does them in parallel; the parts are staged in first-seen order.
+  // Sorting one partition's rows does not depend on the others: an insert spanning several
+  // partitions sorts them in parallel; the parts are staged in first-seen order. Their content
+  // hashes come in commit(), beside the writes.
   std::vector<std::future<SortedBlock>> sorting;
   std::vector<std::string> partitions;
-  for (auto& [partition, rows] : buffers_) {
-    if (rows.rows() == 0) continue;
-    const std::size_t n = blocks_per_partition_[partition]++;
-    Block taken = std::exchange(rows, schema_.emptyBlock());
+  for (auto& buffer : buffers_) {
+    if (buffer.rows == 0) continue;
+    const std::size_t n = blocks_per_partition_[buffer.partition]++;
     const bool alone = buffers_.size() == 1;
-    sorting.push_back(std::async(alone ? std::launch::deferred : std::launch::async,
-                                 sortAndIdentify, std::cref(schema_), partition, std::move(taken),
-                                 options_.deduplication_token, n));
-    partitions.push_back(partition);
+    sorting.push_back(std::async(
+        alone ? std::launch::deferred : std::launch::async,
+        [this, n, partition = buffer.partition, blocks = std::move(buffer.blocks)]() mutable {
+          return sortAndIdentify(schema_, partition, Block::concat(std::move(blocks)),
+                                 options_.deduplication_token, n, /*hash=*/false);
+        }));
+    buffer.blocks.clear();
+    buffer.rows = 0;
+    partitions.push_back(buffer.partition);
   }
   for (std::size_t i = 0; i < sorting.size(); ++i) {
     if (auto staged = stage(partitions[i], sorting[i].get(), /*write_now=*/false); !staged) {
@@ -170,20 +194,22 @@ std::expected<std::vector<StagedBlock>*, std::string> PendingInsert::finish() {
 
 uint64_t PendingInsert::bufferedValueBytes() const {
   uint64_t bytes = 0;
-  for (const auto& [partition, rows] : buffers_) bytes += valueBytes(rows);
+  for (const auto& buffer : buffers_) {
+    for (const auto& rows : buffer.blocks) bytes += valueBytes(rows);
+  }
   return bytes;
 }
 
 std::optional<std::vector<InsertPiece>> PendingInsert::takePieces() {
   if (!blocks_.empty()) return std::nullopt;
   std::vector<InsertPiece> pieces;
-  for (auto& [partition, rows] : buffers_) {
-    if (rows.rows() == 0) continue;
-    const std::size_t n = blocks_per_partition_[partition]++;
+  for (auto& buffer : buffers_) {
+    if (buffer.rows == 0) continue;
+    const std::size_t n = blocks_per_partition_[buffer.partition]++;
     SortedBlock sorted =
-        sortAndIdentify(schema_, partition, std::exchange(rows, schema_.emptyBlock()),
-                        options_.deduplication_token, n);
-    pieces.push_back(InsertPiece{partition, std::move(sorted.rows), std::move(sorted.dedup_id)});
+        sortAndIdentify(schema_, buffer.partition, buffer.take(), options_.deduplication_token, n);
+    pieces.push_back(
+        InsertPiece{buffer.partition, std::move(sorted.rows), std::move(sorted.dedup_id)});
   }
   return pieces;
 }
@@ -288,6 +314,10 @@ std::expected<InsertResult, InsertError> InsertCommit::commit(PendingInsert& ins
           "this replica is lost (it was away while the log moved on) and is being restored from "
           "a live replica; {} of {} blocks were committed, retrying the same insert is safe",
           i, blocks.size())));
+    }
+    // The content hash, while the part is being written (it reads the same rows).
+    if (blocks[i].part.dedup_id.empty() && blocks[i].unwritten) {
+      blocks[i].part.dedup_id = blockDedupId(blocks[i].part.partition, *blocks[i].unwritten);
     }
     // Reserving the next block number pays off for a stream of one-part inserts.
     const std::size_t rows = blocks[i].part.rows;

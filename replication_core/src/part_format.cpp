@@ -6,6 +6,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include <thread>
 
 #include "posix_file.h"
 #include "rtable/common/quoted_excerpt.h"
@@ -743,14 +745,52 @@ Result<PartChecksums> encodePartFiles(const fs::path& dir, const TableSchema& sc
       return out.write(value.data(), value.size());
     };
   };
+  // A column's file, compressed, left for `done` to finish.
+  auto encodeColumn = [&](const Column& column, ZSTD_CCtx* compress) -> Result<FileWriter> {
+    const std::string name = columnFileName(column.name);
+    Result<FileWriter> out = open(name);
+    if (!out) return std::unexpected(fileError(dir, name, out.error()));
+    Status written;
+    {
+      CompressedWriter compressed(*out, compress);
+      written = writeColumn(compressed, column);
+      if (written) written = compressed.finish();
+    }
+    if (!written) return std::unexpected(fileError(dir, name, written.error()));
+    return out;
+  };
+  std::vector<std::optional<Result<FileWriter>>> encoded(block.columns.size());
+  // A big part's columns are compressed on every core, each column a file of its own (a bulk
+  // insert's part would otherwise be written by one thread while the others wait for it).
+  static const std::size_t kCores = std::max(1u, std::thread::hardware_concurrency());
+  constexpr std::size_t kParallelRows = 100'000;
+  const std::size_t helpers =
+      block.rows() >= kParallelRows ? std::min(kCores, block.columns.size()) - 1 : 0;
+  std::atomic<std::size_t> next_column{0};
+  auto encodeColumns = [&](ZSTD_CCtx* compress) {
+    for (std::size_t i; (i = next_column.fetch_add(1)) < block.columns.size();)
+      encoded[i] = encodeColumn(block.columns[i], compress);
+  };
+  std::vector<std::future<Status>> helping;
+  for (std::size_t h = 0; h < helpers; ++h) {
+    helping.push_back(std::async(std::launch::async, [&]() -> Status {
+      auto own = threadCompressContext();
+      if (!own) return std::unexpected(own.error());
+      encodeColumns(*own);
+      return {};
+    }));
+  }
+  encodeColumns(*context);
+  for (auto& helper : helping) {
+    if (auto ok = helper.get(); !ok)
+      return std::unexpected(fmt::format("part {}: {}", dir.string(), ok.error()));
+  }
   std::vector<PartChecksums::File> files;
-  for (const Column& column : block.columns) {
-    auto file = encode(columnFileName(column.name), [&](FileWriter& out) {
-      CompressedWriter compressed(out, *context);
-      Status written = writeColumn(compressed, column);
-      return written ? compressed.finish() : written;
-    });
-    if (!file) return std::unexpected(file.error());
+  for (std::size_t i = 0; i < block.columns.size(); ++i) {
+    if (!*encoded[i]) return std::unexpected(encoded[i]->error());
+    Result<PartChecksums::File> file = done(**encoded[i]);
+    if (!file)
+      return std::unexpected(fileError(dir, columnFileName(block.columns[i].name), file.error()));
     files.push_back(std::move(*file));
   }
   for (auto [name, value] : {std::pair{kColumnsFile, columnsFileText(schema)},

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "rtable/replication_core/hash128.h"
 
@@ -152,6 +153,24 @@ TEST_F(SchemaWithRows, SortsByOrderByWithNullsLastAndStably) {
   EXPECT_EQ(schema_.sortPermutation(rows()), (std::vector<std::size_t>{3, 2, 0, 1}));
   auto unsorted = *TableSchema::create(schema_.columns(), {}, {});
   EXPECT_EQ(unsorted.sortPermutation(rows()), (std::vector<std::size_t>{0, 1, 2, 3}));
+}
+
+// A strictly increasing first key decides the order alone (the typed pass); a repeat in it, a
+// NaN or a NULL leaves the order to all the keys.
+TEST(SortPermutation, AStrictlyIncreasingFirstKeyDecidesAlone) {
+  auto schema = *TableSchema::create(
+      {{"x", *DataType::parse("Float64")}, {"s", *DataType::parse("String")}}, {}, {"x", "s"});
+  auto block = [&](std::vector<double> x, std::vector<std::string> s) {
+    Block rows = schema.emptyBlock();
+    std::get<std::vector<double>>(rows.columns[0].values) = std::move(x);
+    std::get<std::vector<std::string>>(rows.columns[1].values) = std::move(s);
+    return rows;
+  };
+  using Order = std::vector<std::size_t>;
+  EXPECT_EQ(schema.sortPermutation(block({1, 2, 3}, {"c", "b", "a"})), (Order{0, 1, 2}));
+  EXPECT_EQ(schema.sortPermutation(block({1, 2, 2}, {"c", "b", "a"})), (Order{0, 2, 1}));
+  EXPECT_EQ(schema.sortPermutation(block({1, std::nan(""), 3}, {"a", "b", "c"})), (Order{0, 2, 1}));
+  EXPECT_EQ(schema.sortPermutation(block({3, 2, 1}, {"a", "b", "c"})), (Order{2, 1, 0}));
 }
 
 TEST(Hash128, IsStableAndLengthPrefixed) {

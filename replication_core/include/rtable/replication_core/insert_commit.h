@@ -128,7 +128,16 @@ class PendingInsert {
   const std::size_t max_part_rows_;
   InsertOptions options_;
   std::filesystem::path staging_prefix_;
-  std::vector<std::pair<std::string, Block>> buffers_;  // per partition, in first-seen order
+  // One partition's rows: the parsed blocks as they came, joined once (Block::concat) when the
+  // part is made.
+  struct PartitionRows {
+    std::string partition;
+    std::vector<Block> blocks;
+    std::size_t rows = 0;
+
+    Block take();
+  };
+  std::vector<PartitionRows> buffers_;  // in first-seen order
   std::vector<StagedBlock> blocks_;
   std::map<std::string, std::size_t> blocks_per_partition_;
   std::size_t rows_ = 0;
