@@ -61,15 +61,18 @@ class ClickHouseComparison : public ::testing::Test {
 
   // After a ZooKeeper restart ClickHouse reconnects on its own; wait until the table is writable.
   // An insert right after ZooKeeper's restart may still meet the table's expired session (18.16
-  // replaces it lazily, on a loaded machine seconds later): retried, as a client would. A retry
-  // of an insert that was committed after all is deduplicated.
+  // replaces it lazily, on a loaded machine seconds later), or the table read-only again while it
+  // does (code 242, seen once in CI after is_readonly had read 0): retried, as a client would. A
+  // retry of an insert that was committed after all is deduplicated.
   void insertAfterRestart(const std::string& sql) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (;;) {
       auto result = ch_->query(sql);
       if (result) return;
-      const bool expired = result.error().find("session has been expired") != std::string::npos;
-      if (!expired || std::chrono::steady_clock::now() > deadline) {
+      const bool reconnecting =
+          result.error().find("session has been expired") != std::string::npos ||
+          result.error().find("Table is in readonly mode") != std::string::npos;
+      if (!reconnecting || std::chrono::steady_clock::now() > deadline) {
         ADD_FAILURE() << sql << ": " << result.error();
         return;
       }
