@@ -63,6 +63,7 @@ struct Run {
   uint64_t acknowledged = 0;
   double seconds = 0;
   std::vector<double> latencies_ms;  // of acknowledged inserts
+  std::vector<double> slow_sent_s;   // when the inserts over 250 ms were sent, from the start
   std::map<int, uint64_t> errors;    // by HTTP status (0: no answer)
   int64_t log_entries = 0;
 
@@ -72,6 +73,20 @@ struct Run {
     std::sort(latencies_ms.begin(), latencies_ms.end());
     return latencies_ms[std::min(latencies_ms.size() - 1,
                                  static_cast<std::size_t>(p * latencies_ms.size()))];
+  }
+  // The slow inserts grouped by when they were sent (within half a second of each other):
+  // "at 0.0 s: 64" is a stall every client met at once.
+  std::string slowTimes() const {
+    std::vector<double> at = slow_sent_s;
+    std::sort(at.begin(), at.end());
+    std::string text;
+    for (std::size_t i = 0; i < at.size();) {
+      std::size_t j = i;
+      while (j < at.size() && at[j] - at[i] < 0.5) ++j;
+      text += fmt::format("{}at {:.1f} s: {}", text.empty() ? "" : ", ", at[i], j - i);
+      i = j;
+    }
+    return text.empty() ? "none" : text;
   }
   std::size_t slowerThan(double ms) const {
     return static_cast<std::size_t>(
@@ -99,12 +114,15 @@ Run hammer(const std::string& name, int port, const std::string& path, int clien
       KeepAliveClient client(name, port, path);
       client.setQuiet(true);
       std::vector<double> latencies;
+      std::vector<double> slow;
       std::map<int, uint64_t> errors;
       while (Clock::now() < deadline) {
         const auto sent = Clock::now();
         if (client.post(row(next_id++))) {
           latencies.push_back(
               std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
+          if (latencies.back() > 250)
+            slow.push_back(std::chrono::duration<double>(sent - start).count());
         } else {
           ++errors[client.lastStatus()];
           if (client.lastStatus() == 0) client.reconnect();
@@ -116,6 +134,7 @@ Run hammer(const std::string& name, int port, const std::string& path, int clien
       std::lock_guard lock(mu);
       run.acknowledged += latencies.size();
       run.latencies_ms.insert(run.latencies_ms.end(), latencies.begin(), latencies.end());
+      run.slow_sent_s.insert(run.slow_sent_s.end(), slow.begin(), slow.end());
       for (auto [status, n] : errors) run.errors[status] += n;
     });
   }
@@ -236,6 +255,7 @@ int main(int argc, char** argv) {
                c.percentile(1.0));
     fmt::print("{:<44} {:>14} {:>18}\n", "inserts slower than 250 ms (busy timeout + 50)",
                r.slowerThan(250), c.slowerThan(250));
+    fmt::print("rtable-core's inserts over 250 ms, by when they were sent: {}\n", r.slowTimes());
     fmt::print("{:<44} {:>14} {:>18}\n", "log entries (merges included)", r.log_entries,
                c.log_entries);
     fmt::print("{:<44} {:>14.1f} {:>18.1f}\n", "log entries per 1000 acknowledged inserts",

@@ -64,6 +64,9 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
                                          "Blocks skipped as duplicates of committed ones")),
       insert_errors(
           counter(r, l, removals_, "rtable_insert_errors_total", "Insert requests that failed")),
+      slow_insert_commits(counter(r, l, removals_, "rtable_slow_insert_commits_total",
+                                  "Parts whose insert commit took a second or more (each logged "
+                                  "with where the time went)")),
       async_insert_buffered_bytes(
           gauge(r, l, removals_, "rtable_async_insert_buffered_bytes",
                 "Bytes of async inserts waiting in the buffer or being flushed")),

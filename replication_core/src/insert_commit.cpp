@@ -16,6 +16,9 @@ namespace rtable::core {
 namespace fs = std::filesystem;
 namespace {
 
+// A commit this slow is logged with its time split (and counted).
+constexpr std::chrono::milliseconds kSlowCommit{1000};
+
 int64_t unixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -480,6 +483,8 @@ std::expected<InsertCommit::BlockCommitted, InsertError> InsertCommit::commitOne
     Keeper& keeper, StagedBlock& block, PartWrite& writing, std::size_t quorum, bool reserve) {
   NewPart& part = block.part;
   std::error_code ec;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point started = Clock::now();
   if (block.unwritten && !writing.valid()) {
     // Small: encoded in memory, where it stays until a checkpoint writes it out or a merge takes
     // it.
@@ -528,12 +533,14 @@ std::expected<InsertCommit::BlockCommitted, InsertError> InsertCommit::commitOne
     const PartName& name;
     ~EndCommit() { store.endCommit(name); }
   } end_commit{store_, name};
+  const Clock::time_point placed = Clock::now();
   // Durable here before the commit: once committed, a retry of this insert is deduplicated.
   if (auto durable = store_.makeDurable(name, part); !durable) {
     store_.discard(name, part);
     (void)keeper.remove(lock.path);
     return std::unexpected(localWriteError("making the part durable: " + durable.error()));
   }
+  const Clock::time_point durable = Clock::now();
   LogEntry entry;
   entry.type = LogEntry::Type::kGetPart;
   entry.create_time = unixNow();
@@ -544,6 +551,7 @@ std::expected<InsertCommit::BlockCommitted, InsertError> InsertCommit::commitOne
   const std::optional<std::string> reserve_data =
       reserve ? allocator_.startReserving(part.partition) : std::nullopt;
   auto committed = commitPart(keeper, paths_, entry, lock, reserve_data, block.more_dedup_ids);
+  const Clock::time_point answered = Clock::now();
   if (reserve_data) {
     allocator_.finishReserving(
         keeper.sessionId(), part.partition, *reserve_data,
@@ -553,6 +561,20 @@ std::expected<InsertCommit::BlockCommitted, InsertError> InsertCommit::commitOne
   if (committed) {
     worker_.rememberLogEntry(committed->log_entry_path, entry.format());
     worker_.publish(name, part.checksums, part.rows, part.image);
+    // Every insert waiting on this commit waited this long: where the time went, when it is
+    // long enough to be felt.
+    if (const auto took = Clock::now() - started; took >= kSlowCommit) {
+      auto ms = [](Clock::duration d) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+      };
+      spdlog::warn(
+          "slow insert commit of part {} ({} rows, {} inserts): {} ms: encoding, block number "
+          "and write {} ms, making it durable {} ms, ZooKeeper's answer to the commit {} ms, "
+          "publishing {} ms",
+          name.format(), part.rows, 1 + block.more_dedup_ids.size(), ms(took), ms(placed - started),
+          ms(durable - placed), ms(answered - durable), ms(Clock::now() - answered));
+      metrics_.slow_insert_commits.Increment();
+    }
     return BlockCommitted{name.format(), std::nullopt};
   }
   const CommitError& error = committed.error();

@@ -52,6 +52,7 @@ class ReplicaMetrics {
   prometheus::Counter& inserted_rows;
   prometheus::Counter& insert_deduplicated_blocks;
   prometheus::Counter& insert_errors;
+  prometheus::Counter& slow_insert_commits;
   // Async inserts (async_insert=1): what waits in the buffer now, how many inserts each flush
   // committed together (one part and one log entry per partition), the time from an insert's
   // arrival to its outcome, and inserts refused because the buffer was full (503).
