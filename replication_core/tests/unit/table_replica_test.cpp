@@ -165,6 +165,29 @@ TEST_F(TableReplicaTest, AnInsertIsVisibleAndARetryIsDeduplicated) {
   EXPECT_TRUE(fs::is_empty(dir_ / "staging"));
 }
 
+// A commit that takes a second or more is counted (and logged with its time split): here
+// ZooKeeper's answer to the commit multi (the one creating the log entry) is held 1.1 s.
+TEST_F(TableReplicaTest, ASlowCommitIsCounted) {
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 1}})));
+  EXPECT_EQ(metric("rtable_slow_insert_commits_total"), 0);
+  bool held = false;
+  hooks_->after = [&](const testing::KeeperCall& call) {
+    if (call.operation != "multi" || !call.ops) return;
+    for (const Op& op : *call.ops) {
+      const auto* create = std::get_if<op::Create>(&op);
+      if (create && create->path.starts_with(paths_.log() + "/log-")) {
+        held = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+        return;
+      }
+    }
+  };
+  ASSERT_TRUE(insert(rows({{"2026-12-01", 2}})));
+  hooks_->after = nullptr;
+  ASSERT_TRUE(held);
+  EXPECT_EQ(metric("rtable_slow_insert_commits_total"), 1);
+}
+
 TEST_F(TableReplicaTest, WithATokenTheTokenDecides) {
   ASSERT_TRUE(insert(rows({{"2026-12-01", 1}}), "batch-7"));
   auto same_token_other_rows = insert(rows({{"2026-12-01", 99}}), "batch-7");
