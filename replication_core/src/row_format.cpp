@@ -1449,14 +1449,15 @@ struct RowParser::State {
     return taken;
   }
 
-  // columnIndex for a key simdjson has not unescaped: equal when its raw bytes are the name's
-  // (column names are identifiers, TableSchema: nothing in them is escaped in JSON).
-  std::size_t rawColumnIndex(simdjson::ondemand::raw_json_string key) {
+  // The index of the column whose name `matches`, or sinks.size(). Keys mostly come in schema
+  // order: the one after the last match is tried first.
+  template <class Matches>
+  std::size_t findColumn(const Matches& matches) {
     const std::size_t n = sinks.size();
     for (std::size_t k = 0; k < n; ++k) {
       std::size_t i = key_hint + k;
       if (i >= n) i -= n;
-      if (key.unsafe_is_equal(sinks[i].spec->name)) {
+      if (matches(sinks[i].spec->name)) {
         key_hint = i + 1 == n ? 0 : i + 1;
         return i;
       }
@@ -1464,18 +1465,14 @@ struct RowParser::State {
     return n;
   }
 
-  // Keys mostly come in schema order: try the one after the last match first.
   std::size_t columnIndex(std::string_view key) {
-    const std::size_t n = sinks.size();
-    for (std::size_t k = 0; k < n; ++k) {
-      std::size_t i = key_hint + k;
-      if (i >= n) i -= n;
-      if (sinks[i].spec->name == key) {
-        key_hint = i + 1 == n ? 0 : i + 1;
-        return i;
-      }
-    }
-    return n;
+    return findColumn([&](const std::string& name) { return name == key; });
+  }
+
+  // For a key simdjson has not unescaped: equal when its raw bytes are the name's (column names
+  // are identifiers, TableSchema: nothing in them is escaped in JSON).
+  std::size_t rawColumnIndex(simdjson::ondemand::raw_json_string key) {
+    return findColumn([&](const std::string& name) { return key.unsafe_is_equal(name); });
   }
 
   // One JSON value into the column. Beyond plain JSON types, as ClickHouse reads them: numbers,
