@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +158,29 @@ double bulkRowsPerSecond(KeepAliveClient& client, const std::string& body, uint6
   return static_cast<double>(rows) / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// rtable-core's flushes by reason and inserts per flush, from its /metrics.
+std::string flushesText(const LocalReplica& replica) {
+  auto metrics = replica.metrics();
+  if (!metrics || metrics->status != 200) return "(no /metrics)";
+  std::string reasons;
+  double flushes = 0, inserts = 0;
+  std::istringstream lines(metrics->body);
+  for (std::string line; std::getline(lines, line);) {
+    const double value = std::strtod(line.substr(line.rfind(' ') + 1).c_str(), nullptr);
+    if (line.starts_with("rtable_async_insert_flushes_total{")) {
+      const auto at = line.find("reason=\"") + 8;
+      reasons += fmt::format("{}{} {:.0f}", reasons.empty() ? "" : ", ",
+                             line.substr(at, line.find('"', at) - at), value);
+    } else if (line.starts_with("rtable_async_insert_inserts_per_flush_sum")) {
+      inserts = value;
+    } else if (line.starts_with("rtable_async_insert_inserts_per_flush_count")) {
+      flushes = value;
+    }
+  }
+  return fmt::format("{} flushes ({}), {:.1f} inserts per flush", flushes, reasons,
+                     flushes > 0 ? inserts / flushes : 0);
+}
+
 std::string errorsText(const std::map<int, uint64_t>& errors) {
   std::string text;
   for (auto [status, n] : errors)
@@ -262,6 +286,7 @@ int main(int argc, char** argv) {
                r.entriesPerThousand(), c.entriesPerThousand());
     fmt::print("{:<44} {:>14} {:>18}\n", "failed attempts by HTTP status", errorsText(r.errors),
                errorsText(c.errors));
+    fmt::print("rtable-core's flushes: {}\n", flushesText(**replica));
   }
   if (bulk_rows > 0) {
     // Rounds alternate which server goes first; each round's rows are new (else a repeat would be

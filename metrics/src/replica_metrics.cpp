@@ -161,7 +161,7 @@ ReplicaMetrics::ReplicaMetrics(prometheus::Registry& r, const ReplicaLabels& l)
           prometheus::BuildCounter()
               .Name("rtable_async_insert_flushes_total")
               .Help("Flushes of the async insert buffer by reason (size, count, timeout, stale, "
-                    "forced: shutdown or a table swap's pause)")
+                    "burst, forced: shutdown or a table swap's pause)")
               .Register(r)) {
   log_counter_exhaustion_seconds.Set(std::numeric_limits<double>::infinity());
 }

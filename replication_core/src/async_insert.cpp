@@ -19,6 +19,8 @@ std::string flushReasonName(FlushReason reason) {
       return "timeout";
     case FlushReason::kStale:
       return "stale";
+    case FlushReason::kBurst:
+      return "burst";
     case FlushReason::kForced:
       return "forced";
   }
@@ -110,6 +112,8 @@ std::expected<std::shared_ptr<AsyncInsertTicket>, InsertError> AsyncInsertQueue:
       seal(key, FlushReason::kSize);
     } else if (batch.entries.size() >= settings_.max_query_number) {
       seal(key, FlushReason::kCount);
+    } else if (burstComplete(key, batch, batch.last)) {
+      seal(key, FlushReason::kBurst);
     }
     updateGauges();
   }
@@ -124,6 +128,40 @@ void AsyncInsertQueue::seal(const std::string& key, FlushReason reason) {
   open_.erase(it);
 }
 
+std::size_t AsyncInsertQueue::expectedBurst(const std::string& key,
+                                            std::chrono::steady_clock::time_point now) {
+  auto it = bursts_.find(key);
+  if (it == bursts_.end()) return 0;
+  Bursts& bursts = it->second;
+  constexpr auto kSecond = std::chrono::seconds(1);
+  if (now - bursts.since >= 2 * kSecond) {
+    bursts_.erase(it);
+    return 0;
+  }
+  if (now - bursts.since >= kSecond) {
+    bursts.previous = bursts.current;
+    bursts.current = 0;
+    bursts.since += kSecond;
+  }
+  return std::max(bursts.current, bursts.previous);
+}
+
+void AsyncInsertQueue::noteBurst(const std::string& key, std::size_t inserts,
+                                 std::chrono::steady_clock::time_point now) {
+  expectedBurst(key, now);  // moves the seconds on
+  auto [it, added] = bursts_.try_emplace(key, Bursts{now});
+  it->second.current = std::max(it->second.current, inserts);
+}
+
+bool AsyncInsertQueue::burstComplete(const std::string& key, const Batch& batch,
+                                     std::chrono::steady_clock::time_point now) {
+  // While a flush runs the batch goes on gathering: sealing it now would only make it wait
+  // for the flusher in sealed_ while the next inserts start a batch of their own.
+  if (flushing_ || settings_.stale_timeout.count() == 0) return false;
+  const std::size_t expected = expectedBurst(key, now);
+  return expected > 0 && batch.entries.size() >= expected;
+}
+
 std::optional<std::chrono::steady_clock::time_point> AsyncInsertQueue::sealDue(
     std::chrono::steady_clock::time_point now) {
   std::optional<std::chrono::steady_clock::time_point> next;
@@ -136,6 +174,9 @@ std::optional<std::chrono::steady_clock::time_point> AsyncInsertQueue::sealDue(
       due.emplace_back(key, FlushReason::kTimeout);
     } else if (settings_.stale_timeout.count() > 0 && now >= batch.last + settings_.stale_timeout) {
       due.emplace_back(key, FlushReason::kStale);
+      noteBurst(key, batch.entries.size(), now);
+    } else if (burstComplete(key, batch, now)) {
+      due.emplace_back(key, FlushReason::kBurst);
     } else {
       auto at = by_age;
       if (settings_.stale_timeout.count() > 0)
@@ -154,9 +195,11 @@ void AsyncInsertQueue::flusherLoop() {
     if (!sealed_.empty()) {
       Sealed sealed = std::move(sealed_.front());
       sealed_.pop_front();
+      flushing_ = true;
       lock.unlock();
       flush(std::move(sealed));
       lock.lock();
+      flushing_ = false;
       flushed_.notify_all();
       continue;
     }
@@ -187,6 +230,14 @@ void AsyncInsertQueue::flush(Sealed sealed) {
   std::vector<std::size_t> piece_rows;
   for (const auto& piece : pieces) piece_rows.push_back(piece.rows.rows());
   const std::vector<PieceOutcome> outcomes = commit_(std::move(pieces), batch.options);
+  {
+    // The rows left with the commit; counted out before the answers go so that a client's next
+    // insert does not find them still buffered.
+    std::lock_guard lock(mu_);
+    buffered_bytes_ -= batch.bytes;
+    buffered_inserts_ -= batch.entries.size();
+    updateGauges();
+  }
   metrics_.asyncInsertFlushes(flushReasonName(sealed.reason)).Increment();
   metrics_.async_insert_inserts_per_flush.Observe(static_cast<double>(batch.entries.size()));
 
@@ -237,10 +288,6 @@ void AsyncInsertQueue::flush(Sealed sealed) {
     entry.ticket->deliver(std::move(outcome));
     entry.hold.reset();
   }
-  std::lock_guard lock(mu_);
-  buffered_bytes_ -= batch.bytes;
-  buffered_inserts_ -= batch.entries.size();
-  updateGauges();
 }
 
 void AsyncInsertQueue::updateGauges() {

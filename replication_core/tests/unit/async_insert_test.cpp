@@ -31,6 +31,8 @@ class AsyncInsertQueueTest : public ::testing::Test {
         settings,
         [this](std::vector<InsertPiece> pieces, const InsertOptions&) {
           std::unique_lock lock(mu_);
+          ++commits_entered_;
+          gate_cv_.notify_all();
           gate_cv_.wait(lock, [this] { return open_gate_; });
           std::vector<std::string> ids;
           std::vector<PieceOutcome> outcomes;
@@ -77,6 +79,11 @@ class AsyncInsertQueueTest : public ::testing::Test {
     }
     gate_cv_.notify_all();
   }
+  // Waits until `n` commits have begun (a closed gate holds them there).
+  void awaitCommits(int n) {
+    std::unique_lock lock(mu_);
+    gate_cv_.wait(lock, [&] { return commits_entered_ >= n; });
+  }
   std::string metricsText() { return prometheus::TextSerializer().Serialize(registry_.Collect()); }
 
   TableSchema schema_;
@@ -86,6 +93,7 @@ class AsyncInsertQueueTest : public ::testing::Test {
   std::mutex mu_;
   std::condition_variable gate_cv_;
   bool open_gate_ = true;
+  int commits_entered_ = 0;
   std::vector<std::vector<std::string>> batches_;
   std::set<std::string> duplicates_;
   std::set<std::string> failing_;
@@ -142,6 +150,63 @@ TEST_F(AsyncInsertQueueTest, ABurstIsFlushedOnceNoInsertCameForTheStaleTimeout) 
   auto b = enqueue("b");
   EXPECT_EQ(a->wait().reason, FlushReason::kStale);
   EXPECT_EQ(batches(), (std::vector<std::vector<std::string>>{{"a", "b"}}));
+}
+
+// The stale timeout is long here, so that a flush by it or before it tells which rule acted.
+AsyncInsertSettings staleAfterOneSecond() {
+  AsyncInsertSettings settings = neverByTime();
+  settings.stale_timeout = 1s;
+  return settings;
+}
+
+TEST_F(AsyncInsertQueueTest, ABurstAsLargeAsTheLastOneIsFlushedWithoutWaitingForTheStaleTimeout) {
+  start(staleAfterOneSecond());
+  auto a = enqueue("a");
+  auto b = enqueue("b");
+  auto c = enqueue("c");
+  EXPECT_EQ(a->wait().reason, FlushReason::kStale);  // the first burst: its size is not known
+  // The same clients come back: once the third is in, nobody else is expected.
+  auto d = enqueue("d");
+  auto e = enqueue("e");
+  EXPECT_FALSE(d->done());
+  auto f = enqueue("f");
+  const auto& outcome = d->wait();
+  EXPECT_EQ(outcome.reason, FlushReason::kBurst);
+  EXPECT_EQ(outcome.inserts_in_flush, 3u);
+  EXPECT_EQ(batches(), (std::vector<std::vector<std::string>>{{"a", "b", "c"}, {"d", "e", "f"}}));
+  EXPECT_NE(
+      metricsText().find("rtable_async_insert_flushes_total{generation=\"1\",reason=\"burst\""),
+      std::string::npos);
+}
+
+TEST_F(AsyncInsertQueueTest, ABurstGoesOnGatheringWhileAFlushRuns) {
+  start(staleAfterOneSecond());
+  enqueue("a");
+  enqueue("b")->wait();  // a burst of two, ended by the stale timeout
+  setGate(false);
+  auto c = enqueue("c");
+  enqueue("d");  // a whole burst: flushed, and its commit held
+  awaitCommits(2);
+  // Two more are as many as a burst, but the flusher is busy: they wait for it with the next.
+  auto e = enqueue("e");
+  auto f = enqueue("f");
+  auto g = enqueue("g");
+  setGate(true);
+  EXPECT_EQ(c->wait().reason, FlushReason::kBurst);
+  const auto& outcome = e->wait();
+  EXPECT_EQ(outcome.reason, FlushReason::kBurst);  // due at once when the flusher came back
+  EXPECT_EQ(batches(),
+            (std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "d"}, {"e", "f", "g"}}));
+}
+
+TEST_F(AsyncInsertQueueTest, ABurstSizeIsForgottenTwoSecondsAfterTheLastStaleFlush) {
+  AsyncInsertSettings settings = neverByTime();
+  settings.stale_timeout = 200ms;
+  start(settings);
+  enqueue("a")->wait();  // a burst of one
+  std::this_thread::sleep_for(2100ms);
+  auto b = enqueue("b");
+  EXPECT_EQ(b->wait().reason, FlushReason::kStale);
 }
 
 TEST_F(AsyncInsertQueueTest, TheOldestInsertWaitsNoLongerThanTheBusyTimeout) {

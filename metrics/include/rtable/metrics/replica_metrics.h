@@ -61,7 +61,8 @@ class ReplicaMetrics {
   prometheus::Histogram& async_insert_inserts_per_flush;
   prometheus::Histogram& async_insert_wait_seconds;
   prometheus::Counter& async_insert_rejected;
-  // Flushes by reason: size, count, timeout, stale, forced (shutdown, a table swap's pause).
+  // Flushes by reason: size, count, timeout, stale, burst, forced (shutdown, a table swap's
+  // pause).
   prometheus::Counter& asyncInsertFlushes(const std::string& reason);
   prometheus::Gauge& parts;
   prometheus::Counter& merges;

@@ -12,11 +12,18 @@
 //
 // A batch is flushed when it holds max_data_size bytes of values or max_query_number inserts,
 // when its oldest insert has waited busy_timeout, when no insert came for stale_timeout (a burst
-// is over), or when asked (shutdown, a table swap's pause). With wait (wait_for_async_insert=1,
-// the default) the client is answered once its rows are committed and durable; without, at once:
-// a crash or a failed commit then loses rows the client was told were queued. Inserts with
-// different quorum settings go to different batches. Past max_buffered_bytes (buffered and being
-// flushed) an insert is refused (kOverloaded: 503 with Retry-After), so memory stays bounded.
+// is over), or when asked (shutdown, a table swap's pause). With the stale timeout on, a batch is
+// also flushed as soon as it holds as many inserts as the largest burst that ended by the stale
+// timeout in the last second or two, if no flush is running: clients that each wait for their
+// answer before sending again (the usual client) come back as one burst of the same size, and
+// waiting for the stale timeout after the last of them has arrived only adds latency. Only
+// stale-ended bursts set that size, so a steady stream (flushed by count or age) is not cut
+// into smaller batches, and the size is forgotten two seconds after the last such burst. With wait
+// (wait_for_async_insert=1, the default) the client is answered once its rows are committed and
+// durable; without, at once: a crash or a failed commit then loses rows the client was told were
+// queued. Inserts with different quorum settings go to different batches. Past max_buffered_bytes
+// (buffered and being flushed) an insert is refused (kOverloaded: 503 with Retry-After), so memory
+// stays bounded.
 //
 // Thread safety: every public method may be called from any thread.
 #pragma once
@@ -43,7 +50,8 @@ namespace rtable::core {
 
 // Why a batch was flushed (the metric's reason label); kForced: flushNow or stop (a table swap's
 // pause, shutdown).
-enum class FlushReason { kSize, kCount, kTimeout, kStale, kForced };
+// kBurst: as many inserts as the recent stale-ended bursts held (see above).
+enum class FlushReason { kSize, kCount, kTimeout, kStale, kBurst, kForced };
 std::string flushReasonName(FlushReason reason);
 
 // One queued insert's outcome, for the client that waits for it.
@@ -115,6 +123,19 @@ class AsyncInsertQueue {
     Batch batch;
     FlushReason reason;
   };
+  // The largest stale-ended burst of one batch key in the current and the previous second.
+  struct Bursts {
+    std::chrono::steady_clock::time_point since;
+    std::size_t current = 0;
+    std::size_t previous = 0;
+  };
+  // The inserts a burst of `key` is expected to hold, 0 when none ended lately (mu_ held).
+  std::size_t expectedBurst(const std::string& key, std::chrono::steady_clock::time_point now);
+  void noteBurst(const std::string& key, std::size_t inserts,
+                 std::chrono::steady_clock::time_point now);
+  // Whether the open batch of `key` holds a whole burst and the flusher is free (mu_ held).
+  bool burstComplete(const std::string& key, const Batch& batch,
+                     std::chrono::steady_clock::time_point now);
   // Moves the batch of `key` to sealed_ (mu_ held).
   void seal(const std::string& key, FlushReason reason);
   // Seals the batches that are due; the earliest time another one will be (mu_ held).
@@ -135,6 +156,8 @@ class AsyncInsertQueue {
   std::deque<Sealed> sealed_;
   std::size_t buffered_bytes_ = 0;    // open, sealed and flushing
   std::size_t buffered_inserts_ = 0;  // the same
+  std::map<std::string, Bursts> bursts_;
+  bool flushing_ = false;
   bool flush_all_ = false;
   bool stopping_ = false;
   std::thread flusher_;
