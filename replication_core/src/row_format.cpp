@@ -1666,7 +1666,8 @@ struct ParallelRowParser::Impl {
   void dispatch(std::size_t end) {
     // The buffer becomes the segment; the few bytes after `end` start the next one.
     auto text = std::make_shared<std::string>(std::move(buffer));
-    buffer.assign(*text, end);
+    buffer = freshBuffer();
+    buffer.append(*text, end);
     text->resize(end);
     // JSON: white space after the last row, which simdjson may read past the text's end
     // (RowParser then reads the segment in place).
@@ -1683,6 +1684,14 @@ struct ParallelRowParser::Impl {
     }
     in_flight.push_back(std::move(flight));
     ++segments;
+  }
+
+  // Room for a segment, the chunk that completes it and simdjson's padding: the buffer is never
+  // copied to grow, nor to take the padding.
+  std::string freshBuffer() const {
+    std::string fresh;
+    fresh.reserve(segment_bytes + segment_bytes / 4 + simdjson::SIMDJSON_PADDING);
+    return fresh;
   }
 
   // Hands over finished segments in order; with `all`, waits for every one.
@@ -1739,6 +1748,12 @@ struct ParallelRowParser::Impl {
     if (serial) return feedSerial(chunk, on_block);
     if (cut_at_line_breaks) {
       const std::size_t before = buffer.size();
+      // A small insert keeps a small buffer; one past 64 KiB gets a segment's room at once.
+      if (before + chunk.size() > (64 << 10) && buffer.capacity() < segment_bytes) {
+        std::string room = freshBuffer();
+        room.append(buffer);
+        buffer = std::move(room);
+      }
       buffer.append(chunk);
       if (buffer.size() >= segment_bytes) {
         // The last line break, looked for in what came now (the bytes before had none).
