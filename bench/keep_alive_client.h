@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace rtable::bench {
 
@@ -40,16 +41,13 @@ class KeepAliveClient {
     last_status_ = 0;
     last_body_.clear();
     if (fd_ < 0 && !connectSocket()) return false;
-    std::string request = fmt::format(
+    const std::string head = fmt::format(
         "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: "
         "keep-alive\r\n\r\n",
         insert_path_, body.size());
-    request += body;
-    for (std::size_t sent = 0; sent < request.size();) {
-      const ssize_t n = send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return fail("send failed");
-      sent += static_cast<std::size_t>(n);
-    }
+    // Head and body as they are: a copy of an 83 MB body into one request string cost the
+    // client tens of milliseconds inside the timed insert, the same for both servers.
+    if (!sendAll(head, MSG_MORE) || !sendAll(body, 0)) return fail("send failed");
     // Status line and headers, then a Content-Length body or a chunked one.
     std::size_t header_end;
     while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
@@ -94,6 +92,14 @@ class KeepAliveClient {
   }
 
  private:
+  bool sendAll(std::string_view bytes, int flags) {
+    for (std::size_t sent = 0; sent < bytes.size();) {
+      const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | flags);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
   bool connectSocket() {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;

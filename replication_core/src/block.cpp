@@ -285,6 +285,26 @@ std::string formatDateTime(uint32_t seconds) {
 
 std::expected<uint16_t, std::string> parseDate(std::string_view text) {
   // YYYY-MM-DD, from 1970-01-01 to 2149-06-06 (ClickHouse's Date range, UInt16 days).
+  // Eight digits in place first, without a call per field (a bulk insert parses a date per
+  // row); anything else takes the checks below, which name what is wrong.
+  if (text.size() == 10 && text[4] == '-' && text[7] == '-') {
+    unsigned digit[10] = {};
+    bool digits = true;
+    for (const int i : {0, 1, 2, 3, 5, 6, 8, 9}) {
+      digit[i] = static_cast<unsigned>(static_cast<unsigned char>(text[i]) - '0');
+      digits &= digit[i] <= 9;
+    }
+    if (digits) {
+      const std::chrono::year_month_day ymd{
+          std::chrono::year{
+              static_cast<int>(digit[0] * 1000 + digit[1] * 100 + digit[2] * 10 + digit[3])},
+          std::chrono::month{digit[5] * 10 + digit[6]}, std::chrono::day{digit[8] * 10 + digit[9]}};
+      if (ymd.ok()) {
+        const auto days = std::chrono::sys_days{ymd}.time_since_epoch().count();
+        if (days >= 0 && days <= 65535) return static_cast<uint16_t>(days);
+      }
+    }
+  }
   if (text.size() != 10 || text[4] != '-' || text[7] != '-') {
     return std::unexpected(fmt::format("'{}' is not a date YYYY-MM-DD", text));
   }

@@ -163,8 +163,9 @@ std::optional<uint8_t> parseBoolText(std::string_view text) {
 
 struct ColumnSink {
   const ColumnSpec* spec = nullptr;
-  std::string base_type;   // "UInt8" also for Nullable(UInt8): errors name the value's type
-  void* values = nullptr;  // std::vector<T>* of the column's storage type
+  std::string base_type;    // "UInt8" also for Nullable(UInt8): errors name the value's type
+  std::string quoted_name;  // the name and the closing quote, as a raw JSON key ends
+  void* values = nullptr;   // std::vector<T>* of the column's storage type
   std::vector<uint8_t>* null_map = nullptr;
 
   template <class T>
@@ -852,6 +853,7 @@ struct RowParser::State {
     for (std::size_t i = 0; i < columns.size(); ++i) {
       sinks[i].spec = &columns[i];
       sinks[i].base_type = DataType{columns[i].type.id, false}.name();
+      sinks[i].quoted_name = columns[i].name + '"';
     }
     seen.resize(columns.size());
     startBlock();
@@ -1457,7 +1459,7 @@ struct RowParser::State {
     for (std::size_t k = 0; k < n; ++k) {
       std::size_t i = key_hint + k;
       if (i >= n) i -= n;
-      if (matches(sinks[i].spec->name)) {
+      if (matches(sinks[i])) {
         key_hint = i + 1 == n ? 0 : i + 1;
         return i;
       }
@@ -1466,13 +1468,22 @@ struct RowParser::State {
   }
 
   std::size_t columnIndex(std::string_view key) {
-    return findColumn([&](const std::string& name) { return name == key; });
+    return findColumn([&](const ColumnSink& sink) { return sink.spec->name == key; });
   }
 
   // For a key simdjson has not unescaped: equal when its raw bytes are the name's (column names
   // are identifiers, TableSchema: nothing in them is escaped in JSON).
   std::size_t rawColumnIndex(simdjson::ondemand::raw_json_string key) {
-    return findColumn([&](const std::string& name) { return key.unsafe_is_equal(name); });
+    // raw_json_string::unsafe_is_equal's reads (the name's bytes, then the quote), compared
+    // inline: a memcmp call per key was 4% of a bulk insert's time.
+    const char* raw = key.raw();
+    return findColumn([&](const ColumnSink& sink) {
+      const std::string& quoted = sink.quoted_name;
+      for (std::size_t i = 0; i < quoted.size(); ++i) {
+        if (raw[i] != quoted[i]) return false;
+      }
+      return true;
+    });
   }
 
   // One JSON value into the column. Beyond plain JSON types, as ClickHouse reads them: numbers,

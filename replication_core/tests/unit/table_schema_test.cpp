@@ -42,6 +42,24 @@ TEST(Dates, ParseAndFormatLikeClickHouse) {
   EXPECT_FALSE(parseDateTime("2026-12-01 24:00:00"));
 }
 
+TEST(Dates, EveryDateOfTheRangeParsesBackAndNothingOutside) {
+  for (uint32_t days = 0; days <= 65535; ++days) {
+    const auto parsed = parseDate(formatDate(static_cast<uint16_t>(days)));
+    ASSERT_TRUE(parsed) << formatDate(static_cast<uint16_t>(days));
+    ASSERT_EQ(*parsed, days);
+  }
+  for (const char* bad :
+       {"1969-12-31", "0000-01-01", "2026-00-10", "2026-13-01", "2026-04-31", "2025-02-29",
+        "2026-12-0x", "2026/12/01", "+026-12-01", "-026-12-01", "2026-12-01 "}) {
+    const auto parsed = parseDate(bad);
+    EXPECT_FALSE(parsed) << bad;
+    if (!parsed) {
+      EXPECT_NE(parsed.error().find(std::string(bad).substr(0, 10)), std::string::npos);
+    }
+  }
+  EXPECT_EQ(parseDate("2024-02-29"), 19782);
+}
+
 TEST(TableSchema, ValidationNamesTheColumn) {
   const std::vector<ColumnSpec> columns = {
       {"d", type("Date")}, {"n", type("Nullable(UInt8)")}, {"s", type("String")}};
