@@ -26,6 +26,8 @@ std::string_view keeperCodeName(KeeperCode code) {
       return "no children for ephemerals";
     case KeeperCode::kBadArguments:
       return "bad arguments";
+    case KeeperCode::kNoAuth:
+      return "not authorized (the node's ACL does not grant this session's credential)";
     case KeeperCode::kRuntimeInconsistency:
       return "runtime inconsistency";
     case KeeperCode::kOther:

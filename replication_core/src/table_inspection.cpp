@@ -15,10 +15,16 @@ std::string_view statusOf(const SequentialCounter& counter, const HeadroomThresh
 
 KeeperStatus walk(Keeper& keeper, const std::string& path, int depth_left, bool is_root,
                   std::vector<TableCounterReport>& out) {
+  auto refused = [&](const KeeperError& error) {
+    if (error.code != KeeperCode::kNoAuth) return false;
+    out.push_back(TableCounterReport{path, {}, std::nullopt});
+    return true;
+  };
   auto listed = keeper.children(path);
   if (!listed) {
     // A node removed while we walk is not an error, unless it is the root the user named.
     if (listed.error().code == KeeperCode::kNoNode && !is_root) return {};
+    if (!is_root && refused(listed.error())) return {};
     return std::unexpected(listed.error());
   }
   const auto& names = listed->names;
@@ -26,8 +32,10 @@ KeeperStatus walk(Keeper& keeper, const std::string& path, int depth_left, bool 
                         std::ranges::find(names, "replicas") != names.end();
   if (is_table) {
     auto counter = SequentialCounter::read(keeper, joinPath(path, "log"), "log-");
+    if (!counter && refused(counter.error())) return {};
     if (!counter) return std::unexpected(counter.error());
     auto replicas = keeper.children(joinPath(path, "replicas"));
+    if (!replicas && refused(replicas.error())) return {};
     if (!replicas) return std::unexpected(replicas.error());
     std::ranges::sort(replicas->names);
     out.push_back(TableCounterReport{path, std::move(replicas->names), *counter});
@@ -63,9 +71,14 @@ std::string formatReportsAsTable(const std::vector<TableCounterReport>& reports,
   std::string text = fmt::format(kRow, "TABLE", path_width, "REPLICAS", "LOG_MAX_INDEX", "COUNTER",
                                  "HEADROOM", "ENTRIES_LEFT", "STATUS");
   for (const auto& r : reports) {
-    text += fmt::format(kRow, r.path, path_width, r.replicas.size(), r.log.maxIndex(),
-                        r.log.counter(), fmt::format("{:.3f}%", r.log.headroomRatio() * 100.0),
-                        r.log.createsLeft(), statusOf(r.log, threshold));
+    if (!r.log) {
+      text += fmt::format(kRow, r.path, path_width, "-", "-", "-", "-", "-",
+                          "NO_ACCESS (its ACL: --zookeeper-credentials)");
+      continue;
+    }
+    text += fmt::format(kRow, r.path, path_width, r.replicas.size(), r.log->maxIndex(),
+                        r.log->counter(), fmt::format("{:.3f}%", r.log->headroomRatio() * 100.0),
+                        r.log->createsLeft(), statusOf(*r.log, threshold));
   }
   if (reports.empty()) text += "(no replicated tables)\n";
   return text;
@@ -76,15 +89,20 @@ std::string formatReportsAsJson(const std::string& root,
                                 const HeadroomThreshold& threshold) {
   nlohmann::json tables = nlohmann::json::array();
   for (const auto& r : reports) {
+    if (!r.log) {
+      tables.push_back({{"path", r.path}, {"readable", false}});
+      continue;
+    }
     tables.push_back({
         {"path", r.path},
+        {"readable", true},
         {"replicas", r.replicas},
-        {"log_max_index", r.log.maxIndex()},
-        {"log_counter", r.log.counter()},
-        {"creates_left", r.log.createsLeft()},
-        {"headroom_ratio", r.log.headroomRatio()},
-        {"exhausted", r.log.exhausted()},
-        {"below_threshold", threshold.isBelow(r.log)},
+        {"log_max_index", r.log->maxIndex()},
+        {"log_counter", r.log->counter()},
+        {"creates_left", r.log->createsLeft()},
+        {"headroom_ratio", r.log->headroomRatio()},
+        {"exhausted", r.log->exhausted()},
+        {"below_threshold", threshold.isBelow(*r.log)},
     });
   }
   nlohmann::json doc = {

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "rtable/common/secret_file.h"
+
 namespace rtable::core {
 namespace {
 
@@ -84,6 +86,13 @@ class Fields {
   std::set<std::string> seen_;
 };
 
+// A secret from a file (a mounted Secret's key); `field` names the spec field in errors.
+std::string readSecretFile(const std::string& field, const std::filesystem::path& file) {
+  auto secret = common::readSecretFile(file);
+  if (!secret) throw SpecError{fmt::format("{}: {}", field, secret.error())};
+  return *secret;
+}
+
 TableSpec parse(const YAML::Node& root) {
   Fields spec(root, "");
   TableSpec result;
@@ -138,6 +147,13 @@ TableSpec parse(const YAML::Node& root) {
   }
   result.zookeeper_session_timeout = std::chrono::milliseconds(zookeeper.number<int64_t>(
       "sessionTimeoutMs", result.zookeeper_session_timeout.count(), 1000, 600000));
+  if (zookeeper.has("credentialsDir")) {
+    result.zookeeper_credentials_dir = zookeeper.string("credentialsDir");
+    result.zookeeper_user =
+        readSecretFile("zookeeper.credentialsDir", result.zookeeper_credentials_dir / "username");
+    result.zookeeper_password =
+        readSecretFile("zookeeper.credentialsDir", result.zookeeper_credentials_dir / "password");
+  }
   zookeeper.rejectUnknown();
 
   Fields replica(spec.node("replica"), "replica");
@@ -160,21 +176,9 @@ TableSpec parse(const YAML::Node& root) {
   if (spec.has("replication")) {
     Fields replication(spec.node("replication"), "replication");
     if (replication.has("secretFile")) {
-      const std::string file = replication.string("secretFile");
-      result.interserver_secret_file = file;
-      std::ifstream in(file);
-      std::stringstream text;
-      if (in) text << in.rdbuf();
-      if (!in) throw SpecError{fmt::format("replication.secretFile: cannot read '{}'", file)};
-      result.interserver_secret = text.str();
-      // A Secret's file often ends with a newline that is not part of the secret.
-      while (!result.interserver_secret.empty() && (result.interserver_secret.back() == '\n' ||
-                                                    result.interserver_secret.back() == '\r')) {
-        result.interserver_secret.pop_back();
-      }
-      if (result.interserver_secret.empty()) {
-        throw SpecError{fmt::format("replication.secretFile: '{}' is empty", file)};
-      }
+      result.interserver_secret_file = replication.string("secretFile");
+      result.interserver_secret =
+          readSecretFile("replication.secretFile", result.interserver_secret_file);
     }
     result.fetch_threads =
         replication.number<std::size_t>("fetchThreads", result.fetch_threads, 1, 64);
@@ -286,6 +290,9 @@ std::string TableSpec::formatYaml() const {
   out << YAML::Key << "connect" << YAML::Value << zookeeper_connect;
   out << YAML::Key << "root" << YAML::Value << zookeeper_root;
   out << YAML::Key << "sessionTimeoutMs" << YAML::Value << zookeeper_session_timeout.count();
+  if (!zookeeper_credentials_dir.empty()) {
+    out << YAML::Key << "credentialsDir" << YAML::Value << zookeeper_credentials_dir.string();
+  }
   out << YAML::EndMap;
   out << YAML::Key << "replica" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << replica;
@@ -351,6 +358,11 @@ std::string TableSpec::metadataText() const {
   for (const auto& c : schema.orderBy()) text += " " + c;
   text += "\n";
   return text;
+}
+
+std::vector<ZooKeeperDigest> TableSpec::zookeeperDigests() const {
+  if (zookeeper_user.empty()) return {};
+  return {ZooKeeperDigest{zookeeper_user, zookeeper_password, tableRoot()}};
 }
 
 }  // namespace rtable::core

@@ -1,14 +1,18 @@
 #include "rtable/replication_core/zookeeper_client.h"
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 #include <zookeeper/zookeeper.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <set>
+
+#include "rtable/common/base64.h"
 
 namespace rtable::core {
 namespace {
@@ -42,6 +46,8 @@ KeeperCode toKeeperCode(int rc) {
       return KeeperCode::kNoChildrenForEphemerals;
     case ZBADARGUMENTS:
       return KeeperCode::kBadArguments;
+    case ZNOAUTH:
+      return KeeperCode::kNoAuth;
     case ZRUNTIMEINCONSISTENCY:
       return KeeperCode::kRuntimeInconsistency;
     default:
@@ -80,6 +86,32 @@ std::size_t createdPathCapacity(const std::string& path) {
 
 constexpr int kServersResolutionDelayMs = 30'000;
 
+// The ACL a digest identity puts on the nodes of its subtree: everything, for it alone. The
+// strings live as long as the client: the C structs point into them.
+struct SubtreeAcl {
+  std::string subtree;
+  std::string scheme = "digest";
+  std::string id;
+  struct ::ACL entry{};
+  struct ACL_vector acl{};
+
+  SubtreeAcl(const ZooKeeperDigest& digest)
+      : subtree(digest.subtree), id(digestAclId(digest.user, digest.password)) {
+    entry.perms = ZOO_PERM_ALL;
+    entry.id.scheme = scheme.data();
+    entry.id.id = id.data();
+    acl.count = 1;
+    acl.data = &entry;
+  }
+  SubtreeAcl(const SubtreeAcl&) = delete;
+  SubtreeAcl& operator=(const SubtreeAcl&) = delete;
+
+  bool holds(const std::string& path) const {
+    return path.starts_with(subtree) &&
+           (path.size() == subtree.size() || path[subtree.size()] == '/' || subtree == "/");
+  }
+};
+
 class ZooKeeperClientImpl;
 
 // One registered watch. The C client calls it once for its node event, and for every session
@@ -91,7 +123,10 @@ struct WatchContext {
 
 class ZooKeeperClientImpl final : public ZooKeeperClient {
  public:
-  explicit ZooKeeperClientImpl(ZooKeeperConfig config) : config_(std::move(config)) {}
+  explicit ZooKeeperClientImpl(ZooKeeperConfig config) : config_(std::move(config)) {
+    for (const auto& digest : config_.digests)
+      subtree_acls_.push_back(std::make_unique<SubtreeAcl>(digest));
+  }
 
   ~ZooKeeperClientImpl() override {
     if (handle_) zookeeper_close(handle_);
@@ -128,7 +163,53 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
                                   config_.connect_string, config_.connect_timeout.count()),
                       {}});
     }
+    lock.unlock();
+    return addAuth();
+  }
+
+  // Adds every digest identity to the session before its first request.
+  KeeperStatus addAuth() {
+    for (const auto& digest : config_.digests) {
+      const std::string credential = digest.user + ":" + digest.password;
+      std::promise<int> answered;
+      auto answer = answered.get_future();
+      const int rc = zoo_add_auth(
+          handle_, "digest", credential.data(), static_cast<int>(credential.size()),
+          [](int rc, const void* data) {
+            static_cast<std::promise<int>*>(const_cast<void*>(data))->set_value(rc);
+          },
+          &answered);
+      if (rc != ZOK) return std::unexpected(toError(rc, digest.subtree));
+      if (answer.wait_for(config_.connect_timeout) != std::future_status::ready) {
+        // The completion still points at `answered`: it must not outlive this frame.
+        zookeeper_close(handle_);
+        handle_ = nullptr;
+        return std::unexpected(KeeperError{
+            KeeperCode::kConnectionLoss,
+            digest.subtree,
+            fmt::format("ZooKeeper did not answer the authentication of '{}' within {} ms",
+                        digest.user, config_.connect_timeout.count()),
+            {}});
+      }
+      if (const int added = answer.get(); added != ZOK) {
+        return std::unexpected(KeeperError{
+            KeeperCode::kOther,
+            digest.subtree,
+            fmt::format("authentication of '{}' refused: {}", digest.user, zerror(added)),
+            {}});
+      }
+    }
     return {};
+  }
+
+  // The ACL for a node created at `path`: the deepest subtree's identity, else open to all.
+  struct ACL_vector* aclFor(const std::string& path) const {
+    const SubtreeAcl* best = nullptr;
+    for (const auto& acl : subtree_acls_) {
+      if (acl->holds(path) && (!best || acl->subtree.size() > best->subtree.size()))
+        best = acl.get();
+    }
+    return best ? &const_cast<SubtreeAcl*>(best)->acl : &ZOO_OPEN_ACL_UNSAFE;
   }
 
   KeeperResult<GetResult> get(const std::string& path, WatchCallback watch) override {
@@ -248,9 +329,9 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   KeeperResult<std::string> create(const std::string& path, const std::string& data,
                                    CreateMode mode) override {
     std::string created(createdPathCapacity(path), '\0');
-    const int rc = zoo_create(handle_, path.c_str(), data.data(), static_cast<int>(data.size()),
-                              &ZOO_OPEN_ACL_UNSAFE, toZooMode(mode), created.data(),
-                              static_cast<int>(created.size()));
+    const int rc =
+        zoo_create(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), aclFor(path),
+                   toZooMode(mode), created.data(), static_cast<int>(created.size()));
     if (rc != ZOK) return std::unexpected(toError(rc, path));
     created.resize(std::strlen(created.c_str()));
     return created;
@@ -311,9 +392,8 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
             if constexpr (std::is_same_v<T, op::Create>) {
               created[i].assign(createdPathCapacity(o.path), '\0');
               zoo_create_op_init(&zoo_ops[i], o.path.c_str(), o.data.data(),
-                                 static_cast<int>(o.data.size()), &ZOO_OPEN_ACL_UNSAFE,
-                                 toZooMode(o.mode), created[i].data(),
-                                 static_cast<int>(created[i].size()));
+                                 static_cast<int>(o.data.size()), aclFor(o.path), toZooMode(o.mode),
+                                 created[i].data(), static_cast<int>(created[i].size()));
             } else if constexpr (std::is_same_v<T, op::Remove>) {
               zoo_delete_op_init(&zoo_ops[i], o.path.c_str(), o.version);
             } else if constexpr (std::is_same_v<T, op::Set>) {
@@ -361,7 +441,9 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     auto* self = static_cast<ZooKeeperClientImpl*>(context);
     std::lock_guard lock(self->mu_);
     if (state == ZOO_CONNECTED_STATE) self->connected_ = true;
-    if (state == ZOO_EXPIRED_SESSION_STATE) self->expired_ = true;
+    // A refused authentication (sent again after a reconnect) leaves the handle unusable, as
+    // expiry does: a new session authenticates again, and says why if it cannot.
+    if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) self->expired_ = true;
     self->state_changed_.notify_all();
   }
 
@@ -407,6 +489,7 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   }
 
   const ZooKeeperConfig config_;
+  std::vector<std::unique_ptr<SubtreeAcl>> subtree_acls_;
   zhandle_t* handle_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable state_changed_;
@@ -416,6 +499,15 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
 };
 
 }  // namespace
+
+std::string digestAclId(const std::string& user, const std::string& password) {
+  const std::string credential = user + ":" + password;
+  unsigned char sha[EVP_MAX_MD_SIZE];
+  unsigned int sha_size = 0;
+  EVP_Digest(credential.data(), credential.size(), sha, &sha_size, EVP_sha1(), nullptr);
+  return user + ":" +
+         common::base64Encode(std::string_view(reinterpret_cast<const char*>(sha), sha_size));
+}
 
 void ZooKeeperClient::silenceLibraryLog() {
   static FILE* const null_stream = std::fopen("/dev/null", "w");

@@ -235,8 +235,9 @@ int main(int argc, char** argv) {
   }
   exposer->RegisterCollectable(registry);
 
-  const rtable::core::ZooKeeperConfig zk_config{
-      spec->zookeeper_connect, spec->zookeeper_session_timeout, std::chrono::seconds(10)};
+  const rtable::core::ZooKeeperConfig zk_config{spec->zookeeper_connect,
+                                                spec->zookeeper_session_timeout,
+                                                std::chrono::seconds(10), spec->zookeeperDigests()};
   auto factory =
       [zk_config]() -> rtable::core::KeeperResult<std::unique_ptr<rtable::core::Keeper>> {
     auto client = rtable::core::ZooKeeperClient::connect(zk_config);

@@ -1,13 +1,16 @@
 // rtable-inspect: log counter headroom of every replicated table under a ZooKeeper root.
-// Exit codes: 0 every table above the threshold, 1 some table below it (or stuck), 2 an error.
+// Exit codes: 0 every table above the threshold, 1 some table below it (or stuck), 2 an error
+// (also: a table whose ACL refused every credential given).
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
 
+#include "rtable/common/secret_file.h"
 #include "rtable/replication_core/table_inspection.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
@@ -20,9 +23,13 @@ constexpr const char* kUsage =
     "usage: rtable-inspect --zookeeper HOST:PORT[,HOST:PORT...] [--root PATH]\n"
     "                      [--format table|json] [--min-headroom-percent P]\n"
     "                      [--max-depth N] [--timeout-ms MS]\n"
+    "                      [--zookeeper-credentials DIR]...\n"
     "Lists every replicated table (a node with `log` and `replicas` children) under PATH\n"
     "(default /) with log_max_index, the log's int32 sequential counter, and its headroom.\n"
-    "Exits 1 when a table's headroom is under P percent (default 5), 2 on an error.\n";
+    "A table with a ZooKeeper ACL needs its credential: DIR holds `username` and `password`\n"
+    "files (its Secret, mounted or extracted); the flag may be given once per table.\n"
+    "Exits 1 when a table's headroom is under P percent (default 5), 2 on an error or when a\n"
+    "table could not be read (NO_ACCESS).\n";
 
 struct Options {
   std::string zookeeper;
@@ -31,11 +38,23 @@ struct Options {
   double min_headroom_percent = 5.0;
   int max_depth = 10;
   int timeout_ms = 5000;
+  std::vector<rtable::core::ZooKeeperDigest> credentials;
 };
 
 struct UsageError {
   std::string message;
 };
+
+// A credential directory's `username` and `password` files, without a trailing line break.
+std::expected<rtable::core::ZooKeeperDigest, UsageError> readCredentials(const std::string& dir) {
+  rtable::core::ZooKeeperDigest digest;
+  for (auto [name, into] : {std::pair{"username", &digest.user}, {"password", &digest.password}}) {
+    auto secret = rtable::common::readSecretFile(std::filesystem::path(dir) / name);
+    if (!secret) return std::unexpected(UsageError{"--zookeeper-credentials: " + secret.error()});
+    *into = std::move(*secret);
+  }
+  return digest;
+}
 
 template <class T>
 std::optional<T> parseNumber(const std::string& text) {
@@ -63,6 +82,12 @@ std::expected<Options, UsageError> parseOptions(int argc, char** argv) {
       value = argv[++i];
     } else {
       return std::unexpected(UsageError{fmt::format("flag {} needs a value", arg)});
+    }
+    if (arg == "--zookeeper-credentials") {
+      auto digest = readCredentials(value);
+      if (!digest) return std::unexpected(digest.error());
+      options.credentials.push_back(std::move(*digest));
+      continue;
     }
     values[arg] = value;
   }
@@ -130,9 +155,10 @@ int main(int argc, char** argv) {
   }
   using rtable::core::KeeperCode;
   rtable::core::ZooKeeperClient::silenceLibraryLog();
-  rtable::core::ZooKeeperConfig config{options->zookeeper,
-                                       std::chrono::milliseconds(options->timeout_ms * 2),
-                                       std::chrono::milliseconds(options->timeout_ms)};
+  // The tool creates nothing: the digests' subtrees only matter for creates.
+  rtable::core::ZooKeeperConfig config{
+      options->zookeeper, std::chrono::milliseconds(options->timeout_ms * 2),
+      std::chrono::milliseconds(options->timeout_ms), options->credentials};
   auto keeper = rtable::core::ZooKeeperClient::connect(config);
   if (!keeper) {
     return fail(fmt::format("cannot connect to ZooKeeper at {} within {} ms", options->zookeeper,
@@ -153,7 +179,10 @@ int main(int argc, char** argv) {
     fmt::print("{}", rtable::core::formatReportsAsTable(*reports, threshold));
   }
   for (const auto& report : *reports) {
-    if (threshold.isBelow(report.log)) return kExitBelowThreshold;
+    if (threshold.isBelow(report)) return kExitBelowThreshold;
+  }
+  for (const auto& report : *reports) {
+    if (!report.log) return kExitError;
   }
   return 0;
 }

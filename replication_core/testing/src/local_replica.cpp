@@ -45,10 +45,19 @@ TestStatus LocalReplica::writeSpec() {
   if (!http || !metrics) return std::unexpected("no free port");
   http_port_ = *http;
   metrics_port_ = *metrics;
+  std::string credentials;
+  if (!o.zookeeper_user.empty()) {
+    // As the operator mounts the table's Secret: one file per key.
+    const auto dir = o.work_dir / "zookeeper-credentials";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "username") << o.zookeeper_user;
+    std::ofstream(dir / "password") << o.zookeeper_password;
+    credentials = fmt::format(", credentialsDir: {}", dir.string());
+  }
   std::ofstream(o.work_dir / "spec.yaml")
       << o.table_yaml << "\n"
-      << fmt::format("zookeeper: {{connect: \"{}\", sessionTimeoutMs: {}}}\n", o.zookeeper,
-                     o.session_timeout_ms)
+      << fmt::format("zookeeper: {{connect: \"{}\", sessionTimeoutMs: {}{}}}\n", o.zookeeper,
+                     o.session_timeout_ms, credentials)
       << fmt::format("replica: {{name: {}, host: {}}}\n", o.replica, o.host)
       << fmt::format("dataDir: {}\n", data_dir_.string()) << fmt::format("listen: {}\n", o.host)
       << fmt::format("ports: {{http: {}, metrics: {}}}\n", http_port_, metrics_port_);

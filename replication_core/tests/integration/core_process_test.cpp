@@ -20,6 +20,7 @@
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
 namespace {
@@ -40,7 +41,8 @@ LocalZooKeeper& zookeeper() {
 
 class CoreProcess : public ::testing::Test {
  protected:
-  void startReplica(const std::string& dedup = "{window: 1000, windowSeconds: 3600}") {
+  void startReplica(const std::string& dedup = "{window: 1000, windowSeconds: 3600}",
+                    const std::string& zookeeper_user = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     table_ = info->name();
     char pattern[] = "/tmp/rtable-core-test-XXXXXX";
@@ -52,6 +54,8 @@ class CoreProcess : public ::testing::Test {
     options.zookeeper = zookeeper().connectString();
     // The leader trims the dedup window once per cleanup period (default 30 s).
     options.replication_settings = "cleanupPeriodSeconds: 1";
+    options.zookeeper_user = zookeeper_user;
+    options.zookeeper_password = zookeeper_user.empty() ? "" : zookeeper_user + "-password";
     options.table_yaml = fmt::format(R"(table: {}
 columns:
   - {{name: id, type: UInt64}}
@@ -146,6 +150,43 @@ TEST_F(CoreProcess, InsertCountSelectAndDeduplication) {
                             "\n");
   auto by_partition = replica_->get("/count?partition=202611");
   EXPECT_EQ(json::parse(by_partition->body)["rows"], 1);
+}
+
+// With a ZooKeeper credential (issue 23) the table's nodes are its own: inserts, merges and the
+// leader's cleanup work as before, and a client without the credential can read or change none
+// of them, while the shared parent stays open.
+TEST_F(CoreProcess, ATableWithAZooKeeperCredentialRefusesEveryOtherClient) {
+  ASSERT_NO_FATAL_FAILURE(startReplica("{window: 1000, windowSeconds: 3600}", "table-user"));
+  for (uint64_t id = 1; id <= 6; ++id) EXPECT_EQ(insert(row(id))["rows"], 1);
+  EXPECT_EQ(insert(row(1))["deduplicated_blocks"], 1);
+  EXPECT_EQ(count(), 6u);
+
+  const std::string root = "/rtable/tables/" + table_;
+  TablePaths paths{root, 1, "r1"};
+  for (const std::string& path :
+       {root, paths.log(), paths.replicas(), paths.dedupHashes(), paths.blockNumbers()}) {
+    auto refused = keeper_->children(path);
+    ASSERT_FALSE(refused) << path;
+    EXPECT_EQ(refused.error().code, KeeperCode::kNoAuth) << path;
+    EXPECT_EQ(keeper_->set(path, "rewritten").error().code, KeeperCode::kNoAuth) << path;
+  }
+  EXPECT_TRUE(keeper_->children("/rtable/tables"));  // the shared parent stays readable
+
+  ZooKeeperConfig config{zookeeper().connectString(),
+                         std::chrono::seconds(10),
+                         std::chrono::seconds(10),
+                         {{"table-user", "table-user-password", root}}};
+  auto owner = ZooKeeperClient::connect(config);
+  ASSERT_TRUE(owner);
+  auto log = (*owner)->children(paths.log());
+  ASSERT_TRUE(log) << log.error().toString();
+  EXPECT_GE(log->names.size(), 6u);
+
+  // A new process (a new session) authenticates again.
+  replica_->kill9();
+  ASSERT_TRUE(replica_->launch());
+  EXPECT_EQ(insert(row(7))["rows"], 1);
+  EXPECT_EQ(count(), 7u);
 }
 
 // A one-row part is held in memory, its image in ZooKeeper; the checkpoint (every 5 s)

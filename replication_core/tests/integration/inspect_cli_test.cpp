@@ -2,10 +2,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
+#include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
 namespace {
@@ -117,6 +120,54 @@ TEST_F(InspectCli, UnreachableZooKeeperAndMissingRootExitTwo) {
   auto missing = inspect({"--zookeeper", zk_->connectString(), "--root", "/does/not/exist"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("/does/not/exist does not exist"), std::string::npos) << missing.err;
+}
+
+// A table whose nodes carry a digest ACL (issue 23): listed as NO_ACCESS without its credential
+// (exit 2, the other tables still reported), read with it.
+TEST_F(InspectCli, ATableWithAnAclNeedsItsCredential) {
+  const ZooKeeperDigest digest{"table-s", "s3cret", "/secured/tables/s"};
+  ZooKeeperConfig config{
+      zk_->connectString(), std::chrono::seconds(10), std::chrono::seconds(10), {digest}};
+  auto owner = ZooKeeperClient::connect(config);
+  ASSERT_TRUE(owner);
+  ASSERT_TRUE(createAncestorsAndSelf(**owner, "/secured/tables/open/log"));
+  ASSERT_TRUE(createAncestorsAndSelf(**owner, "/secured/tables/open/replicas/r1"));
+  ASSERT_TRUE(createAncestorsAndSelf(**owner, "/secured/tables/s/1/log"));
+  ASSERT_TRUE(createAncestorsAndSelf(**owner, "/secured/tables/s/1/replicas/r1"));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        (*owner)->create("/secured/tables/s/1/log/log-", "", CreateMode::kPersistentSequential));
+  }
+
+  auto without =
+      inspect({"--zookeeper", zk_->connectString(), "--root", "/secured", "--format", "json"});
+  EXPECT_EQ(without.exit_code, 2) << without.err;
+  auto doc = nlohmann::json::parse(without.out);
+  ASSERT_EQ(doc["tables"].size(), 2u) << without.out;
+  EXPECT_EQ(doc["tables"][0]["path"], "/secured/tables/open");
+  EXPECT_EQ(doc["tables"][0]["readable"], true);
+  EXPECT_EQ(doc["tables"][1]["path"], "/secured/tables/s");
+  EXPECT_EQ(doc["tables"][1]["readable"], false);
+  auto human = inspect({"--zookeeper", zk_->connectString(), "--root", "/secured"});
+  EXPECT_NE(human.out.find("NO_ACCESS"), std::string::npos) << human.out;
+
+  const auto dir = zk_->workDir() / "table-s-credentials";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "username") << "table-s\n";  // as a Secret's file may end
+  std::ofstream(dir / "password") << "s3cret\n";
+  auto with = inspect({"--zookeeper", zk_->connectString(), "--root", "/secured", "--format",
+                       "json", "--zookeeper-credentials", dir.string()});
+  EXPECT_EQ(with.exit_code, 0) << with.err;
+  doc = nlohmann::json::parse(with.out);
+  ASSERT_EQ(doc["tables"].size(), 2u) << with.out;
+  EXPECT_EQ(doc["tables"][1]["path"], "/secured/tables/s/1");
+  EXPECT_EQ(doc["tables"][1]["log_counter"], 3);
+
+  auto missing = inspect(
+      {"--zookeeper", zk_->connectString(), "--zookeeper-credentials", (dir / "nope").string()});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("--zookeeper-credentials: cannot read"), std::string::npos)
+      << missing.err;
 }
 
 }  // namespace

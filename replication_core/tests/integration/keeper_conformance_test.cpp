@@ -536,6 +536,64 @@ TEST(RealZooKeeper, AManyNodeReadLetsTheSessionsOtherRequestsThrough) {
       << std::chrono::duration_cast<std::chrono::milliseconds>(batch_took).count() << " ms";
 }
 
+// Digest ACLs (issue 23): a table's nodes are created for its own identity only; the shared
+// parents above stay open so that other tables can create their subtrees beside it.
+TEST(RealZooKeeper, ATablesNodesRefuseEveryoneWithoutItsCredential) {
+  auto& env = realEnvironment();
+  auto connectAs = [&](std::vector<ZooKeeperDigest> digests) {
+    ZooKeeperConfig config{env.server().connectString(), std::chrono::seconds(10),
+                           std::chrono::seconds(10), std::move(digests)};
+    auto client = ZooKeeperClient::connect(config);
+    EXPECT_TRUE(client) << client.error().toString();
+    return client ? std::move(*client) : nullptr;
+  };
+  const ZooKeeperDigest a{"table-a", "secret-a", "/acl/tables/a"};
+  const ZooKeeperDigest b{"table-b", "secret-b", "/acl/tables/b"};
+  auto owner = connectAs({a});
+  ASSERT_TRUE(owner);
+  ASSERT_TRUE(createAncestorsAndSelf(*owner, "/acl/tables/a/log"));
+  ASSERT_TRUE(owner->create("/acl/tables/a/log/log-", "entry", CreateMode::kPersistentSequential));
+  ASSERT_TRUE(owner->multi({op::Create{"/acl/tables/a/blocks", "in a multi"}}));
+
+  auto other = connectAs({b});
+  auto anonymous = connectAs({});
+  auto guessing = connectAs({{"table-a", "guess", "/acl/tables/a"}});
+  ASSERT_TRUE(other && anonymous && guessing);
+  ASSERT_TRUE(createAncestorsAndSelf(*other, "/acl/tables/b/log"));  // the parents are open
+  auto refused = [](const auto& result) {
+    return !result && result.error().code == KeeperCode::kNoAuth;
+  };
+  for (Keeper* intruder : {other.get(), anonymous.get(), guessing.get()}) {
+    for (const std::string path : {"/acl/tables/a", "/acl/tables/a/log", "/acl/tables/a/blocks"}) {
+      SCOPED_TRACE(path);
+      EXPECT_TRUE(refused(intruder->get(path)));
+      EXPECT_TRUE(refused(intruder->children(path)));
+      EXPECT_TRUE(refused(intruder->set(path, "rewritten")));
+      EXPECT_TRUE(refused(intruder->create(path + "/planted", "", CreateMode::kPersistent)));
+      EXPECT_TRUE(refused(intruder->multi({op::Create{path + "/planted", ""}})));
+    }
+    EXPECT_TRUE(refused(intruder->remove("/acl/tables/a/blocks")));
+  }
+  const auto error = anonymous->get("/acl/tables/a/log");
+  ASSERT_FALSE(error);
+  EXPECT_NE(error.error().toString().find("not authorized"), std::string::npos);
+
+  // The owner's identity works from any session (a replica's next session, the operator).
+  auto again = connectAs({a});
+  ASSERT_TRUE(again);
+  auto entries = again->children("/acl/tables/a/log");
+  ASSERT_TRUE(entries);
+  EXPECT_EQ(entries->names.size(), 1u);
+  EXPECT_TRUE(again->set("/acl/tables/a/blocks", "changed"));
+  EXPECT_TRUE(again->remove("/acl/tables/a/blocks"));
+  // One session can hold several identities (the operator: every table it manages).
+  auto both = connectAs({a, b});
+  ASSERT_TRUE(both);
+  EXPECT_TRUE(both->get("/acl/tables/a/log"));
+  EXPECT_TRUE(both->get("/acl/tables/b/log"));
+  EXPECT_EQ(digestAclId("table-a", "secret-a"), "table-a:MyAEt0jVsMDeKqS9NNipSU39cLg=");
+}
+
 TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {
   auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);

@@ -33,10 +33,10 @@ TEST_F(TableInspection, FindsTablesOfBothLayoutsAndNothingElse) {
   ASSERT_TRUE(reports) << reports.error().toString();
   ASSERT_EQ(reports->size(), 2u);
   EXPECT_EQ((*reports)[0].path, "/clickhouse/tables/01/events");
-  EXPECT_EQ((*reports)[0].log.maxIndex(), 4);
+  EXPECT_EQ((*reports)[0].log->maxIndex(), 4);
   EXPECT_EQ((*reports)[0].replicas, std::vector<std::string>{"ch1"});
   EXPECT_EQ((*reports)[1].path, "/rtable/tables/uid-1/1");
-  EXPECT_EQ((*reports)[1].log.counter(), 3);
+  EXPECT_EQ((*reports)[1].log->counter(), 3);
   EXPECT_EQ((*reports)[1].replicas, (std::vector<std::string>{"r1", "r2"}));
 }
 

@@ -194,6 +194,41 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
       << zero.error();
 }
 
+TEST(TableSpec, ReadsTheZooKeeperCredentialFromItsDirectory) {
+  const auto dir = std::filesystem::temp_directory_path() / "rtable-spec-test-zk-credentials";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "username") << "table-t\n";
+  std::ofstream(dir / "password") << "pw\n";
+  const std::string yaml =
+      "table: t\nuid: u1\ncolumns: [{name: x, type: UInt64}]\n"
+      "zookeeper: {connect: zk, credentialsDir: " +
+      dir.string() + "}\nreplica: {name: r1}\ndataDir: /d\n";
+  auto spec = TableSpec::parseYaml(yaml);
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->zookeeperDigests(),
+            (std::vector<ZooKeeperDigest>{{"table-t", "pw", "/rtable/tables/u1"}}));
+  const std::string text = spec->formatYaml();
+  EXPECT_NE(text.find("credentialsDir: " + dir.string()), std::string::npos) << text;
+  EXPECT_EQ(text.find("pw"), std::string::npos) << "the password stays in its file:\n" << text;
+  auto again = TableSpec::parseYaml(text);
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(*again, *spec);
+
+  std::filesystem::remove(dir / "password");
+  auto missing = TableSpec::parseYaml(yaml);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().find("zookeeper.credentialsDir: cannot read '" +
+                                 (dir / "password").string() + "'"),
+            std::string::npos)
+      << missing.error();
+  std::filesystem::remove_all(dir);
+  auto without = TableSpec::parseYaml(
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\n"
+      "replica: {name: r1}\ndataDir: /d\n");
+  ASSERT_TRUE(without);
+  EXPECT_TRUE(without->zookeeperDigests().empty());  // nodes open to all, as before
+}
+
 // The operator writes the file with formatYaml and rtable-core reads it with parseYaml: every field
 // survives, defaults and all, and the secret is read again from the file formatYaml names.
 TEST(TableSpec, FormatYamlRoundTripsEveryField) {

@@ -35,6 +35,8 @@ enum class KeeperCode {
   kNotEmpty,
   kNoChildrenForEphemerals,
   kBadArguments,
+  // The node's ACL does not grant this session's identities the operation (ZNOAUTH).
+  kNoAuth,
   // An op of a failed multi that was not executed because an earlier one failed.
   kRuntimeInconsistency,
   kOther,

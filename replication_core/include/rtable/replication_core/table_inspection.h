@@ -2,9 +2,12 @@
 //
 // A replicated table is any node with both a `log` and a `replicas` child: rtable's generations
 // and ClickHouse's ReplicatedMergeTree tables alike. The walk never lists a table's children below
-// that level (log/ may hold millions), and reads each counter from a Stat.
+// that level (log/ may hold millions), and reads each counter from a Stat. A subtree whose ACL
+// refuses this session (a table with its own ZooKeeper credential) is reported as such, not
+// walked: the report lists it without a counter.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +19,8 @@ namespace rtable::core {
 struct TableCounterReport {
   std::string path;
   std::vector<std::string> replicas;  // sorted
-  SequentialCounter log;
+  // nullopt: the node's ACL refused this session (a table, or a subtree that may hold some).
+  std::optional<SequentialCounter> log;
 };
 
 // Depth-first from `root` (itself included), at most `max_depth` levels below it; sorted by path.
@@ -29,6 +33,9 @@ struct HeadroomThreshold {
   // A stuck counter is below any threshold, even 0%.
   bool isBelow(const SequentialCounter& counter) const {
     return counter.exhausted() || counter.headroomRatio() * 100.0 < min_percent;
+  }
+  bool isBelow(const TableCounterReport& report) const {
+    return report.log && isBelow(*report.log);
   }
 };
 

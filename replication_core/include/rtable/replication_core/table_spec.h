@@ -12,7 +12,9 @@
 //   partitionBy: toYYYYMM(d)      # optional: tuple() (one partition), col, toYYYYMM, toYYYYMMDD
 //   orderBy: [user, d]            # optional
 //   deduplication: {window: 10000, windowSeconds: 3600}
-//   zookeeper: {connect: "zk-0.zk:2181", root: /rtable/tables, sessionTimeoutMs: 30000}
+//   zookeeper: {connect: "zk-0.zk:2181", root: /rtable/tables, sessionTimeoutMs: 30000,
+//               credentialsDir: /etc/rtable/zookeeper}  # optional: `username` and `password`
+//               # files (a kubernetes.io/basic-auth Secret): the table's nodes get a digest ACL
 //   replica: {name: events-0, host: events-0.events-headless}
 //   dataDir: /var/lib/rtable
 //   listen: 0.0.0.0
@@ -48,6 +50,7 @@
 #include "rtable/replication_core/dedup_window.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/table_schema.h"
+#include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::core {
 
@@ -73,6 +76,11 @@ struct TableSpec {
   std::string zookeeper_connect;
   std::string zookeeper_root = "/rtable/tables";
   std::chrono::milliseconds zookeeper_session_timeout{30000};
+  // The table's ZooKeeper identity (digest scheme), read from zookeeper_credentials_dir; empty:
+  // none, the table's nodes are created open to all (tables made before ACLs, tests).
+  std::filesystem::path zookeeper_credentials_dir;
+  std::string zookeeper_user;
+  std::string zookeeper_password;
   std::string replica;
   std::string replica_host = "127.0.0.1";  // how other replicas reach this one
   std::filesystem::path data_dir;
@@ -115,6 +123,8 @@ struct TableSpec {
 
   // The ZooKeeper tree's root for this table: <zookeeper_root>/<uid>.
   std::string tableRoot() const { return zookeeper_root + "/" + uid; }
+  // The session's identities: the table's own, owning tableRoot(), when it has one.
+  std::vector<ZooKeeperDigest> zookeeperDigests() const;
   // The text stored in <generation>/metadata: replicas of one table must agree on it.
   std::string metadataText() const;
 

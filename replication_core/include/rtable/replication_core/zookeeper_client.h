@@ -4,16 +4,36 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rtable/replication_core/keeper.h"
 
 namespace rtable::core {
+
+// A ZooKeeper "digest" identity (user:password) and the subtree it owns. The session adds it at
+// connect (the C client sends it again after a reconnect), and every node this client creates
+// at `subtree` or below gets an ACL granting all permissions to this identity and nobody else:
+// a client without it can neither read nor change the node, nor create or delete its children.
+// Nodes created above every subtree (shared parents such as /rtable/tables) stay open to all,
+// so that other tables can create their own subtrees beside it.
+struct ZooKeeperDigest {
+  std::string user;
+  std::string password;
+  std::string subtree;  // "/rtable/tables/<uid>"
+
+  friend bool operator==(const ZooKeeperDigest&, const ZooKeeperDigest&) = default;
+};
+
+// The ACL id of a digest identity, as ZooKeeper stores it: "user:base64(sha1(user:password))".
+std::string digestAclId(const std::string& user, const std::string& password);
 
 struct ZooKeeperConfig {
   std::string connect_string;  // "host:port[,host:port...][/chroot]"
   // Defaults from ClickHouse (zkutil DEFAULT_SESSION_TIMEOUT = 30000 ms).
   std::chrono::milliseconds session_timeout{30000};
   std::chrono::milliseconds connect_timeout{10000};
+  // Identities of this session; a create takes the ACL of the deepest subtree holding its path.
+  std::vector<ZooKeeperDigest> digests = {};
 };
 
 // Identifies a session to the server; with it a second client can attach to (and so close) the

@@ -29,6 +29,9 @@ struct LocalReplicaOptions {
   std::string interserver_secret = "local-replication-secret";  // shared by a table's replicas
   std::string
       replication_settings;  // more of the spec's replication mapping, e.g. "minLogsToKeep: 3"
+  // The table's ZooKeeper credential (digest ACL on its nodes); empty: none.
+  std::string zookeeper_user;
+  std::string zookeeper_password;
 };
 
 class LocalReplica {
