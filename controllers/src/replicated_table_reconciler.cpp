@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/random.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <random>
 
 #include "finalizers.h"
@@ -29,11 +31,18 @@ namespace {
 
 using nlohmann::json;
 
-std::string randomSecret() {
-  // 32 bytes from the kernel's CSPRNG, hex: a shared secret between the table's replicas.
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
+std::expected<std::string, std::string> randomSecret() {
+  // 32 bytes from the kernel's CSPRNG (getrandom: no file to open, blocks only until the pool is
+  // first seeded), hex: a shared secret between the table's replicas. A short or failed read must
+  // not become a secret of zeros.
   unsigned char bytes[32] = {};
-  urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
+  std::size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::unexpected(fmt::format("getrandom: {}", std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
+  }
   std::string hex;
   for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
   return hex;
@@ -199,7 +208,18 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
       existing_secret
           ? existing_secret->value(json::json_pointer(std::string("/data/") + kSecretKey), "")
           : "";
-  if (kept.empty()) context.interserver_secret = options_.generate_secret();
+  if (kept.empty()) {
+    auto generated = options_.generate_secret();
+    if (!generated) {
+      const std::string message = "making the interserver secret: " + generated.error();
+      ReplicatedTableStatus status;
+      setCondition(status.conditions, condition("Ready", false, "SecretUnavailable", message));
+      (void)patchStatus(*table, std::move(status), now);
+      event(*table, op::EventType::kWarning, "SecretUnavailable", message);
+      return std::unexpected(op::ReconcileError::retryable(message));
+    }
+    context.interserver_secret = std::move(*generated);
+  }
   TableObjects objects = renderTableObjects(*spec, context);
   if (!kept.empty()) {
     // The same value, as the server stores it: applying it again changes nothing.

@@ -132,6 +132,25 @@ TEST_F(Reconciler, ASecondReconcileWritesNothingAndKeepsTheSecret) {
       << "the second reconcile changed something";
 }
 
+// A secret that could not be made (the kernel's random source failed) is never replaced by a
+// predictable one: nothing of the table is applied until it can be made.
+TEST_F(Reconciler, NoRandomnessMeansNoObjectsRatherThanAWeakSecret) {
+  ReplicatedTableReconcilerOptions options;
+  options.generate_secret = []() -> std::expected<std::string, std::string> {
+    return std::unexpected("getrandom: Function not implemented");
+  };
+  options.wall_clock = [this] { return now_; };
+  reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_FALSE(outcome);
+  EXPECT_FALSE(outcome.error().terminal);
+  EXPECT_FALSE(client_.get(secrets(), {"analytics", "events-interserver"}));
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+  EXPECT_EQ(condition("Ready")["reason"], "SecretUnavailable");
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("getrandom"), std::string::npos);
+}
+
 TEST_F(Reconciler, AnInvalidSpecChangesNoObjectAndSaysWhy) {
   ASSERT_TRUE(client_.create(replicatedTables(), table(3, "toYYYYMM(user)")));
   auto outcome = reconciler_->reconcile({"analytics", "events"});

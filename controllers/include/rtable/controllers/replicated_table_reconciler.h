@@ -68,8 +68,9 @@ op::ResourceType replicatedTables();
 struct ReplicatedTableReconcilerOptions {
   std::string image = "rtable/rtable:dev";
   std::string field_manager = "rtable-operator";
-  // 32 random bytes, hex; tests inject their own.
-  std::function<std::string()> generate_secret;
+  // 32 random bytes, hex, or why none could be had (the kernel's random source failed: the
+  // table's objects then wait, rather than carry a predictable secret); tests inject their own.
+  std::function<std::expected<std::string, std::string>()> generate_secret;
   // Condition timestamps (RFC 3339). Default: the system clock.
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   // A session to the ZooKeeper of a connect string (the caller keeps one per string). Unset: the
