@@ -9,9 +9,11 @@
 #include <deque>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "posix_file.h"
+#include "rtable/common/secret_file.h"
 #include "rtable/replication_core/http_server.h"
 #include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/part_format.h"
@@ -192,6 +194,7 @@ class ReplicaHttpServer::Impl {
                  fmt::format("this replica serves table '{}', not '{}'", spec_.table, table));
       return;
     }
+    if (!authorized(request, path)) return;
     if (path == "/insert") {
       if (method != "POST") return methodNotAllowed(request, "POST");
       return insert(request, turn, param("format"), param("insert_deduplication_token"),
@@ -224,6 +227,46 @@ class ReplicaHttpServer::Impl {
       return replyJson(request, ready ? 200 : 503, {{"status", ready ? "ready" : "not ready"}});
     }
     replyError(request, 404, "NOT_FOUND", fmt::format("no endpoint {}", path));
+  }
+
+  // The replica API's bearer tokens (spec api.tokensFile): writes and admin calls need one, reads
+  // when api.readsNeedToken; health, readiness and part transfers (their own interserver secret)
+  // never. False when refused, with the answer sent: 401 and nothing done.
+  bool authorized(HttpExchange& request, const std::string& path) const {
+    if (spec_.api_tokens.empty()) return true;
+    static const std::set<std::string> kWrites = {"/insert", "/drop_partition", "/drop_replica",
+                                                  "/sync"};
+    static const std::set<std::string> kReads = {"/select", "/count", "/parts", "/replica"};
+    if (!kWrites.contains(path) && !(spec_.api_reads_need_token && kReads.contains(path)))
+      return true;
+    const auto header = request.request().header("authorization");
+    constexpr std::string_view kBearer = "bearer ";
+    const auto challenge = std::vector<std::pair<std::string, std::string>>{
+        {"WWW-Authenticate", "Bearer realm=\"rtable\""}};
+    if (!header || header->size() <= kBearer.size() ||
+        !std::equal(kBearer.begin(), kBearer.end(), header->begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      replyError(request, 401, "UNAUTHORIZED",
+                 fmt::format("{} needs a bearer token (Authorization: Bearer <token>; the table's "
+                             "api.tokensFile); nothing was done",
+                             path),
+                 json::object(), challenge);
+      return false;
+    }
+    const std::string_view presented = std::string_view(*header).substr(kBearer.size());
+    bool known = false;
+    // Every token compared, in constant time each: the answer's timing says nothing of which.
+    for (const auto& token : spec_.api_tokens) known |= common::secretsEqual(token, presented);
+    if (!known) {
+      replyError(request, 401, "UNAUTHORIZED",
+                 fmt::format("the bearer token is not one of this table's (api.tokensFile); {} "
+                             "was not done",
+                             path),
+                 json::object(), challenge);
+      return false;
+    }
+    return true;
   }
 
   static void methodNotAllowed(HttpExchange& request, const std::string& allowed) {

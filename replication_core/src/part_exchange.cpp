@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
-#include <openssl/crypto.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,6 +22,7 @@
 #include "posix_file.h"
 #include "rtable/common/percent_encoding.h"
 #include "rtable/common/quoted_excerpt.h"
+#include "rtable/common/secret_file.h"
 #include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/hash128.h"
 #include "rtable/replication_core/part_format.h"
@@ -70,8 +70,7 @@ bool isSafeFileName(std::string_view name) {
 }  // namespace
 
 bool interserverSecretMatches(std::string_view secret, std::string_view presented) {
-  if (secret.empty() || secret.size() != presented.size()) return false;
-  return CRYPTO_memcmp(secret.data(), presented.data(), secret.size()) == 0;
+  return common::secretsEqual(secret, presented);
 }
 
 // --- The sending side ------------------------------------------------------------------------

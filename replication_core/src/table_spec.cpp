@@ -173,6 +173,22 @@ TableSpec parse(const YAML::Node& root) {
     result.metrics_port = ports.number<uint16_t>("metrics", result.metrics_port, 1, 65535);
     ports.rejectUnknown();
   }
+  if (spec.has("api")) {
+    Fields api(spec.node("api"), "api");
+    if (api.has("tokensFile")) {
+      result.api_tokens_file = api.string("tokensFile");
+      std::istringstream lines(readSecretFile("api.tokensFile", result.api_tokens_file));
+      for (std::string line; std::getline(lines, line);) {
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+        if (!line.empty()) result.api_tokens.push_back(line);
+      }
+    }
+    result.api_reads_need_token = api.boolean("readsNeedToken", false);
+    if (result.api_reads_need_token && result.api_tokens.empty()) {
+      throw SpecError{"api.readsNeedToken: true needs api.tokensFile"};
+    }
+    api.rejectUnknown();
+  }
   if (spec.has("replication")) {
     Fields replication(spec.node("replication"), "replication");
     if (replication.has("secretFile")) {
@@ -304,6 +320,12 @@ std::string TableSpec::formatYaml() const {
   out << YAML::Key << "http" << YAML::Value << http_port;
   out << YAML::Key << "metrics" << YAML::Value << metrics_port;
   out << YAML::EndMap;
+  if (!api_tokens_file.empty()) {
+    out << YAML::Key << "api" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "tokensFile" << YAML::Value << api_tokens_file.string();
+    out << YAML::Key << "readsNeedToken" << YAML::Value << api_reads_need_token;
+    out << YAML::EndMap;
+  }
   out << YAML::Key << "replication" << YAML::Value << YAML::BeginMap;
   if (!interserver_secret_file.empty()) {
     out << YAML::Key << "secretFile" << YAML::Value << interserver_secret_file.string();

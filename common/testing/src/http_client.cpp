@@ -58,11 +58,9 @@ std::optional<std::string> decodeChunked(std::string_view framed) {
 
 }  // namespace
 
-std::expected<HttpResponse, std::string> httpRequest(const std::string& host, int port,
-                                                     const std::string& method,
-                                                     const std::string& target,
-                                                     const std::string& body,
-                                                     std::chrono::milliseconds timeout) {
+std::expected<HttpResponse, std::string> httpRequest(
+    const std::string& host, int port, const std::string& method, const std::string& target,
+    const std::string& body, std::chrono::milliseconds timeout, const std::string& headers) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (socket.fd() < 0) return std::unexpected(fmt::format("socket: {}", strerror(errno)));
@@ -75,8 +73,8 @@ std::expected<HttpResponse, std::string> httpRequest(const std::string& host, in
     return std::unexpected(fmt::format("connect {}:{}: {}", host, port, strerror(errno)));
   }
   const std::string request = fmt::format(
-      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", method,
-      target, host, port, body.size(), body);
+      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n{}",
+      method, target, host, port, body.size(), headers, body);
   for (std::size_t sent = 0; sent < request.size();) {
     if (!waitFor(socket.fd(), POLLOUT, deadline)) return std::unexpected("timed out sending");
     const ssize_t n =

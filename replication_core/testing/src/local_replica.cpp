@@ -61,6 +61,12 @@ TestStatus LocalReplica::writeSpec() {
       << fmt::format("replica: {{name: {}, host: {}}}\n", o.replica, o.host)
       << fmt::format("dataDir: {}\n", data_dir_.string()) << fmt::format("listen: {}\n", o.host)
       << fmt::format("ports: {{http: {}, metrics: {}}}\n", http_port_, metrics_port_);
+  if (!o.api_token.empty()) {
+    const auto tokens = o.work_dir / "api-tokens";
+    std::ofstream(tokens) << o.api_token << "\n";
+    std::ofstream(o.work_dir / "spec.yaml", std::ios::app) << fmt::format(
+        "api: {{tokensFile: {}, readsNeedToken: {}}}\n", tokens.string(), o.api_reads_need_token);
+  }
   std::vector<std::string> replication;
   if (!o.interserver_secret.empty()) {
     const auto secret_file = o.work_dir / "interserver-secret";
@@ -100,12 +106,19 @@ TestStatus LocalReplica::launch(std::chrono::milliseconds timeout) {
 }
 
 std::expected<HttpResponse, std::string> LocalReplica::get(const std::string& target) const {
-  return httpRequest(options_.host, http_port_, "GET", target, "", std::chrono::seconds(30));
+  return httpRequest(options_.host, http_port_, "GET", target, "", std::chrono::seconds(30),
+                     authorization());
 }
 
 std::expected<HttpResponse, std::string> LocalReplica::post(const std::string& target,
                                                             const std::string& body) const {
-  return httpRequest(options_.host, http_port_, "POST", target, body, std::chrono::seconds(60));
+  return httpRequest(options_.host, http_port_, "POST", target, body, std::chrono::seconds(60),
+                     authorization());
+}
+
+std::string LocalReplica::authorization() const {
+  if (options_.api_token.empty()) return "";
+  return fmt::format("Authorization: Bearer {}\r\n", options_.api_token);
 }
 
 std::expected<HttpResponse, std::string> LocalReplica::metrics() const {

@@ -42,7 +42,8 @@ LocalZooKeeper& zookeeper() {
 class CoreProcess : public ::testing::Test {
  protected:
   void startReplica(const std::string& dedup = "{window: 1000, windowSeconds: 3600}",
-                    const std::string& zookeeper_user = "") {
+                    const std::string& zookeeper_user = "", const std::string& api_token = "",
+                    bool reads_need_token = false) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     table_ = info->name();
     char pattern[] = "/tmp/rtable-core-test-XXXXXX";
@@ -55,6 +56,8 @@ class CoreProcess : public ::testing::Test {
     // The leader trims the dedup window once per cleanup period (default 30 s).
     options.replication_settings = "cleanupPeriodSeconds: 1";
     options.zookeeper_user = zookeeper_user;
+    options.api_token = api_token;
+    options.api_reads_need_token = reads_need_token;
     options.zookeeper_password = zookeeper_user.empty() ? "" : zookeeper_user + "-password";
     options.table_yaml = fmt::format(R"(table: {}
 columns:
@@ -187,6 +190,54 @@ TEST_F(CoreProcess, ATableWithAZooKeeperCredentialRefusesEveryOtherClient) {
   ASSERT_TRUE(replica_->launch());
   EXPECT_EQ(insert(row(7))["rows"], 1);
   EXPECT_EQ(count(), 7u);
+}
+
+// With api.tokensFile (issue 23) writes and admin calls need a bearer token: none or a wrong
+// one is 401 with a JSON error, and nothing changes; reads stay open unless readsNeedToken.
+TEST_F(CoreProcess, WritesNeedABearerTokenAndAreRefusedWithoutOne) {
+  ASSERT_NO_FATAL_FAILURE(
+      startReplica("{window: 1000, windowSeconds: 3600}", "", "token-of-the-writers"));
+  auto call = [&](const std::string& method, const std::string& target,
+                  const std::string& headers) {
+    auto response = common::testing::httpRequest("127.0.0.1", replica_->httpPort(), method, target,
+                                                 method == "POST" ? row(1) : "",
+                                                 std::chrono::seconds(30), headers);
+    EXPECT_TRUE(response) << response.error();
+    return response ? *response : common::testing::HttpResponse{};
+  };
+  for (const std::string target : {"/insert?format=JSONEachRow", "/drop_partition?partition=202612",
+                                   "/drop_replica?name=r2", "/sync"}) {
+    for (const char* headers :
+         {"", "Authorization: Bearer wrong-token\r\n", "Authorization: Basic dXNlcjpwYXNz\r\n",
+          "Authorization: Bearer token-of-the-writers-and-more\r\n"}) {
+      SCOPED_TRACE(target + " with " + std::string(headers));
+      const auto refused = call("POST", target, headers);
+      EXPECT_EQ(refused.status, 401) << refused.body;
+      EXPECT_EQ(json::parse(refused.body)["error"], "UNAUTHORIZED");
+      EXPECT_NE(refused.headers.find("WWW-Authenticate: Bearer"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(count(), 0u);  // reads are open; nothing was inserted
+  const auto accepted =
+      call("POST", "/insert?format=JSONEachRow", "authorization: bearer token-of-the-writers\r\n");
+  EXPECT_EQ(accepted.status, 200) << accepted.body;
+  EXPECT_EQ(count(), 1u);
+  EXPECT_EQ(call("GET", "/healthz", "").status, 200);
+}
+
+TEST_F(CoreProcess, ReadsNeedTheTokenTooWhenTheSpecSaysSo) {
+  ASSERT_NO_FATAL_FAILURE(
+      startReplica("{window: 1000, windowSeconds: 3600}", "", "reader-token", true));
+  EXPECT_EQ(insert(row(1))["rows"], 1);  // the replica's helpers send the token
+  EXPECT_EQ(count(), 1u);
+  for (const std::string target : {"/select", "/count", "/parts", "/replica"}) {
+    auto refused = common::testing::httpRequest("127.0.0.1", replica_->httpPort(), "GET", target);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 401) << target << ": " << refused->body;
+  }
+  auto ready = common::testing::httpRequest("127.0.0.1", replica_->httpPort(), "GET", "/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);  // probes carry no token
 }
 
 // A one-row part is held in memory, its image in ZooKeeper; the checkpoint (every 5 s)

@@ -229,6 +229,33 @@ TEST(TableSpec, ReadsTheZooKeeperCredentialFromItsDirectory) {
   EXPECT_TRUE(without->zookeeperDigests().empty());  // nodes open to all, as before
 }
 
+TEST(TableSpec, ReadsTheApiTokensOnePerLine) {
+  const auto file = std::filesystem::temp_directory_path() / "rtable-spec-test-api-tokens";
+  std::ofstream(file) << "new-token\r\n\nold-token \n";  // rotation: both valid for a while
+  const std::string base =
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\n"
+      "replica: {name: r1}\ndataDir: /d\n";
+  auto spec = TableSpec::parseYaml(base + "api: {tokensFile: " + file.string() + "}\n");
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->api_tokens, (std::vector<std::string>{"new-token", "old-token"}));
+  EXPECT_FALSE(spec->api_reads_need_token);
+  const std::string text = spec->formatYaml();
+  EXPECT_EQ(text.find("new-token"), std::string::npos) << text;
+  auto again = TableSpec::parseYaml(text);
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(*again, *spec);
+
+  auto no_tokens = TableSpec::parseYaml(base + "api: {readsNeedToken: true}\n");
+  ASSERT_FALSE(no_tokens);
+  EXPECT_NE(no_tokens.error().find("api.readsNeedToken: true needs api.tokensFile"),
+            std::string::npos)
+      << no_tokens.error();
+  auto unknown = TableSpec::parseYaml(base + "api: {token: x}\n");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().find("api.token: unknown field"), std::string::npos) << unknown.error();
+  std::filesystem::remove(file);
+}
+
 // The operator writes the file with formatYaml and rtable-core reads it with parseYaml: every field
 // survives, defaults and all, and the secret is read again from the file formatYaml names.
 TEST(TableSpec, FormatYamlRoundTripsEveryField) {

@@ -19,6 +19,9 @@
 //   dataDir: /var/lib/rtable
 //   listen: 0.0.0.0
 //   ports: {http: 8123, metrics: 9363}
+//   api:                          # optional: who may call the replica API
+//     tokensFile: /etc/rtable/api/tokens  # bearer tokens, one per line (several: rotation)
+//     readsNeedToken: false       # select, count, parts, replica: also only with a token
 //   replication:                  # optional
 //     secretFile: /etc/rtable/interserver/secret   # shared by the replicas; guards part fetches
 //     fetchThreads: 4
@@ -85,6 +88,12 @@ struct TableSpec {
   std::string replica_host = "127.0.0.1";  // how other replicas reach this one
   std::filesystem::path data_dir;
   std::string listen_address = "0.0.0.0";
+  // Bearer tokens of the replica API (read from api_tokens_file, one per line); empty: every
+  // endpoint is open (no token configured). With tokens, insert, drop_partition, drop_replica
+  // and sync need one, and the reads too when api_reads_need_token.
+  std::filesystem::path api_tokens_file;
+  std::vector<std::string> api_tokens;
+  bool api_reads_need_token = false;
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;
   // Replicas fetch parts from each other only with this secret; without one a replica serves no

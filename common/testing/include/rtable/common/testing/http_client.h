@@ -14,10 +14,12 @@ struct HttpResponse {
   std::string headers;  // raw header block
 };
 
-// `method` "GET" or "POST"; `target` like "/insert?format=TSV". An error means no complete answer
-// arrived (refused, reset, cut short, timed out).
+// `method` "GET" or "POST"; `target` like "/insert?format=TSV"; `headers` more header lines,
+// each ending in "\r\n". An error means no complete answer arrived (refused, reset, cut short,
+// timed out).
 std::expected<HttpResponse, std::string> httpRequest(
     const std::string& host, int port, const std::string& method, const std::string& target,
-    const std::string& body = "", std::chrono::milliseconds timeout = std::chrono::seconds(30));
+    const std::string& body = "", std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    const std::string& headers = "");
 
 }  // namespace rtable::common::testing

@@ -29,6 +29,10 @@ struct LocalReplicaOptions {
   std::string interserver_secret = "local-replication-secret";  // shared by a table's replicas
   std::string
       replication_settings;  // more of the spec's replication mapping, e.g. "minLogsToKeep: 3"
+  // The replica API's bearer token (spec api.tokensFile); get() and post() send it. Empty: none,
+  // the API is open. `api_reads_need_token`: the spec's api.readsNeedToken.
+  std::string api_token;
+  bool api_reads_need_token = false;
   // The table's ZooKeeper credential (digest ACL on its nodes); empty: none.
   std::string zookeeper_user;
   std::string zookeeper_password;
@@ -64,6 +68,8 @@ class LocalReplica {
   explicit LocalReplica(LocalReplicaOptions options) : options_(std::move(options)) {}
   // spec.yaml with newly found free ports.
   TestStatus writeSpec();
+  // The Authorization header line get() and post() send ("" without a token).
+  std::string authorization() const;
 
   LocalReplicaOptions options_;
   std::filesystem::path data_dir_;
