@@ -550,7 +550,8 @@ std::expected<InsertCommit::BlockCommitted, InsertError> InsertCommit::commitOne
   entry.quorum = static_cast<int>(quorum);
   const std::optional<std::string> reserve_data =
       reserve ? allocator_.startReserving(part.partition) : std::nullopt;
-  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data, block.more_dedup_ids);
+  auto committed = commitPart(keeper, paths_, entry, lock, reserve_data, block.more_dedup_ids,
+                              part.checksums.total.hex());
   const Clock::time_point answered = Clock::now();
   if (reserve_data) {
     allocator_.finishReserving(

@@ -343,12 +343,14 @@ KeeperResult<bool> BlockNumberAllocator::releaseLostLock(Keeper& keeper,
 std::expected<Committed, CommitError> commitPart(
     Keeper& keeper, const TablePaths& paths, const LogEntry& entry, const BlockNumberLock& lock,
     const std::optional<std::string>& reserve_lock_data,
-    const std::vector<std::string>& more_dedup_ids) {
+    const std::vector<std::string>& more_dedup_ids, const std::string& part_checksum) {
   enum { kLogOp, kDedupOp, kPartOp, kUnlockOp, kMoreDedupOps };
   std::vector<Op> ops = {
       op::Create{paths.logEntryPrefix(), entry.format(), CreateMode::kPersistentSequential},
       op::Create{paths.dedupHash(entry.block_id), entry.new_part_name, CreateMode::kPersistent},
-      op::Create{paths.part(entry.new_part_name), "", CreateMode::kPersistent},
+      op::Create{paths.part(entry.new_part_name),
+                 part_checksum.empty() ? entry.part_checksum : part_checksum,
+                 CreateMode::kPersistent},
       op::Remove{lock.path, -1},
   };
   for (const auto& id : more_dedup_ids)

@@ -522,7 +522,7 @@ void ReplicationWorker::executeAttaches(std::vector<Execution>& entries, bool in
       outcomes.emplace_back(linking[i], std::move(done));
       continue;
     }
-    ops.push_back(op::Create{paths_.part(jobs[i].name.format()), "", CreateMode::kPersistent});
+    ops.push_back(partNode(jobs[i].name, jobs[i].source->checksums));
     ops.push_back(op::Remove{paths_.queue() + "/" + linking[i]->selected().node_name, -1});
     placed.push_back(i);
   }
@@ -698,9 +698,10 @@ KeeperResult<std::vector<ReplicationWorker::FetchCandidate>> ReplicationWorker::
     auto source = parseReplicaAddress(replica, host->data);
     if (!source) continue;
     source->generation = paths_.generation;
-    auto has = keeper.exists(other.part(wanted.format()));
-    if (has && *has) {
-      exact.push_back(FetchCandidate{*source, wanted});
+    // The parts node's data is the checksum the source recorded: what it sends must match it.
+    auto has = keeper.get(other.part(wanted.format()));
+    if (has) {
+      exact.push_back(FetchCandidate{*source, wanted, has->data});
       continue;
     }
     auto parts = keeper.children(other.parts());
@@ -708,7 +709,9 @@ KeeperResult<std::vector<ReplicationWorker::FetchCandidate>> ReplicationWorker::
     for (const auto& name : parts->names) {
       auto part = PartName::parse(name);
       if (part && part->contains(wanted)) {
-        covering.push_back(FetchCandidate{*source, *part});
+        auto recorded = keeper.get(other.part(name));
+        if (!recorded) break;  // gone meanwhile (merged away): not a source now
+        covering.push_back(FetchCandidate{*source, *part, recorded->data});
         break;
       }
     }
@@ -801,6 +804,22 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
         noteFetchSource(candidate.source.replica, true);
       continue;
     }
+    if (!candidate.recorded_checksum.empty() &&
+        fetched->total.hex() != candidate.recorded_checksum) {
+      // The files agree with the checksums.txt that came with them, but not with what the
+      // source recorded in ZooKeeper when it made or took the part: changed on the way, or not
+      // the source's part at all.
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      errors += fmt::format(
+          "{}part {} from replica {} has checksum {}, not the {} recorded in "
+          "ZooKeeper: refused",
+          errors.empty() ? "" : "; ", name, candidate.source.replica, fetched->total.hex(),
+          candidate.recorded_checksum);
+      metrics_.fetch_errors.Increment();
+      noteFetchSource(candidate.source.replica, true);
+      continue;
+    }
     noteFetchSource(candidate.source.replica, false);
     uint64_t bytes = 0;
     for (const auto& file : fetched->files) bytes += file.size;
@@ -815,7 +834,7 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
       return std::unexpected(fmt::format("placing fetched part {}: {}", name, placed.error()));
     }
     // The part, the parts it replaces here, and the queue entry: one multi.
-    std::vector<Op> ops = {op::Create{paths_.part(name), "", CreateMode::kPersistent}};
+    std::vector<Op> ops = {partNode(candidate.part, *fetched)};
     for (const auto& covered : store_.partsCoveredBy(candidate.part)) {
       if (covered != candidate.part) ops.push_back(op::Remove{paths_.part(covered.format()), -1});
     }
@@ -1133,7 +1152,8 @@ std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
                                CreateMode::kPersistentSequential});
       ops.push_back(op::Create{paths_.dedupHash(one.dedup_id), one.entry.new_part_name,
                                CreateMode::kPersistent});
-      ops.push_back(op::Create{paths_.part(one.entry.new_part_name), "", CreateMode::kPersistent});
+      ops.push_back(op::Create{paths_.part(one.entry.new_part_name), one.entry.part_checksum,
+                               CreateMode::kPersistent});
       ops.push_back(op::Remove{one.lock.path, -1});
     }
     auto committed = keeper->multi(ops);
@@ -1187,6 +1207,10 @@ std::expected<AttachSummary, std::string> ReplicationWorker::attachParts(
   return summary;
 }
 
+Op ReplicationWorker::partNode(const PartName& name, const PartChecksums& checksums) const {
+  return op::Create{paths_.part(name.format()), checksums.total.hex(), CreateMode::kPersistent};
+}
+
 std::expected<void, std::string> ReplicationWorker::registerPart(Keeper& keeper,
                                                                  const std::vector<Op>& ops,
                                                                  const PartName& name,
@@ -1233,7 +1257,7 @@ std::expected<void, std::string> ReplicationWorker::executeMerge(Keeper& keeper,
     if (!written) return std::unexpected("writing merged part: " + written.error());
     part.checksums = std::move(*written);
   }
-  std::vector<Op> ops = {op::Create{paths_.part(result->format()), "", CreateMode::kPersistent}};
+  std::vector<Op> ops = {partNode(*result, part.checksums)};
   for (const auto& source : *sources)
     ops.push_back(op::Remove{paths_.part(source->name.format()), -1});
   ops.push_back(op::Remove{paths_.queue() + "/" + selected.node_name, -1});

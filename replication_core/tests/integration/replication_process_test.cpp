@@ -10,6 +10,7 @@
 
 #include "replication_cluster.h"
 #include "rtable/common/testing/wait.h"
+#include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/testing/local_replica.h"
 
 namespace rtable::core {
@@ -395,6 +396,53 @@ TEST_F(Replication, AFetchNeedsTheSharedSecret) {
   auto count = r2.get("/count");
   ASSERT_TRUE(count);
   EXPECT_EQ(json::parse(count->body)["rows"].get<uint64_t>(), 0u);
+}
+
+// A fetched part must have the checksum its source recorded in ZooKeeper (issue 23), not only
+// agree with the checksums.txt sent along with it, which a part changed on the way (or sent by
+// something else than the source) would agree with too. Here the record is made to disagree: r2
+// refuses what r1 sends, and takes it once the record matches again.
+TEST_F(Replication, AFetchedPartMustHaveTheChecksumItsSourceRecorded) {
+  auto& r1 = addReplica("r1");
+  auto response = r1.post("/insert?format=JSONEachRow", row(1));
+  ASSERT_TRUE(response && response->status == 200)
+      << (response ? response->body : response.error());
+  const std::string part = json::parse(response->body)["parts"][0].get<std::string>();
+  auto keeper = zookeeper().connect();
+  ASSERT_TRUE(keeper);
+  const TablePaths r1_paths{"/rtable/tables/" + table_, 1, "r1"};
+  auto recorded = (*keeper)->get(r1_paths.part(part));
+  ASSERT_TRUE(recorded);
+  ASSERT_EQ(recorded->data.size(), 32u) << "the insert records the part's total checksum";
+  ASSERT_TRUE((*keeper)->set(r1_paths.part(part), std::string(32, '0')));
+
+  auto& r2 = addReplica("r2");
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto state = r2.get("/replica");
+        if (!state || state->status != 200) return false;
+        const json body = json::parse(state->body);  // outlives the loop over its queue
+        for (const auto& entry : body["queue"]) {
+          if (entry["last_exception"].get<std::string>().find("recorded in ZooKeeper") !=
+              std::string::npos)
+            return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(30)))
+      << r2.get("/replica")->body;
+  auto count = r2.get("/count");
+  ASSERT_TRUE(count);
+  EXPECT_EQ(json::parse(count->body)["rows"].get<uint64_t>(), 0u);
+
+  ASSERT_TRUE((*keeper)->set(r1_paths.part(part), recorded->data));
+  EXPECT_EQ(expectConverged().rows, 1u);
+  // r2 records what it verified: a third replica may fetch from it.
+  TablePaths r2_paths = r1_paths;
+  r2_paths.replica = "r2";
+  auto r2_recorded = (*keeper)->get(r2_paths.part(part));
+  ASSERT_TRUE(r2_recorded);
+  EXPECT_EQ(r2_recorded->data, recorded->data);
 }
 
 }  // namespace

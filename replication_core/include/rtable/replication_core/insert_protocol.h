@@ -162,10 +162,12 @@ struct CommitError {
 // part). With `reserve_lock_data` it also creates the partition's next block lock with that data.
 // `more_dedup_ids`: the ids of the other inserts whose rows the part holds (a batch of async
 // inserts), each created beside block_id, so that every insert of the batch is remembered alone.
+// `part_checksum` (the part's total, hex; default: the entry's part_checksum, an attach's) is the
+// data of this replica's parts node: what a replica fetching the part from here checks it against.
 std::expected<Committed, CommitError> commitPart(
     Keeper& keeper, const TablePaths& paths, const LogEntry& entry, const BlockNumberLock& lock,
     const std::optional<std::string>& reserve_lock_data = std::nullopt,
-    const std::vector<std::string>& more_dedup_ids = {});
+    const std::vector<std::string>& more_dedup_ids = {}, const std::string& part_checksum = "");
 
 // After kUnknownOutcome: the multi was applied iff our parts node exists (it is atomic).
 KeeperResult<bool> partIsCommitted(Keeper& keeper, const TablePaths& paths,

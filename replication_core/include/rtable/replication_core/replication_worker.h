@@ -270,7 +270,13 @@ class ReplicationWorker {
   struct FetchCandidate {
     FetchSource source;
     PartName part;
+    // The part's total checksum as the source recorded it in ZooKeeper (its parts node); the
+    // fetched part must have it. Empty: recorded before checksums were (not checked).
+    std::string recorded_checksum;
   };
+  // This replica's parts node for a part: its data is the part's total checksum (hex), which
+  // other replicas check what they fetch from here against.
+  Op partNode(const PartName& name, const PartChecksums& checksums) const;
   KeeperResult<std::vector<FetchCandidate>> fetchCandidates(Keeper& keeper, const PartName& part);
   void noteFetchSource(const std::string& replica, bool failed);
   std::expected<void, std::string> executeMerge(Keeper& keeper, const SelectedEntry& selected);
