@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -525,16 +526,31 @@ class ReplicaHttpServer::Impl {
                         "this replica has no interserver secret (spec replication.secretFile), "
                         "so it serves no parts");
     }
-    std::string presented;
-    if (auto header = request.request().header(kInterserverSecretHeader)) {
-      presented = *header;
+    if (auto proof = request.request().header(kFetchAuthHeader)) {
+      // Checked against this replica's own address, not the Host header: a proof made for
+      // another replica fails here.
+      const std::string target = request.request().path + "?" + request.request().query;
+      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      const std::string refused = checkFetchAuth(
+          secret, fmt::format("{}:{}", spec_.replica_host, server_->port()), target, *proof, now);
+      if (!refused.empty()) return replyError(request, 401, "UNAUTHORIZED", refused);
+    } else if (auto plain = request.request().header(kInterserverSecretHeader)) {
+      // A replica not yet upgraded (rtable-core before 2026-12-07) sends the secret itself.
+      if (!interserverSecretMatches(secret, *plain)) {
+        return replyError(request, 401, "UNAUTHORIZED",
+                          fmt::format("wrong {}", kInterserverSecretHeader));
+      }
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        spdlog::warn(
+            "a replica fetched with the plain interserver secret: it runs an older "
+            "rtable-core, which sends the secret itself; upgrade it");
+      });
     } else {
       return replyError(request, 401, "UNAUTHORIZED",
-                        fmt::format("the {} header is missing", kInterserverSecretHeader));
-    }
-    if (!interserverSecretMatches(secret, presented)) {
-      return replyError(request, 401, "UNAUTHORIZED",
-                        fmt::format("wrong {}", kInterserverSecretHeader));
+                        fmt::format("the {} header is missing", kFetchAuthHeader));
     }
     auto part_name = PartName::parse(name);
     if (!part_name || part_name->format() != name) {

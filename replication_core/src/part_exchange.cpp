@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -71,6 +73,55 @@ bool isSafeFileName(std::string_view name) {
 
 bool interserverSecretMatches(std::string_view secret, std::string_view presented) {
   return common::secretsEqual(secret, presented);
+}
+
+namespace {
+
+std::string fetchMac(std::string_view secret, std::string_view source, std::string_view target,
+                     int64_t unix_seconds) {
+  const std::string message = fmt::format("v1\n{}\n{}\n{}", source, target, unix_seconds);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &size);
+  std::string hex;
+  for (unsigned int i = 0; i < size; ++i) hex += fmt::format("{:02x}", mac[i]);
+  return hex;
+}
+
+}  // namespace
+
+std::string signFetch(std::string_view secret, std::string_view source, std::string_view target,
+                      int64_t unix_seconds) {
+  return fmt::format("v1 {} {}", unix_seconds, fetchMac(secret, source, target, unix_seconds));
+}
+
+std::string checkFetchAuth(std::string_view secret, std::string_view source,
+                           std::string_view target, std::string_view header,
+                           int64_t now_unix_seconds) {
+  // "v1 <seconds> <64 hex digits>"
+  const auto first = header.find(' ');
+  const auto second = first == std::string_view::npos ? first : header.find(' ', first + 1);
+  int64_t seconds = 0;
+  if (second == std::string_view::npos || header.substr(0, first) != "v1" ||
+      std::from_chars(header.data() + first + 1, header.data() + second, seconds).ptr !=
+          header.data() + second) {
+    return fmt::format("{} is not 'v1 <unix seconds> <hmac>'", kFetchAuthHeader);
+  }
+  if (seconds < now_unix_seconds - kFetchAuthMaxAgeSeconds ||
+      seconds > now_unix_seconds + kFetchAuthMaxAgeSeconds) {
+    return fmt::format(
+        "{} was made at {} s, {} s from this replica's clock (at most {} s): "
+        "expired, or a clock is wrong",
+        kFetchAuthHeader, seconds, seconds - now_unix_seconds, kFetchAuthMaxAgeSeconds);
+  }
+  if (!common::secretsEqual(fetchMac(secret, source, target, seconds), header.substr(second + 1))) {
+    return fmt::format(
+        "{} does not prove the interserver secret for {} (another secret, or "
+        "made for another replica or request)",
+        kFetchAuthHeader, source);
+  }
+  return "";
 }
 
 // --- The sending side ------------------------------------------------------------------------
@@ -753,13 +804,19 @@ FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::str
   auto connection = Connection::open(context, timeouts);
   if (!connection) return std::unexpected(connection.error());
   const std::string& host = context.from.host;
-  const std::string request = fmt::format(
-      "GET {}?name={}{} HTTP/1.1\r\nHost: {}:{}\r\n{}: {}\r\nConnection: close\r\n\r\n",
-      kPartTransferPath, common::percentEncode(context.part_name),
+  const std::string target = fmt::format(
+      "{}?name={}{}", kPartTransferPath, common::percentEncode(context.part_name),
       context.from.generation > 0 ? fmt::format("&generation={}", context.from.generation)
-                                  : std::string(),
-      host.find(':') == std::string::npos ? host : fmt::format("[{}]", host), context.from.port,
-      kInterserverSecretHeader, secret);
+                                  : std::string());
+  // The secret itself never goes on the wire: a proof bound to this source and this request.
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const std::string request =
+      fmt::format("GET {} HTTP/1.1\r\nHost: {}:{}\r\n{}: {}\r\nConnection: close\r\n\r\n", target,
+                  host.find(':') == std::string::npos ? host : fmt::format("[{}]", host),
+                  context.from.port, kFetchAuthHeader,
+                  signFetch(secret, fmt::format("{}:{}", host, context.from.port), target, now));
   if (auto sent = connection->sendAll(context, request); !sent)
     return std::unexpected(sent.error());
 

@@ -9,7 +9,9 @@
 #include <set>
 
 #include "replication_cluster.h"
+#include "rtable/common/testing/http_client.h"
 #include "rtable/common/testing/wait.h"
+#include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/table_paths.h"
 #include "rtable/replication_core/testing/local_replica.h"
 
@@ -443,6 +445,39 @@ TEST_F(Replication, AFetchedPartMustHaveTheChecksumItsSourceRecorded) {
   auto r2_recorded = (*keeper)->get(r2_paths.part(part));
   ASSERT_TRUE(r2_recorded);
   EXPECT_EQ(r2_recorded->data, recorded->data);
+}
+
+// A fetch sends a proof of the secret bound to the replica asked (issue 23), never the secret: a
+// proof that reached one replica (or a host posing as one) is refused by every other, though they
+// share the secret and have the part. Replicas not yet upgraded still send the plain secret.
+TEST_F(Replication, AFetchProofMadeForOneReplicaIsRefusedByAnother) {
+  auto& r1 = addReplica("r1");
+  auto& r2 = addReplica("r2");
+  auto response = r1.post("/insert?format=JSONEachRow", row(1));
+  ASSERT_TRUE(response && response->status == 200);
+  const std::string part = json::parse(response->body)["parts"][0].get<std::string>();
+  expectConverged();  // r2 fetched it with its proof, and has the part too
+  const std::string target = "/replication/part?name=" + part;
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const std::string proof_for_r1 =
+      fmt::format("{}: {}\r\n", kFetchAuthHeader,
+                  signFetch("s3cret", fmt::format("127.0.0.1:{}", r1.httpPort()), target, now));
+  auto get = [&](LocalReplica& replica, const std::string& headers) {
+    auto answer = common::testing::httpRequest("127.0.0.1", replica.httpPort(), "GET", target, "",
+                                               std::chrono::seconds(30), headers);
+    EXPECT_TRUE(answer) << answer.error();
+    return answer ? *answer : common::testing::HttpResponse{};
+  };
+  EXPECT_EQ(get(r1, proof_for_r1).status, 200);
+  const auto replayed = get(r2, proof_for_r1);
+  EXPECT_EQ(replayed.status, 401) << replayed.body;
+  EXPECT_NE(replayed.body.find("made for another replica or request"), std::string::npos)
+      << replayed.body;
+  EXPECT_EQ(get(r2, "").status, 401);
+  EXPECT_EQ(get(r2, fmt::format("{}: s3cret\r\n", kInterserverSecretHeader)).status, 200);
+  EXPECT_EQ(get(r2, fmt::format("{}: wrong\r\n", kInterserverSecretHeader)).status, 401);
 }
 
 }  // namespace

@@ -275,8 +275,13 @@ dataDir: {}
                      FetchTimeouts{timeout, timeout});
   }
 
-  std::string secretHeader(std::string_view secret = kSecret) const {
-    return fmt::format("{}: {}\r\n", kInterserverSecretHeader, secret);
+  // The proof of the secret a fetch of `target` from the source sends (X-Rtable-Fetch-Auth).
+  std::string proofHeader(const std::string& target) const {
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    return fmt::format("{}: {}\r\n", kFetchAuthHeader,
+                       signFetch(kSecret, fmt::format("127.0.0.1:{}", port_), target, now));
   }
 
   // Small inserted parts stay in memory until a checkpoint (the default), or go to disk at once.
@@ -318,7 +323,8 @@ TEST_F(PartExchangeTest, TheBodyIsTheDocumentedWireFormat) {
   startSource();
   auto part = insertPart(10);
   ASSERT_TRUE(part);
-  auto answer = rawGet(port_, "/replication/part?name=" + part->name.format(), secretHeader());
+  auto answer = rawGet(port_, "/replication/part?name=" + part->name.format(),
+                       proofHeader("/replication/part?name=" + part->name.format()));
   ASSERT_TRUE(answer) << answer.error();
   ASSERT_EQ(answer->status, 200) << answer->body;
   EXPECT_EQ(answer->body.size(), answer->content_length);
@@ -343,7 +349,7 @@ TEST_F(PartExchangeTest, APartHeldInMemoryIsSentAsTheBytesItLaterHasOnDisk) {
   ASSERT_TRUE(held->image) << "a 10-row part is held in memory until a checkpoint";
   EXPECT_FALSE(fs::exists(held->dir));
   const std::string path = "/replication/part?name=" + held->name.format();
-  auto from_memory = rawGet(port_, path, secretHeader());
+  auto from_memory = rawGet(port_, path, proofHeader(path));
   ASSERT_TRUE(from_memory) << from_memory.error();
   ASSERT_EQ(from_memory->status, 200) << from_memory->body;
   EXPECT_EQ(from_memory->body.size(), from_memory->content_length);
@@ -356,7 +362,7 @@ TEST_F(PartExchangeTest, APartHeldInMemoryIsSentAsTheBytesItLaterHasOnDisk) {
   ASSERT_EQ(active.size(), 1u);
   EXPECT_FALSE(active[0]->image);
   ASSERT_TRUE(fs::exists(active[0]->dir / "checksums.txt"));
-  auto from_disk = rawGet(port_, path, secretHeader());
+  auto from_disk = rawGet(port_, path, proofHeader(path));
   ASSERT_TRUE(from_disk) << from_disk.error();
   EXPECT_TRUE(from_disk->body == from_memory->body)
       << from_disk->body.size() << " bytes from disk, " << from_memory->body.size()
@@ -371,7 +377,8 @@ TEST_F(PartExchangeTest, AWrongOrMissingSecretIsUnauthorizedAndLeavesNothing) {
   ASSERT_FALSE(fetched);
   EXPECT_EQ(fetched.error().kind, Kind::kUnauthorized) << fetched.error().toString();
   EXPECT_EQ(fetched.error().http_status, 401);
-  EXPECT_NE(fetched.error().message.find("wrong X-Rtable-Interserver-Secret"), std::string::npos)
+  EXPECT_NE(fetched.error().message.find("does not prove the interserver secret"),
+            std::string::npos)
       << fetched.error().message;
   EXPECT_FALSE(fs::exists(dest_));
 
@@ -426,7 +433,8 @@ TEST_F(PartExchangeTest, AnUnknownPartIsNotFoundAndABadNameIsRefused) {
       << fetched.error().message;
   EXPECT_FALSE(fs::exists(dest_));
 
-  auto answer = rawGet(port_, "/replication/part?name=..%2Fsecret", secretHeader());
+  auto answer = rawGet(port_, "/replication/part?name=..%2Fsecret",
+                       proofHeader("/replication/part?name=..%2Fsecret"));
   ASSERT_TRUE(answer) << answer.error();
   EXPECT_EQ(answer->status, 400);
   EXPECT_NE(answer->body.find("BAD_PART_NAME"), std::string::npos) << answer->body;
@@ -477,7 +485,8 @@ class ScriptedTransferTest : public PartExchangeTest {
     startSource();
     part_ = insertPart(2000);
     ASSERT_TRUE(part_);
-    auto answer = rawGet(port_, "/replication/part?name=" + part_->name.format(), secretHeader());
+    auto answer = rawGet(port_, "/replication/part?name=" + part_->name.format(),
+                         proofHeader("/replication/part?name=" + part_->name.format()));
     ASSERT_TRUE(answer) << answer.error();
     ASSERT_EQ(answer->status, 200);
     body_ = answer->body;
@@ -502,7 +511,19 @@ TEST_F(ScriptedTransferTest, TheWholeBodyGivesThePartAndTheRequestCarriesTheSecr
   EXPECT_TRUE(request.starts_with(
       fmt::format("GET /replication/part?name={} HTTP/1.1\r\n", part_->name.format())))
       << request;
-  EXPECT_NE(request.find(secretHeader()), std::string::npos) << request;
+  // The secret itself never goes on the wire; the proof holds for this source and request.
+  EXPECT_EQ(request.find(std::string(kSecret)), std::string::npos) << request;
+  const std::string header = std::string(kFetchAuthHeader) + ": ";
+  const auto at = request.find(header);
+  ASSERT_NE(at, std::string::npos) << request;
+  const std::string proof =
+      request.substr(at + header.size(), request.find("\r\n", at) - at - header.size());
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  EXPECT_EQ(checkFetchAuth(kSecret, fmt::format("127.0.0.1:{}", scripted.port()),
+                           "/replication/part?name=" + part_->name.format(), proof, now),
+            "");
 }
 
 TEST_F(ScriptedTransferTest, ACutTransferIsATransferErrorAndLeavesNothing) {
@@ -594,8 +615,8 @@ TEST_F(PartExchangeTest, AFetcherThatGoesAwayFreesTheSender) {
   ASSERT_TRUE(part);
   // Reads 100 KB of the body and hangs up. With one worker, the next request is only served once
   // the sender noticed.
-  auto abandoned =
-      rawGet(port_, "/replication/part?name=" + part->name.format(), secretHeader(), 100 << 10);
+  auto abandoned = rawGet(port_, "/replication/part?name=" + part->name.format(),
+                          proofHeader("/replication/part?name=" + part->name.format()), 100 << 10);
   ASSERT_TRUE(abandoned) << abandoned.error();
   ASSERT_EQ(abandoned->status, 200);
   ASSERT_LT(abandoned->body.size(), abandoned->content_length);
@@ -610,7 +631,8 @@ TEST_F(PartExchangeTest, AnOpenReaderOutlivesItsPartDirectory) {
   startSource();
   auto part = insertPart(1000);
   ASSERT_TRUE(part);
-  auto expected = rawGet(port_, "/replication/part?name=" + part->name.format(), secretHeader());
+  auto expected = rawGet(port_, "/replication/part?name=" + part->name.format(),
+                         proofHeader("/replication/part?name=" + part->name.format()));
   ASSERT_TRUE(expected);
 
   auto reader = PartTransferReader::open(part->dir, part->checksums);
@@ -654,6 +676,37 @@ TEST(InterserverSecret, MatchesOnlyTheWholeSecret) {
   EXPECT_FALSE(interserverSecretMatches("abc", "ab"));
   EXPECT_FALSE(interserverSecretMatches("abc", "abcd"));
   EXPECT_FALSE(interserverSecretMatches("", ""));  // no secret matches nothing
+}
+
+// A fetch proves the interserver secret without sending it (issue 23): the proof holds for one
+// source, one request and five minutes, so a host that receives it can use it nowhere else.
+TEST(FetchAuth, AProofHoldsForItsSourceAndRequestOnly) {
+  const std::string target = "/replication/part?name=202612_1_1_0&generation=2";
+  const int64_t now = 1'796'000'000;
+  const std::string proof = signFetch("s3cret", "events-0.events:8123", target, now);
+  EXPECT_TRUE(proof.starts_with("v1 1796000000 ")) << proof;
+  EXPECT_EQ(proof.find("s3cret"), std::string::npos);
+  EXPECT_EQ(checkFetchAuth("s3cret", "events-0.events:8123", target, proof, now), "");
+  EXPECT_EQ(checkFetchAuth("s3cret", "events-0.events:8123", target, proof, now + 299), "");
+
+  // Replayed to another replica, for another part, later, or checked with another secret.
+  EXPECT_NE(checkFetchAuth("s3cret", "events-1.events:8123", target, proof, now)
+                .find("made for another replica or request"),
+            std::string::npos);
+  EXPECT_NE(checkFetchAuth("s3cret", "events-0.events:8123",
+                           "/replication/part?name=202612_2_2_0&generation=2", proof, now),
+            "");
+  EXPECT_NE(
+      checkFetchAuth("s3cret", "events-0.events:8123", target, proof, now + 301).find("expired"),
+      std::string::npos);
+  EXPECT_NE(checkFetchAuth("s3cret", "events-0.events:8123", target, proof, now - 301), "");
+  EXPECT_NE(checkFetchAuth("other", "events-0.events:8123", target, proof, now), "");
+  // Malformed headers are refused, never read past.
+  for (const std::string& bad :
+       std::vector<std::string>{"", "v1", "v1 ", "v1 x y", "v2 1796000000 00", "s3cret",
+                                "v1 1796000000", proof.substr(0, proof.size() - 1)}) {
+    EXPECT_NE(checkFetchAuth("s3cret", "events-0.events:8123", target, bad, now), "") << bad;
+  }
 }
 
 }  // namespace

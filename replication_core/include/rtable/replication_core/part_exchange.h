@@ -25,11 +25,29 @@
 namespace rtable::core {
 
 inline constexpr std::string_view kPartTransferPath = "/replication/part";
+// Up to 2026-12-07 a fetch sent the interserver secret itself in this header; a replica still
+// accepts it from replicas not yet upgraded, and sends kFetchAuthHeader instead.
 inline constexpr std::string_view kInterserverSecretHeader = "X-Rtable-Interserver-Secret";
 
 // Whether `presented` is the secret. The time taken does not depend on where the two differ (it
 // may depend on their lengths).
 bool interserverSecretMatches(std::string_view secret, std::string_view presented);
+
+// A fetch's proof of the interserver secret that does not give the secret away: "v1 <unix
+// seconds> <hex HMAC-SHA256(secret, "v1\n<source>\n<target>\n<seconds>")>", where <source> is the
+// replica asked, "host:port" as it advertises itself in ZooKeeper, and <target> the request's
+// path and query as sent. A host that receives it learns nothing it could use elsewhere: another
+// replica computes the HMAC over its own address and refuses it, and after kFetchAuthMaxAge it is
+// refused everywhere.
+inline constexpr std::string_view kFetchAuthHeader = "X-Rtable-Fetch-Auth";
+inline constexpr int64_t kFetchAuthMaxAgeSeconds = 300;  // either way: clocks differ a little
+std::string signFetch(std::string_view secret, std::string_view source, std::string_view target,
+                      int64_t unix_seconds);
+// Empty when `header` proves the secret for this source and target at `now_unix_seconds`; else
+// why not (for the 401's message: it names no secret).
+std::string checkFetchAuth(std::string_view secret, std::string_view source,
+                           std::string_view target, std::string_view header,
+                           int64_t now_unix_seconds);
 
 // The body of a part transfer, read front to back. open() opens every file of the part and checks
 // its size against checksums.txt, so the body's length is known before its first byte is sent and
