@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_flags.h"
 #include "keep_alive_client.h"
 #include "rtable/common/testing/http_client.h"
 #include "rtable/replication_core/sequential_counter.h"
@@ -197,24 +198,35 @@ int main(int argc, char** argv) {
   uint64_t bulk_rows = 1'000'000;
   int bulk_rounds = 3;
   std::string async_settings = "enabled: true";  // the table's inserts.async (--async 'k: v, ...')
+  constexpr const char* kUsage =
+      "usage: rtable-async-insert-bench [--clients N] [--seconds S (0: bulk only)] "
+      "[--bulk-rows N] [--bulk-rounds N] [--async 'busyTimeoutMs: 200, ...']\n";
+  auto refuse = [&](const std::string& why) {
+    fmt::print(stderr, "rtable-async-insert-bench: {}\n{}", why, kUsage);
+    return 2;
+  };
+  if (rtable::bench::wantsHelp(argc, argv)) return fmt::print("{}", kUsage), 0;
+  if (auto paired = rtable::bench::pairedFlags(argc, argv); !paired) return refuse(paired.error());
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
+    auto number = [&](int64_t min, int64_t max) {
+      return rtable::bench::wholeNumber(flag, argv[i + 1], min, max);
+    };
+    std::expected<int64_t, std::string> value;
     if (flag == "--clients") {
-      clients = std::max(1, std::stoi(argv[i + 1]));
+      if ((value = number(1, 10'000))) clients = static_cast<int>(*value);
     } else if (flag == "--seconds") {
-      seconds = std::max(0, std::stoi(argv[i + 1]));
+      if ((value = number(0, 86'400))) seconds = static_cast<int>(*value);
     } else if (flag == "--bulk-rows") {
-      bulk_rows = std::stoull(argv[i + 1]);
+      if ((value = number(0, 1'000'000'000))) bulk_rows = static_cast<uint64_t>(*value);
     } else if (flag == "--bulk-rounds") {
-      bulk_rounds = std::max(1, std::stoi(argv[i + 1]));
+      if ((value = number(1, 1000))) bulk_rounds = static_cast<int>(*value);
     } else if (flag == "--async") {
       async_settings = argv[i + 1];
     } else {
-      fmt::print(stderr,
-                 "usage: rtable-async-insert-bench [--clients N] [--seconds S (0: bulk only)] "
-                 "[--bulk-rows N] [--bulk-rounds N] [--async 'busyTimeoutMs: 200, ...']\n");
-      return 2;
+      return refuse("unknown flag " + flag);
     }
+    if (!value) return refuse(value.error());
   }
   rtable::core::ZooKeeperClient::silenceLibraryLog();
   LocalZooKeeperOptions zk_options;

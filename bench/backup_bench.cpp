@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_flags.h"
 #include "rtable/backup/backup_initiator.h"
 #include "rtable/backup/restore.h"
 #include "rtable/replication_core/table_paths.h"
@@ -655,16 +656,27 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
+    std::expected<int64_t, std::string> value;
     if (arg == "--gib" && has_value) {
-      target_bytes = std::stoull(argv[++i]) << 30;
+      if ((value = rtable::bench::wholeNumber(arg, argv[++i], 1, 1024)))
+        target_bytes = static_cast<uint64_t>(*value) << 30;
     } else if (arg == "--mib" && has_value) {
-      target_bytes = std::stoull(argv[++i]) << 20;
+      if ((value = rtable::bench::wholeNumber(arg, argv[++i], 1, 1 << 20)))
+        target_bytes = static_cast<uint64_t>(*value) << 20;
     } else if (arg == "--poll-ms" && has_value) {
-      poll = std::chrono::milliseconds(std::stoll(argv[++i]));
+      if ((value = rtable::bench::wholeNumber(arg, argv[++i], 1, 600'000)))
+        poll = std::chrono::milliseconds(*value);
     } else if (arg == "--keep") {
       keep = true;
     } else {
       fmt::print(stderr, "usage: rtable-backup-bench [--gib N | --mib N] [--poll-ms N] [--keep]\n");
+      return 2;
+    }
+    if (!value) {
+      fmt::print(stderr,
+                 "rtable-backup-bench: {}\nusage: rtable-backup-bench [--gib N | --mib N] "
+                 "[--poll-ms N] [--keep]\n",
+                 value.error());
       return 2;
     }
   }

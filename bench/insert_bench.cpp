@@ -26,6 +26,7 @@
 #include <fstream>
 #include <string>
 
+#include "bench_flags.h"
 #include "keep_alive_client.h"
 #include "rtable/replication_core/insert_protocol.h"
 #include "rtable/replication_core/table_registration.h"
@@ -218,18 +219,30 @@ int main(int argc, char** argv) {
   int single = 500;
   uint64_t bulk_rows = 1'000'000;
   int rounds = 3;
+  constexpr const char* kUsage =
+      "usage: rtable-insert-bench [--single N] [--bulk-rows N] [--rounds N]\n";
+  auto refuse = [&](const std::string& why) {
+    fmt::print(stderr, "rtable-insert-bench: {}\n{}", why, kUsage);
+    return 2;
+  };
+  if (rtable::bench::wantsHelp(argc, argv)) return fmt::print("{}", kUsage), 0;
+  if (auto paired = rtable::bench::pairedFlags(argc, argv); !paired) return refuse(paired.error());
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--single")
-      single = std::stoi(argv[i + 1]);
-    else if (flag == "--bulk-rows")
-      bulk_rows = std::stoull(argv[i + 1]);
-    else if (flag == "--rounds")
-      rounds = std::max(1, std::stoi(argv[i + 1]));
-    else {
-      fmt::print(stderr, "usage: rtable-insert-bench [--single N] [--bulk-rows N] [--rounds N]\n");
-      return 2;
+    auto number = [&](int64_t min, int64_t max) {
+      return rtable::bench::wholeNumber(flag, argv[i + 1], min, max);
+    };
+    std::expected<int64_t, std::string> value;
+    if (flag == "--single") {
+      if ((value = number(0, 1'000'000))) single = static_cast<int>(*value);
+    } else if (flag == "--bulk-rows") {
+      if ((value = number(0, 1'000'000'000))) bulk_rows = static_cast<uint64_t>(*value);
+    } else if (flag == "--rounds") {
+      if ((value = number(1, 1000))) rounds = static_cast<int>(*value);
+    } else {
+      return refuse("unknown flag " + flag);
     }
+    if (!value) return refuse(value.error());
   }
   rtable::core::ZooKeeperClient::silenceLibraryLog();
   LocalZooKeeperOptions zk_options;

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_flags.h"
 #include "rtable/replication_core/testing/local_clickhouse.h"
 #include "rtable/replication_core/testing/local_replica.h"
 #include "rtable/replication_core/testing/local_zookeeper.h"
@@ -668,24 +669,32 @@ int main(int argc, char** argv) {
   std::string only;
   std::string command = "rtable-replication-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-  for (int i = 1; i + 1 < argc; i += 2) {
+  constexpr const char* kUsage =
+      "usage: rtable-replication-bench [--inserts N] [--fetch-mb N] [--only rtable|clickhouse]\n";
+  if (rtable::bench::wantsHelp(argc, argv)) return fmt::print("{}", kUsage), 0;
+  std::string refused;
+  if (auto paired = rtable::bench::pairedFlags(argc, argv); !paired) refused = paired.error();
+  for (int i = 1; refused.empty() && i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--inserts")
-      inserts = std::stoi(argv[i + 1]);
-    else if (flag == "--fetch-mb")
-      fetch_mb = std::stoull(argv[i + 1]);
-    else if (flag == "--only")
+    auto number = [&](int64_t min, int64_t max) {
+      return rtable::bench::wholeNumber(flag, argv[i + 1], min, max);
+    };
+    std::expected<int64_t, std::string> value;
+    if (flag == "--inserts") {
+      if ((value = number(1, 10'000'000))) inserts = static_cast<int>(*value);
+    } else if (flag == "--fetch-mb") {
+      if ((value = number(1, 1'000'000))) fetch_mb = static_cast<uint64_t>(*value);
+    } else if (flag == "--only") {
       only = argv[i + 1];
-    else {
-      argc = -1;
-      break;
+      if (only != "rtable" && only != "clickhouse")
+        refused = fmt::format("--only: expected rtable or clickhouse, got '{}'", only);
+    } else {
+      refused = "unknown flag " + flag;
     }
+    if (!value) refused = value.error();
   }
-  if (argc < 0 || argc % 2 == 0 || (!only.empty() && only != "rtable" && only != "clickhouse") ||
-      inserts < 1 || fetch_mb < 1) {
-    fmt::print(stderr,
-               "usage: rtable-replication-bench [--inserts N] [--fetch-mb N] [--only "
-               "rtable|clickhouse]\n");
+  if (!refused.empty()) {
+    fmt::print(stderr, "rtable-replication-bench: {}\n{}", refused, kUsage);
     return 2;
   }
   fmt::print("{}\n", command);

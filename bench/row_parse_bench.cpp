@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "bench_flags.h"
 #include "rtable/replication_core/row_format.h"
 #include "rtable/replication_core/table_schema.h"
 
@@ -136,16 +137,27 @@ uint64_t simdjsonParser(const TableSchema& s, const simdjson::padded_string& bod
 int main(int argc, char** argv) {
   uint64_t rows = 1'000'000;
   int rounds = 5;
+  constexpr const char* kUsage = "usage: rtable-row-parse-bench [--rows N] [--rounds N]\n";
+  auto refuse = [&](const std::string& why) {
+    fmt::print(stderr, "rtable-row-parse-bench: {}\n{}", why, kUsage);
+    return 2;
+  };
+  if (rtable::bench::wantsHelp(argc, argv)) return fmt::print("{}", kUsage), 0;
+  if (auto paired = rtable::bench::pairedFlags(argc, argv); !paired) return refuse(paired.error());
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
+    auto number = [&](int64_t min, int64_t max) {
+      return rtable::bench::wholeNumber(flag, argv[i + 1], min, max);
+    };
+    std::expected<int64_t, std::string> value;
     if (flag == "--rows") {
-      rows = std::stoull(argv[i + 1]);
+      if ((value = number(1, 1'000'000'000))) rows = static_cast<uint64_t>(*value);
     } else if (flag == "--rounds") {
-      rounds = std::max(1, std::stoi(argv[i + 1]));
+      if ((value = number(1, 1000))) rounds = static_cast<int>(*value);
     } else {
-      fmt::print(stderr, "usage: rtable-row-parse-bench [--rows N] [--rounds N]\n");
-      return 2;
+      return refuse("unknown flag " + flag);
     }
+    if (!value) return refuse(value.error());
   }
   const TableSchema s = schema();
   std::string body;
