@@ -14,9 +14,8 @@ namespace rtable::bench {
 
 // `text` as a whole number from `min` to `max`, or why not: "--clients: expected a whole number
 // from 1 to 10000, got 'x'".
-inline std::expected<int64_t, std::string> wholeNumber(std::string_view flag,
-                                                       std::string_view text, int64_t min,
-                                                       int64_t max) {
+inline std::expected<int64_t, std::string> wholeNumber(std::string_view flag, std::string_view text,
+                                                       int64_t min, int64_t max) {
   int64_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || value < min || value > max) {

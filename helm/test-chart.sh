@@ -159,7 +159,7 @@ if render --set serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRu
   pass "helm template (monitoring on, 2 replicas, watchNamespace, logLevel debug)"
   check "monitoring adds a ServiceMonitor, a PodMonitor and a PrometheusRule" \
     kinds "$work/monitoring.yaml" CustomResourceDefinition CustomResourceDefinition \
-    CustomResourceDefinition ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding \
+    CustomResourceDefinition ServiceAccount Role Role RoleBinding RoleBinding \
     Service Deployment ServiceMonitor PodMonitor PrometheusRule
   check "values reach the Deployment (replicas 2, WATCH_NAMESPACE, --log-level=debug)" \
     python3 - "$work/monitoring.yaml" <<'PY'
@@ -236,6 +236,26 @@ else
   sed 's/^/     /' "$work/out"
 fi
 
+if "$helm" template r "$chart" --namespace rtable-system --set watchNamespace=analytics \
+    >"$work/namespaced.yaml" 2>"$work/out"; then
+  check "watchNamespace: no cluster-wide grant, the operator's Role and RoleBinding in it" bash -c \
+    "! grep -qE '^kind: Cluster(Role|RoleBinding)' '$work/namespaced.yaml' && \
+     python3 - '$work/namespaced.yaml' <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+mine = [d for d in docs if d['kind'] in ('Role', 'RoleBinding')
+        and not d['metadata']['name'].endswith('-leader-election')]
+assert sorted(d['kind'] for d in mine) == ['Role', 'RoleBinding'], mine
+assert all(d['metadata']['namespace'] == 'analytics' for d in mine), mine
+binding = next(d for d in mine if d['kind'] == 'RoleBinding')
+assert binding['subjects'][0]['namespace'] == 'rtable-system', binding
+PY"
+  check "watchNamespace: the Role covers the operator's calls and no more" \
+    python3 "$repo/helm/tests/check_rbac.py" "$repo" "$work/namespaced.yaml"
+else
+  fail "helm template --set watchNamespace=analytics"
+  sed 's/^/     /' "$work/out"
+fi
 check "rbac.create=false renders no RBAC" bash -c \
   "out=\$('$helm' template r '$chart' --set rbac.create=false) && ! grep -qE '^kind: (Cluster)?Role' <<<\"\$out\""
 check "leaderElection.enabled=false: no Lease Role, --leader-elect=false" bash -c \

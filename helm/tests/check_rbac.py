@@ -3,6 +3,8 @@
 
 usage: check_rbac.py <repo> <rendered chart yaml>
 
+The operator's rules are the ClusterRole's, or with watchNamespace the Role's in that namespace.
+
 USED lists each (group, resource) the operator calls, with the verbs and where. The check fails
 when the rendered ClusterRole + Role grant less than USED (the operator would get 403s) or more
 than USED + RESERVED (not least privilege), or when the code names a resource type that USED does
@@ -83,8 +85,14 @@ def main():
     repo, rendered = sys.argv[1], sys.argv[2]
     failures = []
     docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
-    cluster = grants(next(d for d in docs if d["kind"] == "ClusterRole")["rules"])
-    role = grants(next(d for d in docs if d["kind"] == "Role")["rules"])
+    leases = [d for d in docs
+              if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader-election")]
+    # The operator's rules: a ClusterRole, or with watchNamespace a Role in that namespace.
+    operator_rules = [d for d in docs if d["kind"] == "ClusterRole"] or [
+        d for d in docs
+        if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-leader-election")]
+    cluster = grants(operator_rules[0]["rules"])
+    role = grants(leases[0]["rules"]) if leases else {}
 
     # What the code names.
     sources = [p for d in ("operator/src", "controllers/src")

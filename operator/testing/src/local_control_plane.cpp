@@ -555,7 +555,9 @@ std::expected<std::filesystem::path, std::string> LocalControlPlane::serviceAcco
       "kind: ServiceAccount\n"
       "metadata:\n"
       "  name: {1}\n"
-      "  namespace: {0}\n"
+      "  namespace: {0}\n",
+      ns, name);
+  const std::string binding = fmt::format(
       "---\n"
       "apiVersion: rbac.authorization.k8s.io/v1\n"
       "kind: ClusterRoleBinding\n"
@@ -570,7 +572,8 @@ std::expected<std::filesystem::path, std::string> LocalControlPlane::serviceAcco
       "  name: {1}\n"
       "  namespace: {0}\n",
       ns, name, cluster_role);
-  if (auto applied = apply(manifest); !applied) return std::unexpected(applied.error());
+  if (auto applied = apply(cluster_role.empty() ? manifest : manifest + binding); !applied)
+    return std::unexpected(applied.error());
   const std::vector<std::string> args = {"create", "token", name, "--namespace=" + ns,
                                          "--duration=12h"};
   auto token = kubectl(args);

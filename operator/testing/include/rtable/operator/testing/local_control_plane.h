@@ -79,8 +79,9 @@ class LocalControlPlane {
   std::expected<int64_t, std::string> compactEtcd() const;
 
   // Creates namespace `ns`, ServiceAccount `ns/name` and a ClusterRoleBinding of it to the
-  // existing ClusterRole `cluster_role`, and writes a kubeconfig that authenticates with a token
-  // from `kubectl create token`: a restricted identity for RBAC tests. Idempotent.
+  // existing ClusterRole `cluster_role` (none when empty: the rights come from elsewhere, a
+  // chart's RoleBinding), and writes a kubeconfig that authenticates with a token from `kubectl
+  // create token`: a restricted identity for RBAC tests. Idempotent.
   std::expected<std::filesystem::path, std::string> serviceAccountKubeconfig(
       const std::string& ns, const std::string& name, const std::string& cluster_role) const;
 
