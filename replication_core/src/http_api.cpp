@@ -240,32 +240,29 @@ class ReplicaHttpServer::Impl {
     static const std::set<std::string> kReads = {"/select", "/count", "/parts", "/replica"};
     if (!kWrites.contains(path) && !(spec_.api_reads_need_token && kReads.contains(path)))
       return true;
+    auto refuse = [&](const std::string& message) {
+      replyError(request, 401, "UNAUTHORIZED", message, json::object(),
+                 {{"WWW-Authenticate", "Bearer realm=\"rtable\""}});
+      return false;
+    };
     const auto header = request.request().header("authorization");
     constexpr std::string_view kBearer = "bearer ";
-    const auto challenge = std::vector<std::pair<std::string, std::string>>{
-        {"WWW-Authenticate", "Bearer realm=\"rtable\""}};
     if (!header || header->size() <= kBearer.size() ||
         !std::equal(kBearer.begin(), kBearer.end(), header->begin(), [](char a, char b) {
           return a == std::tolower(static_cast<unsigned char>(b));
         })) {
-      replyError(request, 401, "UNAUTHORIZED",
-                 fmt::format("{} needs a bearer token (Authorization: Bearer <token>; the table's "
-                             "api.tokensFile); nothing was done",
-                             path),
-                 json::object(), challenge);
-      return false;
+      return refuse(
+          fmt::format("{} needs a bearer token (Authorization: Bearer <token>; the "
+                      "table's api.tokensFile); nothing was done",
+                      path));
     }
     const std::string_view presented = std::string_view(*header).substr(kBearer.size());
     bool known = false;
     // Every token compared, in constant time each: the answer's timing says nothing of which.
     for (const auto& token : spec_.api_tokens) known |= common::secretsEqual(token, presented);
     if (!known) {
-      replyError(request, 401, "UNAUTHORIZED",
-                 fmt::format("the bearer token is not one of this table's (api.tokensFile); {} "
-                             "was not done",
-                             path),
-                 json::object(), challenge);
-      return false;
+      return refuse(fmt::format(
+          "the bearer token is not one of this table's (api.tokensFile); {} was not done", path));
     }
     return true;
   }

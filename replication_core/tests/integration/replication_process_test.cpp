@@ -24,6 +24,21 @@ using testing::LocalReplica;
 
 class Replication : public ReplicationCluster {};
 
+// Whether one of `replica`'s queue entries last failed with a message holding one of `needles`.
+bool lastExceptionHas(const LocalReplica& replica,
+                      std::initializer_list<std::string_view> needles) {
+  auto state = replica.get("/replica");
+  if (!state || state->status != 200) return false;
+  const json body = json::parse(state->body);  // outlives the loop over its queue
+  for (const auto& entry : body["queue"]) {
+    const std::string exception = entry["last_exception"].get<std::string>();
+    for (const auto needle : needles) {
+      if (exception.find(needle) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
 TEST_F(Replication, InsertsSpreadOverAllReplicasConverge) {
   std::vector<LocalReplica*> all = {&addReplica("r1"), &addReplica("r2"), &addReplica("r3")};
   // Enough small parts for the leader to assign merges, which every replica then executes.
@@ -380,20 +395,8 @@ TEST_F(Replication, AFetchNeedsTheSharedSecret) {
   insert(r1, row(1));
   auto& r2 = addReplica("r2", "wrong");
   // r2 cannot fetch: its queue keeps the entry, backing off, and says why.
-  ASSERT_TRUE(waitFor(
-      [&] {
-        auto state = r2.get("/replica");
-        if (!state || state->status != 200) return false;
-        const json body = json::parse(state->body);
-        for (const auto& entry : body["queue"]) {
-          if (entry["last_exception"].get<std::string>().find("401") != std::string::npos ||
-              entry["last_exception"].get<std::string>().find("nauthorized") != std::string::npos) {
-            return true;
-          }
-        }
-        return false;
-      },
-      std::chrono::seconds(30)))
+  ASSERT_TRUE(waitFor([&] { return lastExceptionHas(r2, {"401", "nauthorized"}); },
+                      std::chrono::seconds(30)))
       << r2.get("/replica")->body;
   auto count = r2.get("/count");
   ASSERT_TRUE(count);
@@ -419,19 +422,8 @@ TEST_F(Replication, AFetchedPartMustHaveTheChecksumItsSourceRecorded) {
   ASSERT_TRUE((*keeper)->set(r1_paths.part(part), std::string(32, '0')));
 
   auto& r2 = addReplica("r2");
-  ASSERT_TRUE(waitFor(
-      [&] {
-        auto state = r2.get("/replica");
-        if (!state || state->status != 200) return false;
-        const json body = json::parse(state->body);  // outlives the loop over its queue
-        for (const auto& entry : body["queue"]) {
-          if (entry["last_exception"].get<std::string>().find("recorded in ZooKeeper") !=
-              std::string::npos)
-            return true;
-        }
-        return false;
-      },
-      std::chrono::seconds(30)))
+  ASSERT_TRUE(waitFor([&] { return lastExceptionHas(r2, {"recorded in ZooKeeper"}); },
+                      std::chrono::seconds(30)))
       << r2.get("/replica")->body;
   auto count = r2.get("/count");
   ASSERT_TRUE(count);
