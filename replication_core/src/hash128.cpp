@@ -48,6 +48,7 @@ Hasher128::Hasher128(Hasher128&&) noexcept = default;
 Hasher128& Hasher128::operator=(Hasher128&&) noexcept = default;
 
 void Hasher128::update(const void* data, std::size_t size) {
+  if (size == 0) return;  // an empty vector's data() may be null, which memcpy must not get
   State& state = *state_;
   if (state.gathered + size <= State::kGather) {
     std::memcpy(state.buffer + state.gathered, data, size);
