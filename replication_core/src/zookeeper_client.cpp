@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <zookeeper/zookeeper.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -170,6 +171,14 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   // Adds every digest identity to the session before its first request.
   KeeperStatus addAuth() {
     for (const auto& digest : config_.digests) {
+      if (auto added = addAuth(digest); !added) return added;
+    }
+    return {};
+  }
+
+  // Adds one identity to the session and waits for ZooKeeper's verdict.
+  KeeperStatus addAuth(const ZooKeeperDigest& digest) {
+    {
       const std::string credential = digest.user + ":" + digest.password;
       std::promise<int> answered;
       auto answer = answered.get_future();
@@ -202,14 +211,82 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     return {};
   }
 
-  // The ACL for a node created at `path`: the deepest subtree's identity, else open to all.
+  // The ACL for a node created at `path`: the deepest subtree's identity (of two for the same
+  // subtree, the later), else open to all. The entries are never removed: the pointer stays good.
   struct ACL_vector* aclFor(const std::string& path) const {
     const SubtreeAcl* best = nullptr;
+    std::lock_guard lock(mu_);
     for (const auto& acl : subtree_acls_) {
-      if (acl->holds(path) && (!best || acl->subtree.size() > best->subtree.size()))
+      if (acl->holds(path) && (!best || acl->subtree.size() >= best->subtree.size()))
         best = acl.get();
     }
     return best ? &const_cast<SubtreeAcl*>(best)->acl : &ZOO_OPEN_ACL_UNSAFE;
+  }
+
+  KeeperStatus addDigest(const ZooKeeperDigest& digest) override {
+    {
+      std::lock_guard lock(mu_);
+      if (std::find(config_.digests.begin(), config_.digests.end(), digest) !=
+          config_.digests.end())
+        return {};
+    }
+    // Concurrent adds of one digest may both send it: ZooKeeper keeps an identity once.
+    if (auto added = addAuth(digest); !added) return added;
+    std::lock_guard lock(mu_);
+    if (std::find(config_.digests.begin(), config_.digests.end(), digest) ==
+        config_.digests.end()) {
+      config_.digests.push_back(digest);
+      subtree_acls_.push_back(std::make_unique<SubtreeAcl>(digest));
+    }
+    return {};
+  }
+
+  KeeperResult<std::size_t> restrictSubtree(const std::string& subtree) override {
+    struct ACL_vector* wanted = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& acl : subtree_acls_) {
+        if (acl->subtree == subtree) wanted = &acl->acl;
+      }
+    }
+    if (!wanted) {
+      return std::unexpected(
+          KeeperError{KeeperCode::kBadArguments,
+                      subtree,
+                      "this session holds no identity for the subtree: add its digest first",
+                      {}});
+    }
+    std::size_t changed = 0;
+    std::vector<std::string> pending{subtree};
+    while (!pending.empty()) {
+      const std::string path = std::move(pending.back());
+      pending.pop_back();
+      struct ACL_vector current{};
+      struct ::Stat stat{};
+      int rc = zoo_get_acl(handle_, path.c_str(), &current, &stat);
+      if (rc == ZNONODE && path != subtree) continue;
+      if (rc != ZOK) return std::unexpected(toError(rc, path));
+      const bool same = current.count == 1 &&
+                        std::string_view(current.data[0].id.scheme) == "digest" &&
+                        std::string_view(current.data[0].id.id) == wanted->data[0].id.id &&
+                        current.data[0].perms == ZOO_PERM_ALL;
+      deallocate_ACL_vector(&current);
+      if (!same) {
+        // Top-down: each node is guarded by its own ACL, so the order is free; a parent first
+        // stops anyone else creating open children under it while the walk goes on.
+        rc = zoo_set_acl(handle_, path.c_str(), -1, wanted);
+        if (rc == ZNONODE) continue;
+        if (rc != ZOK) return std::unexpected(toError(rc, path));
+        ++changed;
+      }
+      auto listed = children(path, {});
+      if (!listed) {
+        if (listed.error().code == KeeperCode::kNoNode) continue;
+        return std::unexpected(listed.error());
+      }
+      for (const auto& name : listed->names) pending.push_back(path + "/" + name);
+    }
+    return changed;
   }
 
   KeeperResult<GetResult> get(const std::string& path, WatchCallback watch) override {
@@ -360,7 +437,12 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   int64_t sessionId() const override { return zoo_client_id(handle_)->client_id; }
 
   KeeperResult<std::unique_ptr<Keeper>> startNewSession() const override {
-    auto client = ZooKeeperClient::connect(config_);
+    ZooKeeperConfig config;
+    {
+      std::lock_guard lock(mu_);
+      config = config_;
+    }
+    auto client = ZooKeeperClient::connect(config);
     if (!client) return std::unexpected(client.error());
     return std::unique_ptr<Keeper>(std::move(*client));
   }
@@ -488,8 +570,8 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     delete ctx;
   }
 
-  const ZooKeeperConfig config_;
-  std::vector<std::unique_ptr<SubtreeAcl>> subtree_acls_;
+  ZooKeeperConfig config_;  // its digests grow by addDigest, under mu_
+  std::vector<std::unique_ptr<SubtreeAcl>> subtree_acls_;  // under mu_
   zhandle_t* handle_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable state_changed_;

@@ -594,6 +594,70 @@ TEST(RealZooKeeper, ATablesNodesRefuseEveryoneWithoutItsCredential) {
   EXPECT_EQ(digestAclId("table-a", "secret-a"), "table-a:MyAEt0jVsMDeKqS9NNipSU39cLg=");
 }
 
+TEST(RealZooKeeper, ASessionLearnsATablesCredentialAndLocksItsOldOpenNodes) {
+  auto& env = realEnvironment();
+  auto connect = [&](std::vector<ZooKeeperDigest> digests = {}) {
+    ZooKeeperConfig config{env.server().connectString(), std::chrono::seconds(10),
+                           std::chrono::seconds(10), std::move(digests)};
+    auto client = ZooKeeperClient::connect(config);
+    EXPECT_TRUE(client) << client.error().toString();
+    return client ? std::move(*client) : nullptr;
+  };
+  auto refused = [](const auto& result) {
+    return !result && result.error().code == KeeperCode::kNoAuth;
+  };
+  // A table made before ACLs: every node open.
+  auto anonymous = connect();
+  ASSERT_TRUE(anonymous);
+  ASSERT_TRUE(createAncestorsAndSelf(*anonymous, "/migrate/tables/t/log"));
+  ASSERT_TRUE(
+      anonymous->create("/migrate/tables/t/log/log-", "entry", CreateMode::kPersistentSequential));
+  ASSERT_TRUE(createAncestorsAndSelf(*anonymous, "/migrate/tables/t/replicas/r1/queue"));
+  ASSERT_TRUE(createAncestorsAndSelf(*anonymous, "/migrate/tables/u/log"));
+
+  // One session for many tables (the operator's): it learns the credential at run time.
+  const ZooKeeperDigest t{"t", "secret-t", "/migrate/tables/t"};
+  auto operator_session = connect();
+  ASSERT_TRUE(operator_session);
+  const auto unknown = operator_session->restrictSubtree(t.subtree);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, KeeperCode::kBadArguments);
+  ASSERT_TRUE(operator_session->addDigest(t));
+  ASSERT_TRUE(operator_session->addDigest(t));  // again: nothing changes
+  // Nodes it creates in the subtree from now on are the table's alone.
+  ASSERT_TRUE(operator_session->create("/migrate/tables/t/blocks", "", CreateMode::kPersistent));
+  EXPECT_TRUE(refused(anonymous->get("/migrate/tables/t/blocks")));
+  EXPECT_TRUE(anonymous->get("/migrate/tables/t/log"));  // still open until the migration
+
+  auto changed = operator_session->restrictSubtree(t.subtree);
+  ASSERT_TRUE(changed) << changed.error().toString();
+  // t, log, its entry, replicas, r1, queue: blocks had the ACL already.
+  EXPECT_EQ(*changed, 6u);
+  for (const std::string path :
+       {"/migrate/tables/t", "/migrate/tables/t/log", "/migrate/tables/t/log/log-0000000000",
+        "/migrate/tables/t/replicas/r1/queue"}) {
+    SCOPED_TRACE(path);
+    EXPECT_TRUE(refused(anonymous->get(path)));
+    EXPECT_TRUE(refused(anonymous->set(path, "x")));
+    EXPECT_TRUE(refused(anonymous->create(path + "/planted", "", CreateMode::kPersistent)));
+  }
+  EXPECT_TRUE(anonymous->get("/migrate/tables/u/log"));  // another table is not touched
+  EXPECT_TRUE(anonymous->get("/migrate/tables"));        // nor the shared parents
+  auto again = operator_session->restrictSubtree(t.subtree);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 0u);
+  // The table's replicas, with the credential from their own sessions, keep working.
+  auto replica = connect({t});
+  ASSERT_TRUE(replica);
+  EXPECT_TRUE(replica->children("/migrate/tables/t/log"));
+  EXPECT_TRUE(
+      replica->create("/migrate/tables/t/log/log-", "next", CreateMode::kPersistentSequential));
+  // A session made by startNewSession keeps the identities learnt at run time.
+  auto renewed = operator_session->startNewSession();
+  ASSERT_TRUE(renewed);
+  EXPECT_TRUE((*renewed)->get("/migrate/tables/t/log"));
+}
+
 TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {
   auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);

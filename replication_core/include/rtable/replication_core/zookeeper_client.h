@@ -51,6 +51,18 @@ class ZooKeeperClient : public Keeper {
 
   virtual SessionCredentials sessionCredentialsForTest() const = 0;
 
+  // Adds an identity to this session (and to the sessions startNewSession makes): one session
+  // serving many tables, as the operator's, learns each table's credential when it first meets
+  // the table. A digest already held changes nothing; one for the same subtree with another
+  // password is added and wins for new nodes (a rotation). Waits for ZooKeeper's answer.
+  virtual KeeperStatus addDigest(const ZooKeeperDigest& digest) = 0;
+
+  // Gives every node at `subtree` and below the ACL of the identity this session holds for that
+  // subtree (added at connect or by addDigest), where it has another: the migration of a table
+  // created before ACLs, whose nodes are open to all. Returns how many nodes changed. Nodes
+  // created meanwhile by this identity already have it; one deleted meanwhile is skipped.
+  virtual KeeperResult<std::size_t> restrictSubtree(const std::string& subtree) = 0;
+
   // The C client logs every failed connection attempt to stderr. A command-line tool that reports
   // errors itself turns that off (process-wide).
   static void silenceLibraryLog();
