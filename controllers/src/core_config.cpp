@@ -18,6 +18,7 @@ core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigC
   core.zookeeper_connect = spec.zookeeper.connect;
   core.zookeeper_root = spec.zookeeper.root;
   core.zookeeper_session_timeout = std::chrono::milliseconds(spec.zookeeper.session_timeout_ms);
+  core.zookeeper_credentials_dir = context.zookeeper_credentials_dir;
   core.replica = context.replica_name;
   core.replica_host = context.replica_host;
   core.data_dir = context.data_dir;

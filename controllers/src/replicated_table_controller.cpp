@@ -7,18 +7,39 @@
 
 namespace rtable::controllers {
 
+core::KeeperResult<std::shared_ptr<core::ZooKeeperClient>> KeeperSessions::clientFor(
+    const std::string& connect, const core::ZooKeeperDigest& identity) {
+  std::shared_ptr<core::ZooKeeperClient> client;
+  {
+    std::lock_guard lock(mu_);
+    auto& session = sessions_[connect];
+    if (!session || session->expired()) {
+      // Connecting under the lock: reconciles of tables on the same ZooKeeper wait for one
+      // session instead of each opening their own.
+      auto made = core::ZooKeeperClient::connect(
+          core::ZooKeeperConfig{connect, session_timeout_, connect_timeout_});
+      if (!made) return std::unexpected(made.error());
+      session = std::shared_ptr<core::ZooKeeperClient>(std::move(*made));
+    }
+    client = session;
+  }
+  // Outside the lock: one table's slow authentication does not hold up the others.
+  if (auto added = client->addDigest(identity); !added) return std::unexpected(added.error());
+  return client;
+}
+
 core::KeeperResult<std::shared_ptr<core::Keeper>> KeeperSessions::sessionFor(
-    const std::string& connect) {
-  std::lock_guard lock(mu_);
-  auto& session = sessions_[connect];
-  if (session && !session->expired()) return session;
-  // Connecting under the lock: reconciles of tables on the same ZooKeeper wait for one session
-  // instead of each opening their own.
-  auto made = core::ZooKeeperClient::connect(
-      core::ZooKeeperConfig{connect, session_timeout_, connect_timeout_});
-  if (!made) return std::unexpected(made.error());
-  session = std::shared_ptr<core::Keeper>(std::move(*made));
-  return session;
+    const std::string& connect, const core::ZooKeeperDigest& identity) {
+  auto client = clientFor(connect, identity);
+  if (!client) return std::unexpected(client.error());
+  return std::shared_ptr<core::Keeper>(std::move(*client));
+}
+
+core::KeeperResult<std::size_t> KeeperSessions::restrictSubtree(
+    const std::string& connect, const core::ZooKeeperDigest& identity) {
+  auto client = clientFor(connect, identity);
+  if (!client) return std::unexpected(client.error());
+  return (*client)->restrictSubtree(identity.subtree);
 }
 
 std::expected<void, std::string> addReplicatedTableController(
@@ -28,8 +49,13 @@ std::expected<void, std::string> addReplicatedTableController(
   if (options.manage_zookeeper && !options.reconciler.keeper_for) {
     auto sessions = std::make_shared<KeeperSessions>();
     process.adopt(sessions);
-    options.reconciler.keeper_for = [sessions](const std::string& connect) {
-      return sessions->sessionFor(connect);
+    options.reconciler.keeper_for = [sessions](const std::string& connect,
+                                               const core::ZooKeeperDigest& identity) {
+      return sessions->sessionFor(connect, identity);
+    };
+    options.reconciler.restrict_subtree = [sessions](const std::string& connect,
+                                                     const core::ZooKeeperDigest& identity) {
+      return sessions->restrictSubtree(connect, identity);
     };
   }
   if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();

@@ -83,10 +83,12 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
       {"readinessProbe", httpProbe("/readyz", 5, 3, 2)},
       {"livenessProbe", httpProbe("/healthz", 10, 6, 10)},
       {"volumeMounts",
-       json::array(
-           {{{"name", "data"}, {"mountPath", kDataMountPath}},
-            {{"name", "config"}, {"mountPath", kConfigMountPath}, {"readOnly", true}},
-            {{"name", "interserver"}, {"mountPath", kSecretMountPath}, {"readOnly", true}}})},
+       json::array({{{"name", "data"}, {"mountPath", kDataMountPath}},
+                    {{"name", "config"}, {"mountPath", kConfigMountPath}, {"readOnly", true}},
+                    {{"name", "interserver"}, {"mountPath", kSecretMountPath}, {"readOnly", true}},
+                    {{"name", "zookeeper"},
+                     {"mountPath", kZooKeeperCredentialsMountPath},
+                     {"readOnly", true}}})},
       {"securityContext",
        {{"allowPrivilegeEscalation", false},
         {"readOnlyRootFilesystem", true},
@@ -140,6 +142,19 @@ std::string replicaHost(const std::string& pod, const std::string& name, const s
   return fmt::format("{}.{}.{}.svc", pod, headlessServiceName(name), ns);
 }
 
+json renderZooKeeperSecret(const TableObjectsContext& context, const std::string& username,
+                           const std::string& password, bool owned) {
+  json meta = objectMeta(context.name + "-zookeeper", context);
+  if (!owned) meta.erase("ownerReferences");
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", std::move(meta)},
+          {"type", "kubernetes.io/basic-auth"},
+          {"data",
+           {{"username", common::base64Encode(username)},
+            {"password", common::base64Encode(password)}}}};
+}
+
 TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
                                 const TableObjectsContext& context) {
   TableObjects objects;
@@ -169,6 +184,7 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
   core.ns = context.ns;
   core.data_dir = kDataMountPath;
   core.secret_file = fmt::format("{}/{}", kSecretMountPath, kSecretKey);
+  core.zookeeper_credentials_dir = kZooKeeperCredentialsMountPath;
   core.http_port = kHttpPort;
   core.metrics_port = kMetricsPort;
   const std::string config = renderCoreConfig(spec, core);
@@ -194,10 +210,13 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
 
   json containers = json::array({coreContainer(spec, context)});
   for (const auto& extra : spec.pod_template.containers) containers.push_back(extra);
-  json volumes =
-      json::array({{{"name", "config"}, {"configMap", {{"name", name + "-config"}}}},
-                   {{"name", "interserver"},
-                    {"secret", {{"secretName", name + "-interserver"}, {"defaultMode", 0400}}}}});
+  json volumes = json::array(
+      {{{"name", "config"}, {"configMap", {{"name", name + "-config"}}}},
+       {{"name", "interserver"},
+        {"secret", {{"secretName", name + "-interserver"}, {"defaultMode", 0400}}}},
+       {{"name", "zookeeper"},
+        {"secret",
+         {{"secretName", spec.zookeeperCredentialsSecret(name)}, {"defaultMode", 0400}}}}});
   const std::vector<std::string> credentials = spec.mountedCredentials();
   for (std::size_t i = 0; i < credentials.size(); ++i) {
     volumes.push_back({{"name", credentialsVolume(i)},

@@ -11,6 +11,7 @@
 
 #include "finalizers.h"
 #include "rtable/backup/restore.h"
+#include "rtable/common/base64.h"
 #include "rtable/common/rfc3339.h"
 #include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/cluster_backup_reconciler.h"
@@ -137,6 +138,143 @@ ReplicatedTableReconciler::ReplicatedTableReconciler(op::KubeClient& client,
 void ReplicatedTableReconciler::forgetTable(const op::ObjectKey& key) {
   growth_->forget(key.ns + "/" + key.name + "/");
   if (metrics_) metrics_->forget(key.ns, key.name);
+  std::lock_guard lock(identities_mu_);
+  identities_.erase(key.ns + "/" + key.name);
+}
+
+std::expected<core::ZooKeeperDigest, ReplicatedTableReconciler::IdentityError>
+ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
+                                             const ReplicatedTableSpec& spec, bool make) {
+  const std::string name = spec.zookeeperCredentialsSecret(key.name);
+  const bool ours = !spec.zookeeper.credentials_secret;
+  auto secret = client_.get(op::resources::secrets(), {key.ns, name});
+  auto unavailable = [](std::string message) {
+    return std::unexpected(IdentityError{"ZooKeeperCredentialsUnavailable", std::move(message)});
+  };
+  if (!secret && secret.error().kind != op::KubeErrorKind::kNotFound) {
+    return unavailable(fmt::format("reading the Secret {}: {}", name, secret.error().toString()));
+  }
+  auto field = [&](const char* key_name) -> std::expected<std::string, std::string> {
+    if (!secret) return std::string();
+    const std::string encoded =
+        secret->value(json::json_pointer(std::string("/data/") + key_name), "");
+    auto decoded = common::base64Decode(encoded);
+    if (!decoded)
+      return std::unexpected(fmt::format("Secret {}: key {}: {}", name, key_name, decoded.error()));
+    return *decoded;
+  };
+  auto user = field("username");
+  auto password = field("password");
+  if (!user) return unavailable(user.error());
+  if (!password) return unavailable(password.error());
+  if (ours && !secret) {
+    if (!make) return unavailable(fmt::format("the Secret {} does not exist", name));
+    auto generated = options_.generate_secret();
+    if (!generated) {
+      return std::unexpected(IdentityError{
+          "SecretUnavailable", "making the table's ZooKeeper password: " + generated.error()});
+    }
+    TableObjectsContext context;
+    context.name = key.name;
+    context.ns = key.ns;
+    auto table = client_.get(replicatedTables(), key);
+    if (table) context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
+    // Created, never applied: an existing identity is never overwritten (its ACLs are on the
+    // table's nodes).
+    auto created =
+        client_.create(op::resources::secrets(),
+                       renderZooKeeperSecret(context, tableUid(key.ns, key.name), *generated,
+                                             /*owned=*/!options_.keeper_for),
+                       {});
+    if (!created && created.error().kind != op::KubeErrorKind::kAlreadyExists) {
+      return unavailable(
+          fmt::format("creating the Secret {}: {}", name, created.error().toString()));
+    }
+    return zookeeperIdentity(key, spec, false);  // as stored (another writer may have won)
+  }
+  if (!secret) {
+    return unavailable(fmt::format(
+        "spec.zookeeper.credentialsSecret names the Secret {}, which does not exist", name));
+  }
+  if (user->empty() || password->empty() || user->find(':') != std::string::npos) {
+    return unavailable(fmt::format(
+        "the Secret {} needs the keys username (without ':') and password, both non-empty", name));
+  }
+  core::ZooKeeperDigest identity{*user, *password, tableRoot(spec, key)};
+  std::lock_guard lock(identities_mu_);
+  identities_[key.ns + "/" + key.name] = identity;
+  return identity;
+}
+
+core::KeeperResult<std::shared_ptr<core::Keeper>> ReplicatedTableReconciler::keeperFor(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec) {
+  std::optional<core::ZooKeeperDigest> identity;
+  {
+    std::lock_guard lock(identities_mu_);
+    auto found = identities_.find(key.ns + "/" + key.name);
+    if (found != identities_.end()) identity = found->second;
+  }
+  if (!identity) {
+    return std::unexpected(core::KeeperError{core::KeeperCode::kNoAuth,
+                                             tableRoot(spec, key),
+                                             "the table's ZooKeeper identity is not known yet",
+                                             {}});
+  }
+  return options_.keeper_for(spec.zookeeper.connect, *identity);
+}
+
+void ReplicatedTableReconciler::secureZooKeeperTree(const json& table, const op::ObjectKey& key,
+                                                    const ReplicatedTableSpec& spec,
+                                                    const json& stateful_set,
+                                                    ReplicatedTableStatus& status) {
+  core::ZooKeeperDigest identity;
+  {
+    std::lock_guard lock(identities_mu_);
+    auto found = identities_.find(key.ns + "/" + key.name);
+    if (found == identities_.end()) return;
+    identity = found->second;
+  }
+  const std::string secured =
+      fmt::format("every node of {} carries the ACL of the table's ZooKeeper identity '{}' alone",
+                  identity.subtree, identity.user);
+  for (const Condition& current : currentConditions(table)) {
+    if (current.type == "ZooKeeperSecured" && current.status == ConditionStatus::kTrue &&
+        current.message == secured) {
+      setCondition(status.conditions, condition("ZooKeeperSecured", true, current.reason, secured));
+      return;
+    }
+  }
+  // A replica still running the pod template from before the identity creates open nodes and
+  // could not read locked ones: the migration waits for the StatefulSet to have rolled.
+  const int64_t generation =
+      stateful_set.value(json::json_pointer("/metadata/generation"), int64_t{0});
+  const int64_t observed =
+      stateful_set.value(json::json_pointer("/status/observedGeneration"), int64_t{-1});
+  const std::string current_revision =
+      stateful_set.value(json::json_pointer("/status/currentRevision"), "");
+  const std::string update_revision =
+      stateful_set.value(json::json_pointer("/status/updateRevision"), "");
+  if (observed != generation || update_revision.empty() || current_revision != update_revision) {
+    setCondition(status.conditions,
+                 condition("ZooKeeperSecured", false, "WaitingForRollout",
+                           "nodes made before the table had a ZooKeeper identity get its ACL once "
+                           "every replica runs with it"));
+    return;
+  }
+  auto changed = options_.restrict_subtree(spec.zookeeper.connect, identity);
+  if (!changed) {
+    setCondition(status.conditions,
+                 condition("ZooKeeperSecured", false, "ZooKeeperUnreachable",
+                           "giving the table's nodes its ACL: " + changed.error().toString()));
+    return;
+  }
+  if (*changed > 0) {
+    event(table, op::EventType::kNormal, "ZooKeeperSecured",
+          fmt::format("gave {} nodes of {} (made before the table had a ZooKeeper identity) the "
+                      "ACL of '{}'",
+                      *changed, identity.subtree, identity.user));
+  }
+  setCondition(status.conditions, condition("ZooKeeperSecured", true, "DigestAcl", secured));
 }
 
 op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& key) {
@@ -166,13 +304,27 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
         op::ReconcileError::terminalError("invalid spec: " + invalid->toString()));
   }
 
-  // The table's active generation in ZooKeeper, or why it could not be had.
-  std::expected<int64_t, std::string> tree = std::unexpected("");
+  // Before anything exists in ZooKeeper (or an unowned Secret): a deletion must always find the
+  // finalizer.
   if (options_.keeper_for) {
-    // Before anything exists in ZooKeeper: a deletion must always find the finalizer.
     if (auto failed = ensureFinalizer(key, *table)) {
       return std::unexpected(op::ReconcileError::retryable("adding the finalizer: " + *failed));
     }
+  }
+  // The table's ZooKeeper identity, before the operator or a replica touches its tree.
+  if (auto identity = zookeeperIdentity(key, *spec, true); !identity) {
+    const auto& [reason, message] = identity.error();
+    ReplicatedTableStatus status;
+    setCondition(status.conditions, condition("Ready", false, reason, message));
+    (void)patchStatus(*table, std::move(status), now);
+    event(*table, op::EventType::kWarning, reason, message);
+    // Retried with back-off: a user's Secret appearing does not enqueue the table.
+    return std::unexpected(op::ReconcileError::retryable(message));
+  }
+
+  // The table's active generation in ZooKeeper, or why it could not be had.
+  std::expected<int64_t, std::string> tree = std::unexpected("");
+  if (options_.keeper_for) {
     if (spec->restore_from) {
       // A table restored from a backup waits for it: nothing is created (no tree, no pods) until
       // the restore request is in ZooKeeper, so that its replicas refuse inserts from their
@@ -283,7 +435,11 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   status.ready = fmt::format("{}/{}", ready, desired);
   status.selector = selectorText(key.name);
   std::optional<std::string> zookeeper_error;
-  if (options_.keeper_for) zookeeper_error = reconcileZooKeeper(*table, key, *spec, tree, status);
+  if (options_.keeper_for) {
+    zookeeper_error = reconcileZooKeeper(*table, key, *spec, tree, status);
+    if (!zookeeper_error && options_.restrict_subtree)
+      secureZooKeeperTree(*table, key, *spec, stateful_set, status);
+  }
   if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
   // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.
   if (zookeeper_error) return op::ReconcileResult::after(std::chrono::seconds(30));
@@ -465,8 +621,7 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
     return std::optional<std::string>(message);
   };
   if (!tree) return fail(tree.error());
-  auto keeper =
-      options_.keeper_for(spec.zookeeper.connect);  // the session ensureZooKeeperTree used
+  auto keeper = keeperFor(key, spec);  // the session ensureZooKeeperTree used
   if (!keeper)
     return fail("ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString());
   const std::string root = tableRoot(spec, key);
@@ -676,7 +831,7 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::en
     const op::ObjectKey& key, const ReplicatedTableSpec& spec, const json& table) {
   using Waiting = std::pair<std::string, std::string>;
   const std::string& name = spec.restore_from->backup;
-  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  auto keeper = keeperFor(key, spec);
   if (!keeper) {
     return Waiting{"ZooKeeperUnreachable",
                    "ZooKeeper " + spec.zookeeper.connect + ": " + keeper.error().toString()};
@@ -790,7 +945,7 @@ std::optional<std::pair<std::string, std::string>> ReplicatedTableReconciler::wr
 bool ReplicatedTableReconciler::reconcileRestoreStatus(const json& table, const op::ObjectKey& key,
                                                        const ReplicatedTableSpec& spec,
                                                        ReplicatedTableStatus& status) {
-  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  auto keeper = keeperFor(key, spec);
   if (!keeper) return true;  // ZooKeeper's own condition says so; look again soon
   auto stored = backup::readRestoreRequest(**keeper, tableRoot(spec, key));
   if (!stored || !*stored) return true;
@@ -834,7 +989,7 @@ bool ReplicatedTableReconciler::reconcileRestoreStatus(const json& table, const 
 
 std::expected<int64_t, std::string> ReplicatedTableReconciler::ensureZooKeeperTree(
     const op::ObjectKey& key, const ReplicatedTableSpec& spec, const json& table) {
-  auto keeper = options_.keeper_for(spec.zookeeper.connect);
+  auto keeper = keeperFor(key, spec);
   if (!keeper)
     return std::unexpected("ZooKeeper " + spec.zookeeper.connect + ": " +
                            keeper.error().toString());
@@ -895,7 +1050,17 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
       return op::ReconcileResult::after(std::chrono::seconds(2));
     }
     const std::string root = tableRoot(*spec, key);
-    auto keeper = options_.keeper_for(spec->zookeeper.connect);
+    // The tree's nodes carry the table's ACL: only its identity can remove them.
+    auto identity = zookeeperIdentity(key, *spec, false);
+    if (!identity) {
+      const std::string message = fmt::format(
+          "removing the table's ZooKeeper tree {} needs its identity: {} (restore the Secret, or "
+          "remove the finalizer {} by hand to leave the tree behind)",
+          root, identity.error().message, kZooKeeperFinalizer);
+      event(table, op::EventType::kWarning, "CleanupFailed", message);
+      return std::unexpected(op::ReconcileError::retryable(message));
+    }
+    auto keeper = keeperFor(key, *spec);
     core::KeeperStatus gone = keeper ? core::removeRecursive(**keeper, root)
                                      : core::KeeperStatus(std::unexpected(keeper.error()));
     if (!gone) {
@@ -907,6 +1072,15 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
     }
     event(table, op::EventType::kNormal, "ZooKeeperTreeRemoved",
           "removed the table's ZooKeeper tree " + root);
+    // The identity the operator made goes with the tree (a user's own Secret stays).
+    if (!spec->zookeeper.credentials_secret) {
+      auto deleted = client_.remove(op::resources::secrets(),
+                                    {key.ns, spec->zookeeperCredentialsSecret(key.name)});
+      if (!deleted && deleted.error().kind != op::KubeErrorKind::kNotFound) {
+        return std::unexpected(op::ReconcileError::retryable(
+            "deleting the ZooKeeper identity's Secret: " + deleted.error().toString()));
+      }
+    }
   }
   auto patched = client_.patch(replicatedTables(), key, op::PatchType::kJson,
                                detail::removeFinalizerPatch(table, kZooKeeperFinalizer));

@@ -257,6 +257,11 @@ ReplicatedTableSpec parseSpec(const json& object) {
   }
   result.zookeeper.session_timeout_ms =
       zookeeper.integer("sessionTimeoutMs", result.zookeeper.session_timeout_ms, 1000, 600000);
+  if (auto secret = zookeeper.optionalString("credentialsSecret", 253)) {
+    detail::checkPattern(zookeeper.at("credentialsSecret"), *secret, secretNamePattern(),
+                         "a Secret's name");
+    result.zookeeper.credentials_secret = *secret;
+  }
   zookeeper.rejectUnknown();
 
   if (const json* value = spec.find("deduplication")) {
@@ -419,6 +424,10 @@ std::vector<std::string> ReplicatedTableSpec::mountedVolumes() const {
   return claims;
 }
 
+std::string ReplicatedTableSpec::zookeeperCredentialsSecret(const std::string& table_name) const {
+  return zookeeper.credentials_secret.value_or(table_name + "-zookeeper");
+}
+
 std::vector<std::string> ReplicatedTableSpec::mountedCredentials() const {
   std::vector<std::string> secrets = backup_credentials;
   if (restore_from && restore_from->s3 &&
@@ -455,6 +464,8 @@ json ReplicatedTableSpec::toJson() const {
   spec["zookeeper"] = {{"connect", zookeeper.connect},
                        {"root", zookeeper.root},
                        {"sessionTimeoutMs", zookeeper.session_timeout_ms}};
+  if (zookeeper.credentials_secret)
+    spec["zookeeper"]["credentialsSecret"] = *zookeeper.credentials_secret;
   spec["deduplication"] = {{"window", deduplication.window},
                            {"windowSeconds", deduplication.window_seconds}};
   spec["insertQuorum"] = insert_quorum;
@@ -557,6 +568,10 @@ std::optional<SpecError> checkReplicatedTableUpdate(const ReplicatedTableSpec& o
     return SpecError{"spec.orderBy", "orderBy is immutable"};
   if (new_spec.zookeeper.root != old_spec.zookeeper.root) {
     return SpecError{"spec.zookeeper.root", "zookeeper.root is immutable"};
+  }
+  if (new_spec.zookeeper.credentials_secret != old_spec.zookeeper.credentials_secret) {
+    return SpecError{"spec.zookeeper.credentialsSecret",
+                     "zookeeper.credentialsSecret is immutable (the table's nodes carry its ACL)"};
   }
   if (new_spec.storage.storage_class_name != old_spec.storage.storage_class_name) {
     return SpecError{"spec.storage.storageClassName", "storageClassName is immutable"};

@@ -29,8 +29,9 @@ USED = {
         "informer (managed-by label); server-side apply; deleted before the ZooKeeper tree"),
     ("", "configmaps"): ({"create", "patch"}, "server-side apply of <table>-config"),
     ("", "services"): ({"create", "patch"}, "server-side apply of the two Services"),
-    ("", "secrets"): ({"get", "create", "patch"},
-        "interserver Secret read, then applied; an S3 backup's credentials Secret read"),
+    ("", "secrets"): ({"get", "create", "patch", "delete"},
+        "interserver Secret read, then applied; the table's ZooKeeper identity read, created, "
+        "and deleted with the ZooKeeper tree; an S3 backup's credentials Secret read"),
     ("policy", "poddisruptionbudgets"): ({"create", "patch"}, "server-side apply"),
     ("", "pods"): ({"get", "list"}, "scale-down and deletion wait for pods"),
     ("", "persistentvolumeclaims"): ({"get"},

@@ -45,6 +45,20 @@ spec:
   EXPECT_TRUE(zkExists(root() + "/1/replicas/events-2/is_active"));
   EXPECT_EQ(table()->value(json::json_pointer("/metadata/finalizers"), json::array()),
             json::array({kZooKeeperFinalizer}));
+  // The table's nodes are its identity's alone: every node the operator and the replicas made
+  // carries its ACL (the migration found nothing open), and a client without it is refused.
+  EXPECT_TRUE(eventually([&] { return conditionReason("ZooKeeperSecured") == "DigestAcl"; }, 60s))
+      << tableState();
+  {
+    auto anonymous =
+        core::ZooKeeperClient::connect(core::ZooKeeperConfig{zookeeper_->connectString()});
+    ASSERT_TRUE(anonymous);
+    for (const std::string& path : {root(), root() + "/1/log", root() + "/1/replicas/events-0"}) {
+      auto refused = (*anonymous)->children(path);
+      ASSERT_FALSE(refused) << path;
+      EXPECT_EQ(refused.error().code, core::KeeperCode::kNoAuth) << path;
+    }
+  }
 
   // A row through events-0, read on all three.
   auto inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
@@ -104,9 +118,10 @@ spec:
   // Deleted: the pods, then the ZooKeeper subtree, then the table itself; the garbage collector
   // takes every object the table owned (the claims go with the StatefulSet: whenDeleted Delete).
   const auto owned = leftovers();
-  for (const char* object : {"StatefulSet/events", "Pod/events-0", "PodDisruptionBudget/events",
-                             "Service/events", "Service/events-headless", "ConfigMap/events-config",
-                             "Secret/events-interserver", "PersistentVolumeClaim/data-events-0"}) {
+  for (const char* object :
+       {"StatefulSet/events", "Pod/events-0", "PodDisruptionBudget/events", "Service/events",
+        "Service/events-headless", "ConfigMap/events-config", "Secret/events-interserver",
+        "Secret/events-zookeeper", "PersistentVolumeClaim/data-events-0"}) {
     EXPECT_NE(std::find(owned.begin(), owned.end(), object), owned.end())
         << object << " not among " << ::testing::PrintToString(owned);
   }

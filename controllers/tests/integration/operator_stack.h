@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "rtable/common/base64.h"
 #include "rtable/common/testing/http_client.h"
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/common/testing/wait.h"
@@ -238,8 +239,27 @@ spec:
     return body["rows"].get<uint64_t>();
   }
   bool zkExists(const std::string& path) {
-    auto stat = keeper_->exists(path);
+    auto stat = tableKeeper().exists(path);
     return stat && stat->has_value();
+  }
+  // The table's ZooKeeper identity, from the Secret the operator made for it (nullopt until then).
+  std::optional<core::ZooKeeperDigest> tableIdentity() {
+    auto secret = client_->get(op::resources::secrets(), {kNs, "events-zookeeper"});
+    if (!secret) return std::nullopt;
+    auto user = common::base64Decode(secret->value(json::json_pointer("/data/username"), ""));
+    auto password = common::base64Decode(secret->value(json::json_pointer("/data/password"), ""));
+    if (!user || !password || user->empty()) return std::nullopt;
+    return core::ZooKeeperDigest{*user, *password, root()};
+  }
+  // The test's ZooKeeper session, holding the table's identity once the operator made it: the
+  // table's nodes refuse everyone else.
+  core::Keeper& tableKeeper() {
+    if (!authenticated_) {
+      if (auto identity = tableIdentity(); identity && keeper_->addDigest(*identity)) {
+        authenticated_ = true;
+      }
+    }
+    return *keeper_;
   }
   std::string root() const { return "/rtable/tables/analytics.events"; }
 
@@ -405,7 +425,8 @@ spec:
   std::unique_ptr<LocalZooKeeper> zookeeper_;
   std::unique_ptr<LocalKubelet> kubelet_;
   std::unique_ptr<op::HttpKubeClient> client_;
-  std::unique_ptr<core::Keeper> keeper_;
+  std::unique_ptr<core::ZooKeeperClient> keeper_;
+  bool authenticated_ = false;  // keeper_ holds the table's identity
   std::unique_ptr<Subprocess> operator_;
   fs::path operator_kubeconfig_;
   std::unique_ptr<core::testing::RetryingWriters>

@@ -39,17 +39,17 @@ const std::vector<std::string> kQuickLease = {"--leader-election-lease-duration=
 class SwapCrashEndToEnd : public OperatorStack {
  protected:
   std::optional<core::SwapPlan> plan() {
-    auto node = keeper_->get(core::swapPath(root()));
+    auto node = tableKeeper().get(core::swapPath(root()));
     if (!node) return std::nullopt;
     auto parsed = core::SwapPlan::parse(node->data);
     return parsed ? std::optional(*parsed) : std::nullopt;
   }
   std::string planText() {
-    auto node = keeper_->get(core::swapPath(root()));
+    auto node = tableKeeper().get(core::swapPath(root()));
     return node ? node->data : node.error().toString();
   }
   std::string active() {
-    auto node = keeper_->get(root() + "/active");
+    auto node = tableKeeper().get(root() + "/active");
     return node ? node->data : node.error().toString();
   }
   std::string generationPath(int64_t generation) const {

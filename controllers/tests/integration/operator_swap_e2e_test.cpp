@@ -167,7 +167,7 @@ class SwapEndToEnd : public OperatorStack {
 
   // The names in generation 1's log past 2147483600, or wrapped below 0.
   std::string lastLogEntries() {
-    auto children = keeper_->children(root() + "/1/log");
+    auto children = tableKeeper().children(root() + "/1/log");
     if (!children) return children.error().toString();
     std::vector<std::string> last;
     for (const auto& name : children->names) {

@@ -23,6 +23,9 @@ class CoreConfig : public ::testing::Test {
     dir_ = pattern;
     secret_file_ = dir_ / "secret";
     std::ofstream(secret_file_) << "s3cr3t\n";  // as a mounted Secret: a trailing newline
+    std::filesystem::create_directories(dir_ / "zookeeper");
+    std::ofstream(dir_ / "zookeeper" / "username") << "analytics.t";
+    std::ofstream(dir_ / "zookeeper" / "password") << "zk-pw";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -31,6 +34,7 @@ class CoreConfig : public ::testing::Test {
     context.name = name;
     context.ns = "analytics";
     context.secret_file = secret_file_;
+    context.zookeeper_credentials_dir = dir_ / "zookeeper";
     return context;
   }
 
@@ -115,7 +119,9 @@ TEST_F(CoreConfig, ReadsBackToTheSpecItWasWrittenFrom) {
       EXPECT_EQ(written.interserver_secret_file, secret_file_);
       auto read = core::TableSpec::parseYaml(renderCoreConfig(*spec, c));
       ASSERT_TRUE(read) << read.error();
-      written.interserver_secret = "s3cr3t";  // the operator names the file; the pod reads it
+      written.interserver_secret = "s3cr3t";   // the operator names the file; the pod reads it
+      written.zookeeper_user = "analytics.t";  // and the ZooKeeper identity's directory
+      written.zookeeper_password = "zk-pw";
       EXPECT_EQ(*read, written);
     }
   }
@@ -143,6 +149,11 @@ TEST_F(CoreConfig, TheContextGivesIdentityPathsAndPorts) {
   EXPECT_EQ(core->listen_address, "127.0.0.5");
   EXPECT_EQ(core->http_port, 18123);
   EXPECT_EQ(core->metrics_port, 19363);
+  // The table's ZooKeeper identity from the mounted Secret, owning the table's subtree.
+  EXPECT_EQ(core->zookeeper_credentials_dir, dir_ / "zookeeper");
+  ASSERT_EQ(core->zookeeperDigests().size(), 1u);
+  EXPECT_EQ(core->zookeeperDigests()[0],
+            (core::ZooKeeperDigest{"analytics.t", "zk-pw", "/rtable/tables/3f2a9c1e"}));
 }
 
 // Every replica's config gives the same ZooKeeper metadata: otherwise rtable-core refuses to join.
@@ -195,6 +206,7 @@ zookeeper:
   connect: zk-0.zk:2181,zk-1.zk:2181,zk-2.zk:2181
   root: /rtable/tables
   sessionTimeoutMs: 30000
+  credentialsDir: /etc/rtable/zookeeper
 replica:
   name: set-by-replica-name-flag
   host: set-by-replica-host-flag

@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 
 #include "rtable/backup/restore.h"
+#include "rtable/common/base64.h"
 #include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/operator/testing/fake_event_recorder.h"
@@ -126,7 +127,7 @@ TEST_F(Reconciler, ASecondReconcileWritesNothingAndKeepsTheSecret) {
   const int64_t version = client_.currentResourceVersionForTest();
   now_ += std::chrono::minutes(5);
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
-  EXPECT_EQ(secrets_made_, 1);
+  EXPECT_EQ(secrets_made_, 2);  // the interserver secret and the ZooKeeper password
   EXPECT_EQ(get(secrets(), "events-interserver")["data"], secret["data"]);
   EXPECT_EQ(client_.currentResourceVersionForTest(), version)
       << "the second reconcile changed something";
@@ -255,17 +256,38 @@ class ReconcilerWithZooKeeper : public Reconciler {
     options.wall_clock = [this] { return now_; };
     options.events = &events_;
     options.registry = &registry_;
-    options.keeper_for =
-        [this](const std::string& connect) -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
+    options.keeper_for = [this](const std::string& connect, const core::ZooKeeperDigest& identity)
+        -> core::KeeperResult<std::shared_ptr<core::Keeper>> {
       EXPECT_EQ(connect, "zk-0.zk:2181");
+      identities_.push_back(identity);
       if (zookeeper_down_) {
         return std::unexpected(
             core::KeeperError{core::KeeperCode::kConnectionLoss, "", "connection refused", {}});
       }
       return operator_session_;
     };
+    options.restrict_subtree =
+        [this](const std::string&,
+               const core::ZooKeeperDigest& identity) -> core::KeeperResult<std::size_t> {
+      restricted_.push_back(identity);
+      if (zookeeper_down_) {
+        return std::unexpected(
+            core::KeeperError{core::KeeperCode::kConnectionLoss, "", "connection refused", {}});
+      }
+      return restricted_nodes_;
+    };
     reconciler_ = std::make_unique<ReplicatedTableReconciler>(client_, options);
   }
+  // What the StatefulSet controller reports once every pod runs the current template.
+  void setRolledOut() {
+    auto sts = get(statefulSets(), "events");
+    sts["status"] = {{"replicas", sts["spec"]["replicas"]},
+                     {"observedGeneration", sts["metadata"]["generation"]},
+                     {"currentRevision", "events-1"},
+                     {"updateRevision", "events-1"}};
+    ASSERT_TRUE(client_.updateStatus(statefulSets(), sts));
+  }
+  const core::ZooKeeperDigest identity_{"analytics.events", "s", "/rtable/tables/analytics.events"};
   core::TablePaths replica(const std::string& name) {
     return {"/rtable/tables/analytics.events", 1, name};
   }
@@ -356,6 +378,9 @@ class ReconcilerWithZooKeeper : public Reconciler {
       core::testing::FakeKeeperServer::create();
   std::shared_ptr<core::Keeper> operator_session_ = zookeeper_->connect();
   bool zookeeper_down_ = false;
+  std::vector<core::ZooKeeperDigest> identities_;  // keeper_for's, in order
+  std::vector<core::ZooKeeperDigest> restricted_;  // restrict_subtree's
+  std::size_t restricted_nodes_ = 0;
   op::testing::FakeEventRecorder events_;
 };
 
@@ -620,7 +645,7 @@ TEST_F(ReconcilerWithZooKeeper, AManualSwapResumedFromItsPlanIsNotStartedAgain) 
   ReplicatedTableReconcilerOptions options;
   options.wall_clock = [this] { return now_; };
   options.events = &events_;
-  options.keeper_for = [this](const std::string&) {
+  options.keeper_for = [this](const std::string&, const core::ZooKeeperDigest&) {
     return core::KeeperResult<std::shared_ptr<core::Keeper>>(operator_session_);
   };
   options.swap_step_recorded_for_test = [&](const core::SwapPlan& plan) {
@@ -872,6 +897,9 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
       {"type": "Recovering", "status": "False", "reason": "NoSwapNeeded", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "Replicating", "status": "True", "reason": "AsExpected", "message": "",
+       "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
+      {"type": "ZooKeeperSecured", "status": "False", "reason": "WaitingForRollout",
+       "message": "nodes made before the table had a ZooKeeper identity get its ACL once every replica runs with it",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"}]})json");
   json expected_status = expected;
   expected_status["headroomRatio"] = 2147483643.0 / 2147483648.0;
@@ -937,6 +965,108 @@ TEST_F(ReconcilerWithZooKeeper, DeletionRemovesTheZooKeeperTreeAfterThePods) {
   ASSERT_FALSE(gone);
   EXPECT_EQ(gone.error().kind, op::KubeErrorKind::kNotFound);
   EXPECT_EQ(events_.withReason("ZooKeeperTreeRemoved").size(), 1u);
+  // The identity the operator made went with the tree, not before it.
+  EXPECT_FALSE(client_.get(secrets(), {"analytics", "events-zookeeper"}));
+  EXPECT_EQ(identities_.back(), identity_);
+}
+
+// The table's ZooKeeper identity: made once (basic-auth, not owned by the table, so that it
+// outlives the pods until the tree is gone), mounted into the pods, named in their config, and the
+// one every operator session for the table holds; a changed Secret is read, never overwritten.
+TEST_F(ReconcilerWithZooKeeper, TheTablesZooKeeperIdentityIsMadeOnceAndEverySessionHoldsIt) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json secret = get(secrets(), "events-zookeeper");
+  EXPECT_EQ(secret["type"], "kubernetes.io/basic-auth");
+  EXPECT_EQ(secret["data"]["username"], common::base64Encode("analytics.events"));
+  EXPECT_EQ(secret["data"]["password"], common::base64Encode("s"));
+  EXPECT_FALSE(secret["metadata"].contains("ownerReferences"));
+  ASSERT_FALSE(identities_.empty());
+  for (const auto& identity : identities_) EXPECT_EQ(identity, identity_);
+
+  const json pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
+  bool mounted = false;
+  for (const auto& volume : pod["volumes"]) {
+    if (volume["name"] == "zookeeper") {
+      EXPECT_EQ(volume["secret"]["secretName"], "events-zookeeper");
+      mounted = true;
+    }
+  }
+  EXPECT_TRUE(mounted);
+  const std::string config = get(op::resources::configMaps(), "events-config")["data"]["core.yaml"];
+  EXPECT_NE(config.find("credentialsDir: /etc/rtable/zookeeper"), std::string::npos) << config;
+
+  json changed = secret;
+  changed["data"]["password"] = common::base64Encode("rotated");
+  ASSERT_TRUE(client_.update(secrets(), changed));
+  identities_.clear();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(get(secrets(), "events-zookeeper")["data"]["password"],
+            common::base64Encode("rotated"));
+  ASSERT_FALSE(identities_.empty());
+  EXPECT_EQ(identities_.back().password, "rotated");
+}
+
+// A table made before ACLs has open nodes: once every replica runs with the identity (the
+// StatefulSet rolled out), the operator gives the tree the table's ACL, once.
+TEST_F(ReconcilerWithZooKeeper, OpenNodesAreLockedOnceTheReplicasRolledOutAndOnlyOnce) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_TRUE(restricted_.empty()) << "locked while a replica may still run without the identity";
+  EXPECT_EQ(condition("ZooKeeperSecured")["reason"], "WaitingForRollout");
+
+  setRolledOut();
+  zookeeper_down_ = true;
+  (void)reconciler_->reconcile({"analytics", "events"});
+  zookeeper_down_ = false;
+  restricted_.clear();
+  restricted_nodes_ = 7;
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_EQ(restricted_.size(), 1u);
+  EXPECT_EQ(restricted_[0], identity_);
+  EXPECT_EQ(condition("ZooKeeperSecured")["status"], "True");
+  EXPECT_EQ(condition("ZooKeeperSecured")["reason"], "DigestAcl");
+  ASSERT_EQ(events_.withReason("ZooKeeperSecured").size(), 1u);
+  EXPECT_NE(events_.withReason("ZooKeeperSecured")[0].message.find("gave 7 nodes"),
+            std::string::npos);
+
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(restricted_.size(), 1u) << "the tree was walked again";
+  EXPECT_EQ(condition("ZooKeeperSecured")["status"], "True");
+}
+
+// A Secret the user names must exist and hold both keys: until then nothing of the table is
+// made (its pods could not start) and Ready says why.
+TEST_F(Reconciler, ANamedZooKeeperSecretMustExistWithBothKeysBeforeAnythingIsMade) {
+  json named = table(1);
+  named["spec"]["zookeeper"]["credentialsSecret"] = "events-identity";
+  ASSERT_TRUE(client_.create(replicatedTables(), named));
+  auto outcome = reconciler_->reconcile({"analytics", "events"});
+  ASSERT_FALSE(outcome);
+  EXPECT_FALSE(outcome.error().terminal);
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+  EXPECT_FALSE(client_.get(secrets(), {"analytics", "events-zookeeper"}));
+  EXPECT_EQ(condition("Ready")["reason"], "ZooKeeperCredentialsUnavailable");
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("events-identity"),
+            std::string::npos);
+
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "events-identity"}, {"namespace", "analytics"}}},
+                 {"type", "kubernetes.io/basic-auth"},
+                 {"data", {{"username", common::base64Encode("events-writer")}}}};
+  ASSERT_TRUE(client_.create(secrets(), secret));
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("password"), std::string::npos);
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  secret = get(secrets(), "events-identity");
+  secret["data"]["password"] = common::base64Encode("pw");
+  ASSERT_TRUE(client_.update(secrets(), secret));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
+  EXPECT_NE(pod["volumes"].dump().find("events-identity"), std::string::npos);
+  EXPECT_FALSE(client_.get(secrets(), {"analytics", "events-zookeeper"}));
 }
 
 // Without a way to ZooKeeper the reconciler adds no finalizer (it could never remove it).

@@ -31,6 +31,8 @@ struct CoreConfigContext {
   std::string replica_host = std::string(kReplicaHostFromFlag);
   std::filesystem::path data_dir = "/var/lib/rtable";                    // the PVC's mount
   std::filesystem::path secret_file = "/etc/rtable/interserver/secret";  // the Secret's mount
+  // Where the table's ZooKeeper identity is mounted (`username`, `password`); empty: none.
+  std::filesystem::path zookeeper_credentials_dir = "/etc/rtable/zookeeper";
   std::string listen = "0.0.0.0";
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;

@@ -12,6 +12,10 @@
 //   <name>-config    ConfigMap, core.yaml: the rtable-core spec (renderCoreConfig)
 //   <name>-interserver Secret, `secret`: the part-fetch credential (its value is the caller's: it
 //                    is generated once and then kept)
+//   <name>-zookeeper Secret (kubernetes.io/basic-auth), the table's ZooKeeper identity, unless
+//                    spec.zookeeper.credentialsSecret names the user's own (renderZooKeeperSecret:
+//                    made once, then kept; not owned by the table while the operator manages
+//                    ZooKeeper, so that it outlives the pods until the tree is removed with it)
 //   <name>           StatefulSet of rtable-core replicas, one PVC `data` each
 //   <name>           PodDisruptionBudget, maxUnavailable 1
 //
@@ -32,6 +36,7 @@ inline constexpr const char* kConfigMountPath = "/etc/rtable/config";
 inline constexpr const char* kConfigKey = "core.yaml";
 inline constexpr const char* kSecretMountPath = "/etc/rtable/interserver";
 inline constexpr const char* kSecretKey = "secret";
+inline constexpr const char* kZooKeeperCredentialsMountPath = "/etc/rtable/zookeeper";
 inline constexpr uint16_t kHttpPort = 8123;
 inline constexpr uint16_t kMetricsPort = 9363;
 // Pod template annotation holding a hash of core.yaml: a changed config rolls the pods.
@@ -65,5 +70,12 @@ std::string replicaHost(const std::string& pod, const std::string& name, const s
 
 TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
                                 const TableObjectsContext& context);
+
+// The table's ZooKeeper identity as the operator makes it (username and password as given).
+// Owned by the table (the garbage collector removes it) only when `owned`: an operator that
+// removes the table's ZooKeeper tree needs the identity until then, and deletes the Secret itself.
+nlohmann::json renderZooKeeperSecret(const TableObjectsContext& context,
+                                     const std::string& username, const std::string& password,
+                                     bool owned);
 
 }  // namespace rtable::controllers

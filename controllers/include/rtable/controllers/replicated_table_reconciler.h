@@ -45,7 +45,9 @@
 #include <chrono>
 #include <expected>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -59,6 +61,7 @@
 #include "rtable/operator/kube_client.h"
 #include "rtable/replication_core/keeper.h"
 #include "rtable/replication_core/table_swap.h"
+#include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::controllers {
 
@@ -73,10 +76,18 @@ struct ReplicatedTableReconcilerOptions {
   std::function<std::expected<std::string, std::string>()> generate_secret;
   // Condition timestamps (RFC 3339). Default: the system clock.
   std::function<std::chrono::system_clock::time_point()> wall_clock;
-  // A session to the ZooKeeper of a connect string (the caller keeps one per string). Unset: the
-  // reconciler does not look at ZooKeeper.
-  std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(const std::string& connect)>
+  // A session to the ZooKeeper of a connect string (the caller keeps one per string) holding the
+  // table's identity (its digest added, so that the nodes the operator creates carry the table's
+  // ACL and it can read the others). Unset: the reconciler does not look at ZooKeeper.
+  std::function<core::KeeperResult<std::shared_ptr<core::Keeper>>(
+      const std::string& connect, const core::ZooKeeperDigest& identity)>
       keeper_for;
+  // Gives every node at the identity's subtree and below the identity's ACL, on the session
+  // keeper_for hands out (core::ZooKeeperClient::restrictSubtree); how many nodes changed.
+  // Unset: tables made before ACLs keep their open nodes (no ZooKeeperSecured condition).
+  std::function<core::KeeperResult<std::size_t>(const std::string& connect,
+                                                const core::ZooKeeperDigest& identity)>
+      restrict_subtree;
   // Where Events go; null: none. Must outlive the reconciler.
   op::EventRecorder* events = nullptr;
   // A replica whose oldest queue entry has sat in its queue this long is not progressing
@@ -148,8 +159,25 @@ class ReplicatedTableReconciler {
                                            const ReplicatedTableSpec& spec, core::Keeper& keeper,
                                            const std::string& root, const HeadroomVerdict& headroom,
                                            ReplicatedTableStatus& status);
-  // The table is gone: its metrics and growth samples.
+  // The table is gone: its metrics, growth samples and ZooKeeper identity.
   void forgetTable(const op::ObjectKey& key);
+  // The table's ZooKeeper identity from its Secret (spec.zookeeper.credentialsSecret, or the
+  // operator's <name>-zookeeper, made first when `make` and then kept), remembered for
+  // keeperFor; or why it cannot be had.
+  struct IdentityError {
+    std::string reason;  // SecretUnavailable (no randomness), ZooKeeperCredentialsUnavailable
+    std::string message;
+  };
+  std::expected<core::ZooKeeperDigest, IdentityError> zookeeperIdentity(
+      const op::ObjectKey& key, const ReplicatedTableSpec& spec, bool make);
+  // options_.keeper_for with the identity zookeeperIdentity remembered for the table.
+  core::KeeperResult<std::shared_ptr<core::Keeper>> keeperFor(const op::ObjectKey& key,
+                                                              const ReplicatedTableSpec& spec);
+  // The ZooKeeperSecured condition: once every replica runs with the identity (the StatefulSet
+  // rolled), nodes made before ACLs (a table older than them) are given the table's ACL, once.
+  void secureZooKeeperTree(const nlohmann::json& table, const op::ObjectKey& key,
+                           const ReplicatedTableSpec& spec, const nlohmann::json& stateful_set,
+                           ReplicatedTableStatus& status);
   std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table,
                                                 const op::ObjectKey& key,
                                                 const ReplicatedTableSpec& spec,
@@ -160,6 +188,8 @@ class ReplicatedTableReconciler {
   ReplicatedTableReconcilerOptions options_;
   std::unique_ptr<CounterGrowth> growth_;
   std::unique_ptr<TableMetrics> metrics_;  // null without options_.registry
+  std::mutex identities_mu_;
+  std::map<std::string, core::ZooKeeperDigest> identities_;  // "<ns>/<name>", under identities_mu_
 };
 
 }  // namespace rtable::controllers

@@ -30,6 +30,10 @@ struct ZooKeeperSettings {
   std::string connect;  // host:port[,host:port...]
   std::string root = "/rtable/tables";
   int64_t session_timeout_ms = 30000;
+  // A `kubernetes.io/basic-auth` Secret in the table's namespace holding the table's ZooKeeper
+  // identity (docs/security.md); none: the operator makes `<name>-zookeeper`. Immutable: the
+  // table's nodes carry the identity's ACL.
+  std::optional<std::string> credentials_secret;
   friend bool operator==(const ZooKeeperSettings&, const ZooKeeperSettings&) = default;
 };
 
@@ -126,6 +130,8 @@ struct ReplicatedTableSpec {
 
   // backup_credentials, and restoreFrom.s3's Secret when it is not among them: what the pods mount.
   std::vector<std::string> mountedCredentials() const;
+  // The Secret with the table's ZooKeeper identity: the one named, else `<table name>-zookeeper`.
+  std::string zookeeperCredentialsSecret(const std::string& table_name) const;
   // backup_volumes, and restoreFrom.persistentVolumeClaim's claim when it is not among them.
   std::vector<std::string> mountedVolumes() const;
 
