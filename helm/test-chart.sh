@@ -196,6 +196,21 @@ import sys, yaml
 rules = {r.get(\"alert\"): r for g in yaml.safe_load(sys.stdin)[\"spec\"][\"groups\"] for r in g[\"rules\"]}
 assert rules[\"RtableLogCounterHeadroomLow\"][\"for\"] == \"3s\", rules[\"RtableLogCounterHeadroomLow\"]
 '"
+  check "networkPolicy: the operator admits /metrics from metricsFrom and the probes only" bash -c \
+    "'$helm' template r '$chart' --set networkPolicy.enabled=true \
+     --set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring' \
+     --show-only templates/networkpolicy.yaml | python3 -c '
+import sys, yaml
+np = yaml.safe_load(sys.stdin)
+assert np[\"kind\"] == \"NetworkPolicy\" and np[\"spec\"][\"policyTypes\"] == [\"Ingress\"], np
+assert np[\"spec\"][\"podSelector\"][\"matchLabels\"][\"app.kubernetes.io/name\"] == \"rtable\", np
+metrics, probes = np[\"spec\"][\"ingress\"]
+assert metrics[\"ports\"] == [{\"port\": \"metrics\", \"protocol\": \"TCP\"}], metrics
+assert metrics[\"from\"] == [{\"namespaceSelector\": {\"matchLabels\": {\"team\": \"monitoring\"}}}], metrics
+assert probes == {\"ports\": [{\"port\": \"probes\", \"protocol\": \"TCP\"}]}, probes
+'"
+  check "networkPolicy off by default" bash -c \
+    "! '$helm' template r '$chart' | grep -q 'kind: NetworkPolicy'"
   check "NOTES.txt renders with the ZooKeeper connect string" notes_render
   # The alert rules: promtool's syntax check, then its unit tests (helm/rtable/tests).
   mkdir -p "$work/rules"

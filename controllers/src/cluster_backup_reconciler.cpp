@@ -65,7 +65,8 @@ json conditionsFor(const json& object, const std::string& type, const std::strin
 struct ResolvedTables {
   std::string connect;
   std::string zookeeper_root;
-  std::vector<backup::BackupTableRef> tables;  // hosts and generation not yet filled in
+  std::vector<backup::BackupTableRef> tables;     // hosts and generation not yet filled in
+  std::vector<core::ZooKeeperDigest> identities;  // of the tables that have one
 };
 
 }  // namespace
@@ -192,10 +193,11 @@ ClusterBackupReconciler::ClusterBackupReconciler(op::KubeClient& client,
   if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
   if (options_.registry) metrics_ = std::make_unique<BackupMetrics>(*options_.registry);
   if (!options_.new_session) {
-    options_.new_session =
-        [](const std::string& connect) -> core::KeeperResult<std::unique_ptr<core::Keeper>> {
-      auto client = core::ZooKeeperClient::connect(
-          core::ZooKeeperConfig{connect, std::chrono::seconds(30), std::chrono::seconds(5)});
+    options_.new_session = [](const std::string& connect,
+                              const std::vector<core::ZooKeeperDigest>& identities)
+        -> core::KeeperResult<std::unique_ptr<core::Keeper>> {
+      auto client = core::ZooKeeperClient::connect(core::ZooKeeperConfig{
+          connect, std::chrono::seconds(30), std::chrono::seconds(5), identities});
       if (!client) return std::unexpected(client.error());
       return std::unique_ptr<core::Keeper>(std::move(*client));
     };
@@ -236,9 +238,10 @@ void ClusterBackupReconciler::recordFailure(const json& object, const std::strin
                      reason);
 }
 
-core::KeeperFactory ClusterBackupReconciler::factoryFor(const std::string& connect) const {
+core::KeeperFactory ClusterBackupReconciler::factoryFor(
+    const std::string& connect, const std::vector<core::ZooKeeperDigest>& identities) const {
   auto new_session = options_.new_session;
-  return [new_session, connect] { return new_session(connect); };
+  return [new_session, connect, identities] { return new_session(connect, identities); };
 }
 
 void ClusterBackupReconciler::event(const json& object, op::EventType type, std::string_view reason,
@@ -404,7 +407,8 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
         "remove backups/{}/ there by hand (the next deletion there then removes its data files)",
         backupNameFor(key)));
   }
-  auto session = options_.new_session(connect);
+  // The deletion request goes under the backups' root, which no table's identity guards.
+  auto session = options_.new_session(connect, {});
   if (!session) {
     return std::unexpected(op::ReconcileError::retryable(
         "ZooKeeper " + connect + " cannot be reached: " + session.error().toString()));
@@ -548,9 +552,13 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     ref.table = name;
     ref.table_root = table_spec->zookeeper.root + "/" + tableUid(key.ns, name);
     resolved.tables.push_back(std::move(ref));
+    // The table's nodes refuse every session without its identity.
+    auto identity = readTableIdentity(client_, key.ns, name, *table_spec);
+    if (!identity) return wait("ZooKeeperCredentialsUnavailable", identity.error());
+    if (*identity) resolved.identities.push_back(**identity);
   }
 
-  auto session = options_.new_session(resolved.connect);
+  auto session = options_.new_session(resolved.connect, resolved.identities);
   if (!session) {
     return wait("ZooKeeperUnreachable", "ZooKeeper " + resolved.connect +
                                             " cannot be reached: " + session.error().toString());
@@ -609,15 +617,15 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     auto written = backup::BackupOperation::parse(node->data);
     if (!written)
       return fail("Lost", "the operation in ZooKeeper is unreadable: " + written.error());
-    running->initiator = std::make_unique<backup::BackupInitiator>(factoryFor(resolved.connect),
-                                                                   paths, *written, options_.sync);
+    running->initiator = std::make_unique<backup::BackupInitiator>(
+        factoryFor(resolved.connect, resolved.identities), paths, *written, options_.sync);
     follow_moves(*running->initiator);
     if (auto resumed = running->initiator->resume(); !resumed) {
       return std::unexpected(op::ReconcileError::retryable(resumed.error().toString()));
     }
   } else {
-    running->initiator = std::make_unique<backup::BackupInitiator>(factoryFor(resolved.connect),
-                                                                   paths, operation, options_.sync);
+    running->initiator = std::make_unique<backup::BackupInitiator>(
+        factoryFor(resolved.connect, resolved.identities), paths, operation, options_.sync);
     follow_moves(*running->initiator);
     auto started = running->initiator->start();
     if (!started && started.error().kind == backup::StartRefusal::Kind::kBusy) {

@@ -26,6 +26,10 @@ core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigC
   core.http_port = context.http_port;
   core.metrics_port = context.metrics_port;
   core.interserver_secret_file = context.secret_file;
+  if (spec.api.token_required) {
+    core.api_tokens_file = context.api_tokens_file;
+    core.api_reads_need_token = spec.api.reads_need_token;
+  }
   const ReplicationSettings& r = spec.replication;
   core.fetch_threads = static_cast<std::size_t>(r.fetch_threads);
   core.merge_threads = static_cast<std::size_t>(r.merge_threads);

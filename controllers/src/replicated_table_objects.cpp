@@ -94,6 +94,10 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
         {"readOnlyRootFilesystem", true},
         {"capabilities", {{"drop", {"ALL"}}}}}},
   };
+  if (spec.api.token_required) {
+    container["volumeMounts"].push_back(
+        {{"name", "api-tokens"}, {"mountPath", kApiTokensMountPath}, {"readOnly", true}});
+  }
   // Each S3 credentials Secret where rtable-core's openDestination looks for it.
   const std::vector<std::string> credentials = spec.mountedCredentials();
   for (std::size_t i = 0; i < credentials.size(); ++i) {
@@ -142,6 +146,14 @@ std::string replicaHost(const std::string& pod, const std::string& name, const s
   return fmt::format("{}.{}.{}.svc", pod, headlessServiceName(name), ns);
 }
 
+json renderApiTokensSecret(const TableObjectsContext& context, const std::string& token) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", objectMeta(context.name + "-api-tokens", context)},
+          {"type", "Opaque"},
+          {"data", {{kApiTokensKey, common::base64Encode(token + "\n")}}}};
+}
+
 json renderZooKeeperSecret(const TableObjectsContext& context, const std::string& username,
                            const std::string& password, bool owned) {
   json meta = objectMeta(context.name + "-zookeeper", context);
@@ -185,6 +197,7 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
   core.data_dir = kDataMountPath;
   core.secret_file = fmt::format("{}/{}", kSecretMountPath, kSecretKey);
   core.zookeeper_credentials_dir = kZooKeeperCredentialsMountPath;
+  core.api_tokens_file = fmt::format("{}/{}", kApiTokensMountPath, kApiTokensKey);
   core.http_port = kHttpPort;
   core.metrics_port = kMetricsPort;
   const std::string config = renderCoreConfig(spec, core);
@@ -206,6 +219,10 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
                       {"prometheus.io/port", std::to_string(kMetricsPort)},
                       {"prometheus.io/path", "/metrics"},
                       {kConfigHashAnnotation, configHash(config)}};
+  // The Secret's version, not a hash of the tokens: the pod template is readable by more people
+  // than the Secret, and a weak token could be tested against its hash.
+  if (spec.api.token_required)
+    annotations[kApiTokensVersionAnnotation] = context.api_tokens_version;
   for (const auto& [key, value] : spec.pod_template.annotations) annotations[key] = value;
 
   json containers = json::array({coreContainer(spec, context)});
@@ -217,6 +234,11 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
        {{"name", "zookeeper"},
         {"secret",
          {{"secretName", spec.zookeeperCredentialsSecret(name)}, {"defaultMode", 0400}}}}});
+  if (spec.api.token_required) {
+    volumes.push_back(
+        {{"name", "api-tokens"},
+         {"secret", {{"secretName", spec.apiTokensSecret(name)}, {"defaultMode", 0400}}}});
+  }
   const std::vector<std::string> credentials = spec.mountedCredentials();
   for (std::size_t i = 0; i < credentials.size(); ++i) {
     volumes.push_back({{"name", credentialsVolume(i)},
@@ -286,6 +308,32 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
       {"metadata", objectMeta(name, context)},
       // One replica at a time: drains never take a table's quorum or its last copy of a part.
       {"spec", {{"maxUnavailable", 1}, {"selector", {{"matchLabels", tableSelector(name)}}}}}};
+
+  if (spec.network_policy.enabled) {
+    auto port = [](uint16_t number) {
+      return json::array({{{"protocol", "TCP"}, {"port", number}}});
+    };
+    const NetworkPolicySettings& policy = spec.network_policy;
+    // A podSelector alone selects in the policy's own namespace: the table's.
+    const json api_from = policy.api_from.empty() ? json::array({{{"podSelector", json::object()}}})
+                                                  : json(policy.api_from);
+    json metrics = {{"ports", port(kMetricsPort)}};
+    if (!policy.metrics_from.empty()) metrics["from"] = policy.metrics_from;
+    objects.network_policy = {
+        {"apiVersion", "networking.k8s.io/v1"},
+        {"kind", "NetworkPolicy"},
+        {"metadata", objectMeta(name, context)},
+        {"spec",
+         {{"podSelector", {{"matchLabels", tableSelector(name)}}},
+          {"policyTypes", json::array({"Ingress"})},
+          {"ingress",
+           json::array(
+               {// The replicas fetch parts from each other on the API's port.
+                {{"from", json::array({{{"podSelector", {{"matchLabels", tableSelector(name)}}}}})},
+                 {"ports", port(kHttpPort)}},
+                {{"from", api_from}, {"ports", port(kHttpPort)}},
+                metrics})}}}};
+  }
   return objects;
 }
 

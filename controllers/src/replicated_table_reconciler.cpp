@@ -140,34 +140,52 @@ void ReplicatedTableReconciler::forgetTable(const op::ObjectKey& key) {
   if (metrics_) metrics_->forget(key.ns, key.name);
   std::lock_guard lock(identities_mu_);
   identities_.erase(key.ns + "/" + key.name);
+  without_policy_.erase(key.ns + "/" + key.name);
+}
+
+std::expected<std::optional<core::ZooKeeperDigest>, std::string> readTableIdentity(
+    op::KubeClient& client, const std::string& ns, const std::string& name,
+    const ReplicatedTableSpec& spec) {
+  const std::string secret_name = spec.zookeeperCredentialsSecret(name);
+  auto secret = client.get(op::resources::secrets(), {ns, secret_name});
+  if (!secret) {
+    if (secret.error().kind == op::KubeErrorKind::kNotFound) return std::nullopt;
+    return std::unexpected(
+        fmt::format("reading the Secret {}: {}", secret_name, secret.error().toString()));
+  }
+  std::string fields[2];
+  const char* keys[2] = {"username", "password"};
+  for (int i = 0; i < 2; ++i) {
+    auto decoded = common::base64Decode(
+        secret->value(json::json_pointer(std::string("/data/") + keys[i]), ""));
+    if (!decoded) {
+      return std::unexpected(
+          fmt::format("Secret {}: key {}: {}", secret_name, keys[i], decoded.error()));
+    }
+    fields[i] = std::move(*decoded);
+  }
+  if (fields[0].empty() || fields[1].empty() || fields[0].find(':') != std::string::npos) {
+    return std::unexpected(fmt::format(
+        "the Secret {} needs the keys username (without ':') and password, both non-empty",
+        secret_name));
+  }
+  return core::ZooKeeperDigest{fields[0], fields[1], tableRoot(spec, {ns, name})};
 }
 
 std::expected<core::ZooKeeperDigest, ReplicatedTableReconciler::IdentityError>
 ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
                                              const ReplicatedTableSpec& spec, bool make) {
-  const std::string name = spec.zookeeperCredentialsSecret(key.name);
-  const bool ours = !spec.zookeeper.credentials_secret;
-  auto secret = client_.get(op::resources::secrets(), {key.ns, name});
   auto unavailable = [](std::string message) {
     return std::unexpected(IdentityError{"ZooKeeperCredentialsUnavailable", std::move(message)});
   };
-  if (!secret && secret.error().kind != op::KubeErrorKind::kNotFound) {
-    return unavailable(fmt::format("reading the Secret {}: {}", name, secret.error().toString()));
-  }
-  auto field = [&](const char* key_name) -> std::expected<std::string, std::string> {
-    if (!secret) return std::string();
-    const std::string encoded =
-        secret->value(json::json_pointer(std::string("/data/") + key_name), "");
-    auto decoded = common::base64Decode(encoded);
-    if (!decoded)
-      return std::unexpected(fmt::format("Secret {}: key {}: {}", name, key_name, decoded.error()));
-    return *decoded;
-  };
-  auto user = field("username");
-  auto password = field("password");
-  if (!user) return unavailable(user.error());
-  if (!password) return unavailable(password.error());
-  if (ours && !secret) {
+  const std::string name = spec.zookeeperCredentialsSecret(key.name);
+  auto read = readTableIdentity(client_, key.ns, key.name, spec);
+  if (!read) return unavailable(read.error());
+  if (!*read) {
+    if (spec.zookeeper.credentials_secret) {
+      return unavailable(fmt::format(
+          "spec.zookeeper.credentialsSecret names the Secret {}, which does not exist", name));
+    }
     if (!make) return unavailable(fmt::format("the Secret {} does not exist", name));
     auto generated = options_.generate_secret();
     if (!generated) {
@@ -184,26 +202,78 @@ ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
     auto created =
         client_.create(op::resources::secrets(),
                        renderZooKeeperSecret(context, tableUid(key.ns, key.name), *generated,
-                                             /*owned=*/!options_.keeper_for),
-                       {});
+                                             /*owned=*/!options_.keeper_for));
     if (!created && created.error().kind != op::KubeErrorKind::kAlreadyExists) {
       return unavailable(
           fmt::format("creating the Secret {}: {}", name, created.error().toString()));
     }
     return zookeeperIdentity(key, spec, false);  // as stored (another writer may have won)
   }
-  if (!secret) {
-    return unavailable(fmt::format(
-        "spec.zookeeper.credentialsSecret names the Secret {}, which does not exist", name));
-  }
-  if (user->empty() || password->empty() || user->find(':') != std::string::npos) {
-    return unavailable(fmt::format(
-        "the Secret {} needs the keys username (without ':') and password, both non-empty", name));
-  }
-  core::ZooKeeperDigest identity{*user, *password, tableRoot(spec, key)};
   std::lock_guard lock(identities_mu_);
-  identities_[key.ns + "/" + key.name] = identity;
-  return identity;
+  identities_[key.ns + "/" + key.name] = **read;
+  return **read;
+}
+
+std::expected<std::string, ReplicatedTableReconciler::IdentityError>
+ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
+                                           const ReplicatedTableSpec& spec, const json& table) {
+  if (!spec.api.token_required) return std::string();
+  const std::string name = spec.apiTokensSecret(key.name);
+  auto unavailable = [](std::string message) {
+    return std::unexpected(IdentityError{"ApiTokensUnavailable", std::move(message)});
+  };
+  auto secret = client_.get(op::resources::secrets(), {key.ns, name});
+  if (!secret && secret.error().kind != op::KubeErrorKind::kNotFound)
+    return unavailable(fmt::format("reading the Secret {}: {}", name, secret.error().toString()));
+  if (!secret && !spec.api.tokens_secret) {
+    auto generated = options_.generate_secret();
+    if (!generated) {
+      return std::unexpected(
+          IdentityError{"SecretUnavailable", "making the table's API token: " + generated.error()});
+    }
+    TableObjectsContext context;
+    context.name = key.name;
+    context.ns = key.ns;
+    context.owner_uid = table.value(json::json_pointer("/metadata/uid"), "");
+    // Created, never applied: the clients hold the token; it is the user's to rotate.
+    auto created =
+        client_.create(op::resources::secrets(), renderApiTokensSecret(context, *generated));
+    if (!created && created.error().kind != op::KubeErrorKind::kAlreadyExists) {
+      return unavailable(
+          fmt::format("creating the Secret {}: {}", name, created.error().toString()));
+    }
+    return ensureApiTokens(key, spec, table);  // as stored (another writer may have won)
+  }
+  if (!secret) {
+    return unavailable(
+        fmt::format("spec.api.tokensSecret names the Secret {}, which does not exist", name));
+  }
+  auto tokens = common::base64Decode(
+      secret->value(json::json_pointer(std::string("/data/") + kApiTokensKey), ""));
+  if (!tokens || tokens->find_first_not_of(" \t\r\n") == std::string::npos) {
+    return unavailable(
+        fmt::format("the Secret {} needs the key {}: one bearer token per line, at least one", name,
+                    kApiTokensKey));
+  }
+  return secret->value(json::json_pointer("/metadata/resourceVersion"), "");
+}
+
+std::expected<void, std::string> ReplicatedTableReconciler::removeNetworkPolicyIfDisabled(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec) {
+  const std::string table = key.ns + "/" + key.name;
+  std::lock_guard lock(identities_mu_);
+  if (spec.network_policy.enabled) {
+    without_policy_.erase(table);
+    return {};
+  }
+  // Once per table and process: a table switched off meanwhile, or before a restart, still has
+  // the policy; one that never had one costs one DELETE answered 404.
+  if (without_policy_.contains(table)) return {};
+  auto removed = client_.remove(op::resources::networkPolicies(), key);
+  if (!removed && removed.error().kind != op::KubeErrorKind::kNotFound)
+    return std::unexpected("deleting the NetworkPolicy: " + removed.error().toString());
+  without_policy_.insert(table);
+  return {};
 }
 
 core::KeeperResult<std::shared_ptr<core::Keeper>> ReplicatedTableReconciler::keeperFor(
@@ -312,8 +382,17 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     }
   }
   // The table's ZooKeeper identity, before the operator or a replica touches its tree.
+  std::optional<IdentityError> unavailable;
+  std::string api_tokens_version;
   if (auto identity = zookeeperIdentity(key, *spec, true); !identity) {
-    const auto& [reason, message] = identity.error();
+    unavailable = identity.error();
+  } else if (auto tokens = ensureApiTokens(key, *spec, *table); !tokens) {
+    unavailable = tokens.error();
+  } else {
+    api_tokens_version = std::move(*tokens);
+  }
+  if (unavailable) {
+    const auto& [reason, message] = *unavailable;
     ReplicatedTableStatus status;
     setCondition(status.conditions, condition("Ready", false, reason, message));
     (void)patchStatus(*table, std::move(status), now);
@@ -351,6 +430,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   context.ns = key.ns;
   context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
   context.image = options_.image;
+  context.api_tokens_version = api_tokens_version;
   auto existing_secret = client_.get(op::resources::secrets(), {key.ns, key.name + "-interserver"});
   if (!existing_secret && existing_secret.error().kind != op::KubeErrorKind::kNotFound) {
     return std::unexpected(op::ReconcileError::retryable("reading the interserver secret: " +
@@ -378,13 +458,20 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     objects.secret["data"] = {{kSecretKey, kept}};
   }
 
-  const std::pair<op::ResourceType, const json*> owned[] = {
-      {op::resources::configMaps(), &objects.config_map},
-      {op::resources::secrets(), &objects.secret},
-      {op::resources::services(), &objects.headless_service},
-      {op::resources::services(), &objects.client_service},
-      {op::resources::statefulSets(), &objects.stateful_set},
-      {op::resources::podDisruptionBudgets(), &objects.pod_disruption_budget}};
+  // The NetworkPolicy before the pods it guards (a new table's replicas are never open).
+  std::vector<std::pair<op::ResourceType, const json*>> owned;
+  if (!objects.network_policy.is_null())
+    owned.emplace_back(op::resources::networkPolicies(), &objects.network_policy);
+  owned.insert(owned.end(),
+               {{op::resources::configMaps(), &objects.config_map},
+                {op::resources::secrets(), &objects.secret},
+                {op::resources::services(), &objects.headless_service},
+                {op::resources::services(), &objects.client_service},
+                {op::resources::statefulSets(), &objects.stateful_set},
+                {op::resources::podDisruptionBudgets(), &objects.pod_disruption_budget}});
+  if (auto removed = removeNetworkPolicyIfDisabled(key, *spec); !removed) {
+    return std::unexpected(op::ReconcileError::retryable(removed.error()));
+  }
   op::PatchOptions apply;
   apply.field_manager = options_.field_manager;
   apply.force = true;  // the operator owns these fields: a hand edit is reverted

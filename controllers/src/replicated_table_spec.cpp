@@ -159,6 +159,54 @@ std::vector<json> parseNamedObjects(JsonFields& parent, const std::string& key,
   return items;
 }
 
+// A LabelSelector: matchLabels and matchExpressions (the apiserver checks the expressions).
+void checkLabelSelector(JsonFields& parent, const std::string& key) {
+  const json* value = parent.find(key);
+  if (!value) return;
+  JsonFields selector(*value, parent.at(key));
+  selector.stringMap("matchLabels");
+  const json& expressions = selector.array("matchExpressions", 64);
+  for (std::size_t i = 0; i < expressions.size(); ++i) {
+    JsonFields expression(expressions[i], indexPath(selector.at("matchExpressions"), i));
+    expression.string("key", 317);
+    expression.string("operator", 16);
+    expression.array("values", 256);
+    expression.rejectUnknown();
+  }
+  selector.rejectUnknown();
+}
+
+// networking/v1 NetworkPolicyPeers: each a podSelector and/or namespaceSelector, or an ipBlock.
+std::vector<json> parsePeers(JsonFields& parent, const std::string& key) {
+  const json& list = parent.array(key, 32);
+  std::vector<json> peers;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string path = indexPath(parent.at(key), i);
+    JsonFields peer(list[i], path);
+    checkLabelSelector(peer, "podSelector");
+    checkLabelSelector(peer, "namespaceSelector");
+    if (const json* value = peer.find("ipBlock")) {
+      JsonFields block(*value, peer.at("ipBlock"));
+      block.string("cidr", 64);
+      const json& except = block.array("except", 64);
+      for (std::size_t j = 0; j < except.size(); ++j) {
+        if (!except[j].is_string())
+          fail(indexPath(block.at("except"), j), "expected a CIDR string");
+      }
+      block.rejectUnknown();
+      if (list[i].contains("podSelector") || list[i].contains("namespaceSelector"))
+        fail(path, "an ipBlock stands alone: no podSelector or namespaceSelector beside it");
+    }
+    peer.rejectUnknown();
+    if (!list[i].contains("podSelector") && !list[i].contains("namespaceSelector") &&
+        !list[i].contains("ipBlock")) {
+      fail(path, "a peer needs a podSelector, a namespaceSelector or an ipBlock");
+    }
+    peers.push_back(list[i]);
+  }
+  return peers;
+}
+
 PodTemplateAdditions parsePodTemplate(JsonFields& spec) {
   PodTemplateAdditions result;
   const json* value = spec.find("podTemplate");
@@ -277,6 +325,33 @@ ReplicatedTableSpec parseSpec(const json& object) {
     fail(spec.at("insertQuorum"),
          fmt::format("{} exceeds replicas ({}): the quorum could never be met",
                      result.insert_quorum, result.replicas));
+  }
+
+  if (const json* value = spec.find("networkPolicy")) {
+    JsonFields policy(*value, spec.at("networkPolicy"));
+    result.network_policy.enabled = policy.boolean("enabled", false);
+    result.network_policy.api_from = parsePeers(policy, "apiFrom");
+    result.network_policy.metrics_from = parsePeers(policy, "metricsFrom");
+    policy.rejectUnknown();
+  }
+
+  if (const json* value = spec.find("api")) {
+    JsonFields api(*value, spec.at("api"));
+    if (auto mode = api.optionalString("authentication")) {
+      if (*mode != "Token" && *mode != "None")
+        fail(api.at("authentication"), fmt::format("'{}' must be Token or None", *mode));
+      result.api.token_required = *mode == "Token";
+    }
+    if (auto secret = api.optionalString("tokensSecret", 253)) {
+      detail::checkPattern(api.at("tokensSecret"), *secret, secretNamePattern(), "a Secret's name");
+      if (!result.api.token_required)
+        fail(api.at("tokensSecret"), "only with authentication Token");
+      result.api.tokens_secret = *secret;
+    }
+    result.api.reads_need_token = api.boolean("readsNeedToken", false);
+    if (result.api.reads_need_token && !result.api.token_required)
+      fail(api.at("readsNeedToken"), "only with authentication Token");
+    api.rejectUnknown();
   }
 
   if (const json* value = spec.find("asyncInserts")) {
@@ -424,6 +499,10 @@ std::vector<std::string> ReplicatedTableSpec::mountedVolumes() const {
   return claims;
 }
 
+std::string ReplicatedTableSpec::apiTokensSecret(const std::string& table_name) const {
+  return api.tokens_secret.value_or(table_name + "-api-tokens");
+}
+
 std::string ReplicatedTableSpec::zookeeperCredentialsSecret(const std::string& table_name) const {
   return zookeeper.credentials_secret.value_or(table_name + "-zookeeper");
 }
@@ -469,6 +548,13 @@ json ReplicatedTableSpec::toJson() const {
   spec["deduplication"] = {{"window", deduplication.window},
                            {"windowSeconds", deduplication.window_seconds}};
   spec["insertQuorum"] = insert_quorum;
+  spec["networkPolicy"] = {{"enabled", network_policy.enabled}};
+  if (!network_policy.api_from.empty()) spec["networkPolicy"]["apiFrom"] = network_policy.api_from;
+  if (!network_policy.metrics_from.empty())
+    spec["networkPolicy"]["metricsFrom"] = network_policy.metrics_from;
+  spec["api"] = {{"authentication", api.token_required ? "Token" : "None"},
+                 {"readsNeedToken", api.reads_need_token}};
+  if (api.tokens_secret) spec["api"]["tokensSecret"] = *api.tokens_secret;
   spec["asyncInserts"] = {{"enabled", async_inserts.enabled},
                           {"wait", async_inserts.wait},
                           {"maxDataSize", async_inserts.max_data_size},

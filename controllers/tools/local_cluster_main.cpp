@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "rtable/common/base64.h"
 #include "rtable/common/testing/http_client.h"
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/operator/testing/local_control_plane.h"
@@ -110,14 +112,50 @@ std::string podIp(LocalControlPlane& plane, const std::string& pod) {
   return out ? out->out : std::string();
 }
 
+// A key of a Secret in the default namespace, decoded; "" when it cannot be read.
+std::string secretValue(LocalControlPlane& plane, const std::string& secret,
+                        const std::string& key) {
+  auto out = plane.kubectl({"get", "secret", secret, "-o", "jsonpath={.data." + key + "}"});
+  if (!out) return "";
+  auto decoded = rtable::common::base64Decode(out->out);
+  return decoded ? *decoded : "";
+}
+
+// The header that authorizes writes to a table's replicas: the first token of the Secret the
+// operator made for its API.
+std::string apiHeaders(LocalControlPlane& plane, const std::string& table) {
+  const std::string tokens = secretValue(plane, table + "-api-tokens", "tokens");
+  return "Authorization: Bearer " + tokens.substr(0, tokens.find('\n')) + "\r\n";
+}
+
+ReplicaEndpoint endpoint(LocalControlPlane& plane, const std::string& pod,
+                         const std::string& table) {
+  return ReplicaEndpoint{podIp(plane, pod), 8123, apiHeaders(plane, table)};
+}
+
+// The table's ZooKeeper identity as rtable-inspect reads it: `username` and `password` files in
+// a directory, from the Secret the operator made (as `kubectl get secret` would give them).
+std::filesystem::path zookeeperCredentials(LocalControlPlane& plane, const std::string& table) {
+  const std::filesystem::path dir = plane.workDir() / (table + "-zookeeper");
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  for (const char* key : {"username", "password"}) {
+    std::ofstream(dir / key) << secretValue(plane, table + "-zookeeper", key);
+  }
+  return dir;
+}
+
 // Prints `rtable-inspect` over the table's ZooKeeper tree; an error unless it ran (exit 0: every
 // table above the threshold, 1: some below it).
-TestStatus printInspect(const LocalZooKeeper& zookeeper, const std::string& root,
-                        const std::string& why) {
-  std::printf("$ rtable-inspect --zookeeper %s --root %s    # %s\n",
-              zookeeper.connectString().c_str(), root.c_str(), why.c_str());
+TestStatus printInspect(LocalControlPlane& plane, const LocalZooKeeper& zookeeper,
+                        const std::string& root, const std::string& why) {
+  const std::filesystem::path credentials = zookeeperCredentials(plane, "events");
+  std::printf("$ rtable-inspect --zookeeper %s --root %s --zookeeper-credentials %s    # %s\n",
+              zookeeper.connectString().c_str(), root.c_str(), credentials.c_str(), why.c_str());
   auto inspected = rtable::common::testing::runCommand(
-      {RTABLE_INSPECT_BINARY, "--zookeeper", zookeeper.connectString(), "--root", root}, 30s);
+      {RTABLE_INSPECT_BINARY, "--zookeeper", zookeeper.connectString(), "--root", root,
+       "--zookeeper-credentials", credentials.string()},
+      30s);
   if (!inspected) return std::unexpected("rtable-inspect: " + inspected.error());
   std::printf("%s%s(exit %d)\n", inspected->out.c_str(), inspected->err.c_str(),
               inspected->exit_code);
@@ -164,7 +202,7 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
       "insert_deduplication_token, retried on the next replica until acknowledged\n");
   RetryingWritersOptions writer_options;
   for (const char* pod : kPods) {
-    writer_options.replicas.push_back(ReplicaEndpoint{podIp(plane, pod), 8123});
+    writer_options.replicas.push_back(endpoint(plane, pod, "events"));
   }
   writer_options.row = rtable::core::testing::idRow;
   writer_options.first_id = *acknowledged.rbegin() + 1;
@@ -182,7 +220,7 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
     return giveUp(fmt::format("the writers' inserts do not succeed; errors met: {}",
                               fmt::join(writers.errorCodes(), ", ")));
   }
-  if (auto printed = printInspect(zookeeper, root, "headroom before"); !printed)
+  if (auto printed = printInspect(plane, zookeeper, root, "headroom before"); !printed)
     return giveUp(printed.error());
 
   const auto counter = static_cast<int32_t>(SequentialCounter::kNameSpace -
@@ -194,7 +232,7 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
   if (auto raised = zookeeper.setSequentialCounter(root + "/1/log", counter); !raised) {
     return giveUp("raising the log counter: " + raised.error());
   }
-  if (auto printed = printInspect(zookeeper, root, "pushed near the limit"); !printed) {
+  if (auto printed = printInspect(plane, zookeeper, root, "pushed near the limit"); !printed) {
     return giveUp(printed.error());
   }
 
@@ -247,8 +285,8 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
       fmt::format("{}", fmt::join(writers.errorCodes(), ", ")).c_str(), acknowledged.size());
   const std::multiset<uint64_t> expected(acknowledged.begin(), acknowledged.end());
   for (const char* pod : kPods) {
-    if (auto holds = rtable::core::testing::checkReplicaHolds(
-            ReplicaEndpoint{podIp(plane, pod), 8123}, 2, expected);
+    if (auto holds =
+            rtable::core::testing::checkReplicaHolds(endpoint(plane, pod, "events"), 2, expected);
         !holds) {
       return std::unexpected(std::string(pod) + ": " + holds.error());
     }
@@ -256,7 +294,8 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
   }
   std::printf("== kubectl get replicatedtables\n%s",
               kubectlOutput(plane, {"get", "replicatedtables"}).c_str());
-  if (auto printed = printInspect(zookeeper, root, "headroom after"); !printed) return printed;
+  if (auto printed = printInspect(plane, zookeeper, root, "headroom after"); !printed)
+    return printed;
   std::printf("== the swap demo took %.0f s\n", since());
   return {};
 }
@@ -356,8 +395,8 @@ spec:
     std::string answer;
     if (!eventually(
             [&] {
-              auto synced =
-                  httpRequest(podIp(plane, pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+              auto synced = httpRequest(podIp(plane, pod), 8123, "POST", "/sync?timeout_seconds=30",
+                                        "", 40s, apiHeaders(plane, "events-restored"));
               answer = synced ? synced->body : synced.error();
               return synced && synced->status == 200;
             },
@@ -365,7 +404,7 @@ spec:
       return std::unexpected(std::string(pod) + " did not catch up: " + answer);
     }
     if (auto holds = rtable::core::testing::checkReplicaHolds(
-            ReplicaEndpoint{podIp(plane, pod), 8123}, 1, expected);
+            endpoint(plane, pod, "events-restored"), 1, expected);
         !holds) {
       return std::unexpected(std::string(pod) + ": " + holds.error());
     }
@@ -459,8 +498,12 @@ int main(int argc, char** argv) {
   }
   const std::string row = R"({"id":0,"d":"2026-12-03","user":"ada"})";
   std::printf("== insert on events-0 (%s): %s\n", podIp(*plane, "events-0").c_str(), row.c_str());
+  // Writes need the table's bearer token, from the Secret the operator made for it.
+  std::printf(
+      "== its API token: kubectl get secret events-api-tokens -o jsonpath={.data.tokens} "
+      "| base64 -d\n");
   auto inserted = httpRequest(podIp(*plane, "events-0"), 8123, "POST", "/insert?format=JSONEachRow",
-                              row + "\n");
+                              row + "\n", 30s, apiHeaders(*plane, "events"));
   if (!inserted || inserted->status != 200) {
     return fail("insert: " + (inserted ? inserted->body : inserted.error()));
   }

@@ -33,6 +33,8 @@ USED = {
         "interserver Secret read, then applied; the table's ZooKeeper identity read, created, "
         "and deleted with the ZooKeeper tree; an S3 backup's credentials Secret read"),
     ("policy", "poddisruptionbudgets"): ({"create", "patch"}, "server-side apply"),
+    ("networking.k8s.io", "networkpolicies"): ({"create", "patch", "delete"},
+        "a table's NetworkPolicy: server-side apply; deleted when spec.networkPolicy is off"),
     ("", "pods"): ({"get", "list"}, "scale-down and deletion wait for pods"),
     ("", "persistentvolumeclaims"): ({"get"},
         "a backup's or restore's claim read (ClaimNotFound, ClaimNotShared)"),
@@ -65,6 +67,7 @@ RESOURCE_FUNCTIONS = {
     "secrets": ("", "secrets"), "events": ("", "events"),
     "statefulSets": ("apps", "statefulsets"),
     "podDisruptionBudgets": ("policy", "poddisruptionbudgets"),
+    "networkPolicies": ("networking.k8s.io", "networkpolicies"),
     "leases": ("coordination.k8s.io", "leases"),
     "persistentVolumeClaims": ("", "persistentvolumeclaims"),
 }

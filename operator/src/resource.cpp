@@ -52,6 +52,9 @@ ResourceType statefulSets() {
 ResourceType podDisruptionBudgets() {
   return make("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, true);
 }
+ResourceType networkPolicies() {
+  return make("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true, false);
+}
 ResourceType leases() {
   return make("coordination.k8s.io", "v1", "leases", "Lease", true, false);
 }

@@ -132,15 +132,14 @@ spec:
       std::string answer;
       ASSERT_TRUE(eventually(
           [&] {
-            auto synced =
-                httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+            auto synced = httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s,
+                                      apiHeaders("restored"));
             answer = synced ? synced->body : synced.error();
             return synced && synced->status == 200;
           },
           180s))
           << pod << ": " << answer;
-      auto holds = core::testing::checkReplicaHolds(
-          core::testing::ReplicaEndpoint{podIp(pod), 8123}, 1, expected);
+      auto holds = core::testing::checkReplicaHolds(endpoint(pod, "restored"), 1, expected);
       EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
     }
   }

@@ -60,10 +60,18 @@ spec:
     }
   }
 
+  // Writes need the table's API token (the Secret the operator made): refused without it.
+  auto refused = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
+                             R"({"d":"2026-12-03","user":"mallory"})"
+                             "\n");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401) << refused->body;
+  ASSERT_NE(apiHeaders(), "");
   // A row through events-0, read on all three.
   auto inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
                               R"({"d":"2026-12-03","user":"ada"})"
-                              "\n");
+                              "\n",
+                              30s, apiHeaders());
   ASSERT_TRUE(inserted && inserted->status == 200)
       << (inserted ? inserted->body : inserted.error());
   for (const char* pod : {"events-0", "events-1", "events-2"}) {
@@ -109,7 +117,8 @@ spec:
       << (killed ? killed->out + killed->err : killed.error());
   inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
                          R"({"d":"2026-12-03","user":"grace"})"
-                         "\n");
+                         "\n",
+                         30s, apiHeaders());
   ASSERT_TRUE(inserted && inserted->status == 200)
       << (inserted ? inserted->body : inserted.error());
   EXPECT_TRUE(eventually([&] { return count("events-1") == 2u; }, 120s));

@@ -82,7 +82,11 @@ class OperatorStack : public ::testing::Test {
     auto installed = common::testing::runCommand(
         {(plane_->binDir() / "helm").string(), "install", "rtable", RTABLE_CHART_DIR, "--namespace",
          "rtable-system", "--create-namespace", "--kubeconfig", plane_->kubeconfigPath().string(),
-         "--set", std::string("coreImage.repository=rtable/rtable,coreImage.tag=e2e")},
+         // The chart's NetworkPolicy on: the real apiserver validates it (nothing enforces it
+         // here: the test kubelet has no network plugin).
+         "--set",
+         std::string(
+             "coreImage.repository=rtable/rtable,coreImage.tag=e2e,networkPolicy.enabled=true")},
         120s);
     ASSERT_TRUE(installed && installed->exit_code == 0)
         << (installed ? installed->out + installed->err : installed.error());
@@ -193,8 +197,7 @@ spec:
   // pausing `pause_between_blocks` after a block.
   void startWriters(std::chrono::milliseconds pause_between_blocks = 100ms) {
     core::testing::RetryingWritersOptions options;
-    for (const char* pod : kPods)
-      options.replicas.push_back(core::testing::ReplicaEndpoint{podIp(pod), 8123});
+    for (const char* pod : kPods) options.replicas.push_back(endpoint(pod));
     options.row = core::testing::idRow;
     options.block_sizes = {1, 7, 1, 25};
     options.writers = 4;
@@ -226,6 +229,19 @@ spec:
       if (condition.value("type", "") == "Ready") return condition.value("status", "") == "True";
     }
     return false;
+  }
+  // The header that authorizes writes (the first token of the Secret the operator made for the
+  // table's API); empty before it exists.
+  std::string apiHeaders(const std::string& table = "events") {
+    auto secret = client_->get(op::resources::secrets(), {kNs, table + "-api-tokens"});
+    if (!secret) return "";
+    auto tokens = common::base64Decode(secret->value(json::json_pointer("/data/tokens"), ""));
+    if (!tokens) return "";
+    return "Authorization: Bearer " + tokens->substr(0, tokens->find('\n')) + "\r\n";
+  }
+  core::testing::ReplicaEndpoint endpoint(const std::string& pod,
+                                          const std::string& table = "events") {
+    return core::testing::ReplicaEndpoint{podIp(pod), 8123, apiHeaders(table)};
   }
   std::string podIp(const std::string& pod) {
     auto object = client_->get(op::resources::pods(), {kNs, pod});
@@ -302,8 +318,8 @@ spec:
       std::string answer;
       ASSERT_TRUE(eventually(
           [&] {
-            auto synced =
-                httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s);
+            auto synced = httpRequest(podIp(pod), 8123, "POST", "/sync?timeout_seconds=30", "", 40s,
+                                      apiHeaders());
             answer = synced ? synced->body : synced.error();
             return synced && synced->status == 200;
           },
@@ -324,8 +340,8 @@ spec:
         90s))
         << "parts differ: " << ::testing::PrintToString(parts);
     for (const char* pod : kPods) {
-      auto holds = core::testing::checkReplicaHolds(
-          core::testing::ReplicaEndpoint{podIp(pod), 8123}, static_cast<int>(generation), expected);
+      auto holds =
+          core::testing::checkReplicaHolds(endpoint(pod), static_cast<int>(generation), expected);
       EXPECT_TRUE(holds) << pod << ": " << (holds ? "" : holds.error());
     }
   }

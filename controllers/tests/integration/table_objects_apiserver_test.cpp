@@ -45,7 +45,13 @@ class TableObjectsApiServer : public ::testing::Test {
       "zookeeper": {"connect": "zk-0.zk:2181"},
       "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
       "podTemplate": {"containers": [{"name": "log-shipper", "image": "busybox:1.36"}],
-                      "tolerations": [{"key": "dedicated", "operator": "Exists"}]}})json"));
+                      "tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+      "networkPolicy": {"enabled": true,
+                        "apiFrom": [{"namespaceSelector": {"matchLabels": {"team": "ingest"}},
+                                     "podSelector": {"matchLabels": {"role": "writer"}}},
+                                    {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.9.0/24"]}}],
+                        "metricsFrom": [{"namespaceSelector": {"matchLabels":
+                            {"kubernetes.io/metadata.name": "monitoring"}}}]}})json"));
     EXPECT_TRUE(spec) << spec.error().toString();
     spec->replicas = replicas;
     TableObjectsContext context;
@@ -66,7 +72,8 @@ class TableObjectsApiServer : public ::testing::Test {
             {op::resources::configMaps(), &o.config_map},
             {op::resources::secrets(), &o.secret},
             {op::resources::statefulSets(), &o.stateful_set},
-            {op::resources::podDisruptionBudgets(), &o.pod_disruption_budget}};
+            {op::resources::podDisruptionBudgets(), &o.pod_disruption_budget},
+            {op::resources::networkPolicies(), &o.network_policy}};
   }
 
   // Applies every object as the reconciler does; returns name -> resourceVersion.
@@ -94,7 +101,7 @@ class TableObjectsApiServer : public ::testing::Test {
 TEST_F(TableObjectsApiServer, TheServerAcceptsThemAndASecondApplyChangesNothing) {
   const TableObjects objects = render(3);
   const auto first = applyAll(objects);
-  ASSERT_EQ(first.size(), 6u);
+  ASSERT_EQ(first.size(), 7u);
   const auto second = applyAll(objects);
   EXPECT_EQ(first, second) << "a second apply of the same objects changed something";
 
@@ -106,6 +113,38 @@ TEST_F(TableObjectsApiServer, TheServerAcceptsThemAndASecondApplyChangesNothing)
   auto secret = client_->get(op::resources::secrets(), {"analytics", "events-interserver"});
   ASSERT_TRUE(secret);
   EXPECT_EQ((*secret)["data"]["secret"], "czNjcjN0");  // base64 of s3cr3t
+}
+
+// The NetworkPolicy as the server stores it: the replicas admit each other and the peers given, on
+// their ports only. And the two Secrets the reconciler makes beside the applied objects.
+TEST_F(TableObjectsApiServer, TheNetworkPolicyAndTheTablesSecretsAreAccepted) {
+  (void)applyAll(render(3));
+  auto policy = client_->get(op::resources::networkPolicies(), {"analytics", "events"});
+  ASSERT_TRUE(policy) << policy.error().toString();
+  const json& spec = (*policy)["spec"];
+  EXPECT_EQ(spec["podSelector"]["matchLabels"], tableSelector("events"));
+  EXPECT_EQ(spec["policyTypes"], json::array({"Ingress"}));
+  ASSERT_EQ(spec["ingress"].size(), 3u);
+  EXPECT_EQ(spec["ingress"][0]["from"][0]["podSelector"]["matchLabels"], tableSelector("events"));
+  EXPECT_EQ(spec["ingress"][0]["ports"][0]["port"], 8123);
+  EXPECT_EQ(spec["ingress"][1]["from"][1]["ipBlock"]["cidr"], "10.20.0.0/16");
+  EXPECT_EQ(spec["ingress"][1]["ports"][0]["port"], 8123);
+  EXPECT_EQ(spec["ingress"][2]["ports"][0]["port"], 9363);
+  EXPECT_EQ(spec["ingress"][2]["from"][0]["namespaceSelector"]["matchLabels"]
+                ["kubernetes.io/metadata.name"],
+            "monitoring");
+
+  TableObjectsContext context;
+  context.name = "events";
+  context.ns = "analytics";
+  context.owner_uid = "6a0f4d2c-0000-4000-8000-000000000001";
+  auto identity = client_->create(op::resources::secrets(),
+                                  renderZooKeeperSecret(context, "analytics.events", "pw", false));
+  ASSERT_TRUE(identity) << identity.error().toString();
+  EXPECT_EQ((*identity)["type"], "kubernetes.io/basic-auth");
+  auto tokens = client_->create(op::resources::secrets(), renderApiTokensSecret(context, "t0k3n"));
+  ASSERT_TRUE(tokens) << tokens.error().toString();
+  EXPECT_EQ((*tokens)["data"]["tokens"], "dDBrM24K");  // base64 of "t0k3n\n"
 }
 
 TEST_F(TableObjectsApiServer, AHandEditOfAnOwnedFieldIsRevertedAndAScaleIsApplied) {

@@ -26,6 +26,7 @@ class CoreConfig : public ::testing::Test {
     std::filesystem::create_directories(dir_ / "zookeeper");
     std::ofstream(dir_ / "zookeeper" / "username") << "analytics.t";
     std::ofstream(dir_ / "zookeeper" / "password") << "zk-pw";
+    std::ofstream(dir_ / "tokens") << "token-a\ntoken-b\n";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -35,6 +36,7 @@ class CoreConfig : public ::testing::Test {
     context.ns = "analytics";
     context.secret_file = secret_file_;
     context.zookeeper_credentials_dir = dir_ / "zookeeper";
+    context.api_tokens_file = dir_ / "tokens";
     return context;
   }
 
@@ -122,6 +124,7 @@ TEST_F(CoreConfig, ReadsBackToTheSpecItWasWrittenFrom) {
       written.interserver_secret = "s3cr3t";   // the operator names the file; the pod reads it
       written.zookeeper_user = "analytics.t";  // and the ZooKeeper identity's directory
       written.zookeeper_password = "zk-pw";
+      if (spec->api.token_required) written.api_tokens = {"token-a", "token-b"};
       EXPECT_EQ(*read, written);
     }
   }
@@ -215,6 +218,9 @@ listen: 0.0.0.0
 ports:
   http: 8123
   metrics: 9363
+api:
+  tokensFile: /etc/rtable/api/tokens
+  readsNeedToken: false
 replication:
   secretFile: /etc/rtable/interserver/secret
   fetchThreads: 4

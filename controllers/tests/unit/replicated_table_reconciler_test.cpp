@@ -127,7 +127,7 @@ TEST_F(Reconciler, ASecondReconcileWritesNothingAndKeepsTheSecret) {
   const int64_t version = client_.currentResourceVersionForTest();
   now_ += std::chrono::minutes(5);
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
-  EXPECT_EQ(secrets_made_, 2);  // the interserver secret and the ZooKeeper password
+  EXPECT_EQ(secrets_made_, 3);  // the interserver secret, the ZooKeeper password, the API token
   EXPECT_EQ(get(secrets(), "events-interserver")["data"], secret["data"]);
   EXPECT_EQ(client_.currentResourceVersionForTest(), version)
       << "the second reconcile changed something";
@@ -1067,6 +1067,104 @@ TEST_F(Reconciler, ANamedZooKeeperSecretMustExistWithBothKeysBeforeAnythingIsMad
   const json pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
   EXPECT_NE(pod["volumes"].dump().find("events-identity"), std::string::npos);
   EXPECT_FALSE(client_.get(secrets(), {"analytics", "events-zookeeper"}));
+}
+
+// The replica API's bearer token: made once (owned by the table), mounted, and named in the
+// config; with authentication None there is none and the API is open.
+TEST_F(Reconciler, TheApiTokenIsMadeOnceMountedAndNamedUnlessAuthenticationIsNone) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json secret = get(secrets(), "events-api-tokens");
+  auto token = common::base64Decode(secret["data"]["tokens"].get<std::string>());
+  ASSERT_TRUE(token);
+  EXPECT_TRUE(token->starts_with("secret-")) << *token;
+  EXPECT_TRUE(token->ends_with("\n"));
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["kind"], "ReplicatedTable");
+  const json pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
+  EXPECT_NE(pod["volumes"].dump().find("\"secretName\":\"events-api-tokens\""), std::string::npos);
+  EXPECT_NE(pod["containers"][0]["volumeMounts"].dump().find("/etc/rtable/api"), std::string::npos);
+  const std::string config = get(op::resources::configMaps(), "events-config")["data"]["core.yaml"];
+  EXPECT_NE(config.find("tokensFile: /etc/rtable/api/tokens"), std::string::npos) << config;
+  // Kept: the clients hold it.
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(get(secrets(), "events-api-tokens")["data"], secret["data"]);
+  // A rotation (a second token added) rolls the replicas, which read the tokens at start.
+  auto annotation = [&] {
+    return get(statefulSets(), "events")["spec"]["template"]["metadata"]["annotations"].value(
+        "rtable.io/api-tokens-version", "");
+  };
+  const std::string before = annotation();
+  EXPECT_EQ(before, secret["metadata"]["resourceVersion"]);
+  json rotated = get(secrets(), "events-api-tokens");
+  rotated["data"]["tokens"] = common::base64Encode(*token + "new-token\n");
+  ASSERT_TRUE(client_.update(secrets(), rotated));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_NE(annotation(), before);
+
+  json open = get(replicatedTables(), "events");
+  open["spec"]["api"] = {{"authentication", "None"}};
+  ASSERT_TRUE(client_.update(replicatedTables(), open));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json open_pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
+  EXPECT_EQ(open_pod["volumes"].dump().find("events-api-tokens"), std::string::npos);
+  const std::string open_config =
+      get(op::resources::configMaps(), "events-config")["data"]["core.yaml"];
+  EXPECT_EQ(open_config.find("tokensFile"), std::string::npos) << open_config;
+}
+
+// spec.networkPolicy: applied (before the pods) when enabled, deleted when switched off.
+TEST_F(Reconciler, ANetworkPolicyIsAppliedWhenEnabledAndDeletedWhenSwitchedOff) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(client_.get(op::resources::networkPolicies(), {"analytics", "events"}));
+
+  json guarded = get(replicatedTables(), "events");
+  guarded["spec"]["networkPolicy"] = {
+      {"enabled", true},
+      {"apiFrom", json::array({{{"podSelector", {{"matchLabels", {{"role", "writer"}}}}}}})}};
+  ASSERT_TRUE(client_.update(replicatedTables(), guarded));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json policy = get(op::resources::networkPolicies(), "events");
+  EXPECT_EQ(policy["spec"]["ingress"][1]["from"][0]["podSelector"]["matchLabels"]["role"],
+            "writer");
+  EXPECT_EQ(policy["metadata"]["ownerReferences"][0]["kind"], "ReplicatedTable");
+
+  json open = get(replicatedTables(), "events");
+  open["spec"]["networkPolicy"] = {{"enabled", false}};
+  ASSERT_TRUE(client_.update(replicatedTables(), open));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(client_.get(op::resources::networkPolicies(), {"analytics", "events"}));
+}
+
+// A tokens Secret the user names must exist with at least one token before anything is made.
+TEST_F(Reconciler, ANamedApiTokensSecretMustHoldATokenBeforeAnythingIsMade) {
+  json named = table(1);
+  named["spec"]["api"] = {{"tokensSecret", "events-clients"}, {"readsNeedToken", true}};
+  ASSERT_TRUE(client_.create(replicatedTables(), named));
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Ready")["reason"], "ApiTokensUnavailable");
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("events-clients"),
+            std::string::npos);
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "events-clients"}, {"namespace", "analytics"}}},
+                 {"data", {{"tokens", common::base64Encode("\n  \n")}}}};
+  ASSERT_TRUE(client_.create(secrets(), secret));
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("at least one"),
+            std::string::npos);
+
+  secret = get(secrets(), "events-clients");
+  secret["data"]["tokens"] = common::base64Encode("t1\nt2\n");
+  ASSERT_TRUE(client_.update(secrets(), secret));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_FALSE(client_.get(secrets(), {"analytics", "events-api-tokens"}));
+  const json pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
+  EXPECT_NE(pod["volumes"].dump().find("\"secretName\":\"events-clients\""), std::string::npos);
+  const std::string config = get(op::resources::configMaps(), "events-config")["data"]["core.yaml"];
+  EXPECT_NE(config.find("readsNeedToken: true"), std::string::npos) << config;
 }
 
 // Without a way to ZooKeeper the reconciler adds no finalizer (it could never remove it).

@@ -119,6 +119,15 @@ TEST(ReplicatedTableSpec, RoundTripsEveryField) {
   EXPECT_FALSE(sidecar->headroom.auto_recover);
   EXPECT_EQ(sidecar->storage.storage_class_name, "fast-ssd");
   EXPECT_EQ(sidecar->insert_quorum, 2);
+  EXPECT_EQ(sidecar->zookeeper.credentials_secret, "metrics-zookeeper-identity");
+  EXPECT_EQ(sidecar->zookeeperCredentialsSecret("metrics"), "metrics-zookeeper-identity");
+  EXPECT_EQ(sidecar->apiTokensSecret("metrics"), "metrics-api-tokens");
+  EXPECT_TRUE(sidecar->api.reads_need_token);
+  auto minimal = ReplicatedTableSpec::parse(exampleSpec("minimal-table.yaml"));
+  ASSERT_TRUE(minimal);
+  EXPECT_TRUE(minimal->api.token_required);  // secure by default
+  EXPECT_EQ(minimal->zookeeperCredentialsSecret("t"), "t-zookeeper");
+  EXPECT_EQ(minimal->apiTokensSecret("t"), "t-api-tokens");
 }
 
 struct BadSpec {
@@ -157,6 +166,31 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
        "spec.zookeeper.root: '/rtable/' is not an absolute ZooKeeper path"},
       {"/zookeeper/sessionTimeoutMs", 10,
        "spec.zookeeper.sessionTimeoutMs: must be from 1000 to 600000"},
+      {"/zookeeper/credentialsSecret", "Table_Identity",
+       "spec.zookeeper.credentialsSecret: 'Table_Identity' is not a Secret's name"},
+      {"/api",
+       {{"authentication", "Basic"}},
+       "spec.api.authentication: 'Basic' must be Token or None"},
+      {"/api",
+       {{"authentication", "None"}, {"tokensSecret", "t"}},
+       "spec.api.tokensSecret: only with authentication Token"},
+      {"/api",
+       {{"authentication", "None"}, {"readsNeedToken", true}},
+       "spec.api.readsNeedToken: only with authentication Token"},
+      {"/api", {{"tokens", "abc"}}, "spec.api.tokens: unknown field"},
+      {"/networkPolicy",
+       {{"apiFrom", {json::object()}}},
+       "spec.networkPolicy.apiFrom[0]: a peer needs a podSelector, a namespaceSelector or an "
+       "ipBlock"},
+      {"/networkPolicy",
+       {{"apiFrom", {{{"ipBlock", {{"cidr", "10.0.0.0/8"}}}, {"podSelector", json::object()}}}}},
+       "spec.networkPolicy.apiFrom[0]: an ipBlock stands alone"},
+      {"/networkPolicy",
+       {{"metricsFrom", {{{"podSelector", {{"matchLabel", {{"a", "b"}}}}}}}}},
+       "spec.networkPolicy.metricsFrom[0].podSelector.matchLabel: unknown field"},
+      {"/networkPolicy",
+       {{"enabled", "yes"}},
+       "spec.networkPolicy.enabled: expected true or false, got string"},
       {"/storage", {{"size", "ten gigs"}}, "spec.storage.size: 'ten gigs' is not a quantity"},
       {"/resources",
        {{"limits", {{"memory", "lots"}}}},

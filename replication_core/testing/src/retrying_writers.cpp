@@ -70,7 +70,7 @@ std::optional<uint64_t> RetryingWriters::insertUntilAcknowledged(std::size_t& ne
     }
     const ReplicaEndpoint& replica = options_.replicas[next_replica++ % options_.replicas.size()];
     auto answer = common::testing::httpRequest(replica.host, replica.port, "POST", target, body,
-                                               options_.request_timeout);
+                                               options_.request_timeout, replica.headers);
     if (answer && answer->status == 200) {
       auto parsed = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
       return parsed.is_object() ? parsed.value("rows", uint64_t{0}) : uint64_t{0};
@@ -140,7 +140,7 @@ common::testing::TestStatus checkReplicaHolds(const ReplicaEndpoint& replica, in
                  const std::string& target) -> std::expected<std::string, std::string> {
     // /sync waits up to its own 60 s for the queue: the request's timeout is longer.
     auto answer = common::testing::httpRequest(replica.host, replica.port, method, target, "",
-                                               std::chrono::seconds(70));
+                                               std::chrono::seconds(70), replica.headers);
     if (!answer) return std::unexpected(fmt::format("{} {}: {}", where, target, answer.error()));
     if (answer->status != 200) {
       return std::unexpected(

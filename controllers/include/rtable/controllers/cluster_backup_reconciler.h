@@ -40,6 +40,7 @@
 #include "rtable/operator/operator_process.h"
 #include "rtable/operator/resource.h"
 #include "rtable/replication_core/keeper.h"
+#include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::controllers {
 
@@ -70,9 +71,11 @@ inline constexpr std::string_view kBackupDataFinalizer = "rtable.io/backup-data"
 
 struct ClusterBackupReconcilerOptions {
   std::string field_manager = "rtable-operator";
-  // A new ZooKeeper session for a connect string: each running backup holds its own (its alive
-  // node lives in it). Unset: rtable's ZooKeeper client.
-  std::function<core::KeeperResult<std::unique_ptr<core::Keeper>>(const std::string& connect)>
+  // A new ZooKeeper session for a connect string holding the identities of the backup's tables
+  // (their nodes refuse everyone else): each running backup holds its own (its alive node lives
+  // in it). Unset: rtable's ZooKeeper client.
+  std::function<core::KeeperResult<std::unique_ptr<core::Keeper>>(
+      const std::string& connect, const std::vector<core::ZooKeeperDigest>& identities)>
       new_session;
   op::EventRecorder* events = nullptr;  // must outlive the reconciler
   // Where the backup metrics go (BackupMetrics); null: none. Must outlive the reconciler.
@@ -115,7 +118,8 @@ class ClusterBackupReconciler {
                                    nlohmann::json status);
   void event(const nlohmann::json& object, op::EventType type, std::string_view reason,
              const std::string& message);
-  core::KeeperFactory factoryFor(const std::string& connect) const;
+  core::KeeperFactory factoryFor(const std::string& connect,
+                                 const std::vector<core::ZooKeeperDigest>& identities) const;
 
   // The backup's tables and schedule, for the metrics.
   void recordFailure(const nlohmann::json& object, const std::string& reason);

@@ -33,6 +33,8 @@ struct CoreConfigContext {
   std::filesystem::path secret_file = "/etc/rtable/interserver/secret";  // the Secret's mount
   // Where the table's ZooKeeper identity is mounted (`username`, `password`); empty: none.
   std::filesystem::path zookeeper_credentials_dir = "/etc/rtable/zookeeper";
+  // Where the API's bearer tokens are mounted (spec.api.authentication Token); empty: none.
+  std::filesystem::path api_tokens_file = "/etc/rtable/api/tokens";
   std::string listen = "0.0.0.0";
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;

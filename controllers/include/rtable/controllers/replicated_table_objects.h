@@ -16,8 +16,12 @@
 //                    spec.zookeeper.credentialsSecret names the user's own (renderZooKeeperSecret:
 //                    made once, then kept; not owned by the table while the operator manages
 //                    ZooKeeper, so that it outlives the pods until the tree is removed with it)
+//   <name>-api-tokens Secret, `tokens`: the replica API's bearer token, with spec.api Token and no
+//                    tokensSecret (renderApiTokensSecret: made once, then kept)
 //   <name>           StatefulSet of rtable-core replicas, one PVC `data` each
 //   <name>           PodDisruptionBudget, maxUnavailable 1
+//   <name>           NetworkPolicy, with spec.networkPolicy.enabled: the replicas admit each other
+//                    on 8123 (fetches), apiFrom on 8123, metricsFrom on 9363, nothing else
 //
 // Pure functions of their inputs: thread-safe.
 #pragma once
@@ -37,10 +41,14 @@ inline constexpr const char* kConfigKey = "core.yaml";
 inline constexpr const char* kSecretMountPath = "/etc/rtable/interserver";
 inline constexpr const char* kSecretKey = "secret";
 inline constexpr const char* kZooKeeperCredentialsMountPath = "/etc/rtable/zookeeper";
+inline constexpr const char* kApiTokensMountPath = "/etc/rtable/api";
+inline constexpr const char* kApiTokensKey = "tokens";
 inline constexpr uint16_t kHttpPort = 8123;
 inline constexpr uint16_t kMetricsPort = 9363;
 // Pod template annotation holding a hash of core.yaml: a changed config rolls the pods.
 inline constexpr const char* kConfigHashAnnotation = "rtable.io/config-hash";
+// ... and the API tokens Secret's resourceVersion (spec.api Token): rotating them rolls the pods.
+inline constexpr const char* kApiTokensVersionAnnotation = "rtable.io/api-tokens-version";
 
 struct TableObjectsContext {
   std::string name;  // the ReplicatedTable's metadata.name, namespace and uid
@@ -49,6 +57,9 @@ struct TableObjectsContext {
   std::string image = "rtable/rtable:dev";
   std::string image_pull_policy = "IfNotPresent";
   std::string interserver_secret;  // the value to put in <name>-interserver
+  // The resourceVersion of the API's tokens Secret: in the pod template, it rolls the replicas
+  // when the tokens change (rtable-core reads them at start), as a changed config does.
+  std::string api_tokens_version;
 };
 
 struct TableObjects {
@@ -58,6 +69,7 @@ struct TableObjects {
   nlohmann::json secret;
   nlohmann::json stateful_set;
   nlohmann::json pod_disruption_budget;
+  nlohmann::json network_policy;  // null unless spec.networkPolicy.enabled
 };
 
 // The labels every owned object carries, and (a subset) the pods' selector.
@@ -74,6 +86,9 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
 // The table's ZooKeeper identity as the operator makes it (username and password as given).
 // Owned by the table (the garbage collector removes it) only when `owned`: an operator that
 // removes the table's ZooKeeper tree needs the identity until then, and deletes the Secret itself.
+// The replica API's tokens as the operator makes them: one token, owned by the table.
+nlohmann::json renderApiTokensSecret(const TableObjectsContext& context, const std::string& token);
+
 nlohmann::json renderZooKeeperSecret(const TableObjectsContext& context,
                                      const std::string& username, const std::string& password,
                                      bool owned);

@@ -49,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "rtable/backup/restore.h"
@@ -106,6 +107,14 @@ struct ReplicatedTableReconcilerOptions {
   // controllers/tools/operator_main.cpp) kills the operator there. Unset in production.
   std::function<void(const core::SwapPlan&)> swap_step_recorded_for_test;
 };
+
+// The ZooKeeper identity of table `name` from its Secret (spec.zookeeper.credentialsSecret, or the
+// operator's <name>-zookeeper), owning `<zookeeper.root>/<namespace>.<name>`; or why it cannot be
+// read (kubernetes.io/basic-auth keys username, without ':', and password, both non-empty).
+// nullopt: the Secret does not exist.
+std::expected<std::optional<core::ZooKeeperDigest>, std::string> readTableIdentity(
+    op::KubeClient& client, const std::string& ns, const std::string& name,
+    const ReplicatedTableSpec& spec);
 
 // On every ReplicatedTable the reconciler manages ZooKeeper for.
 inline constexpr std::string_view kZooKeeperFinalizer = "rtable.io/zookeeper-cleanup";
@@ -170,6 +179,16 @@ class ReplicatedTableReconciler {
   };
   std::expected<core::ZooKeeperDigest, IdentityError> zookeeperIdentity(
       const op::ObjectKey& key, const ReplicatedTableSpec& spec, bool make);
+  // spec.api Token: the tokens Secret exists with a token (made once when the operator owns it:
+  // <name>-api-tokens); its resourceVersion ("" with authentication None), or why not (reasons
+  // SecretUnavailable, ApiTokensUnavailable).
+  std::expected<std::string, IdentityError> ensureApiTokens(const op::ObjectKey& key,
+                                                            const ReplicatedTableSpec& spec,
+                                                            const nlohmann::json& table);
+  // spec.networkPolicy disabled: the table's NetworkPolicy is deleted if it has one (looked for
+  // once per table and process); an error message when the delete failed.
+  std::expected<void, std::string> removeNetworkPolicyIfDisabled(const op::ObjectKey& key,
+                                                                 const ReplicatedTableSpec& spec);
   // options_.keeper_for with the identity zookeeperIdentity remembered for the table.
   core::KeeperResult<std::shared_ptr<core::Keeper>> keeperFor(const op::ObjectKey& key,
                                                               const ReplicatedTableSpec& spec);
@@ -190,6 +209,7 @@ class ReplicatedTableReconciler {
   std::unique_ptr<TableMetrics> metrics_;  // null without options_.registry
   std::mutex identities_mu_;
   std::map<std::string, core::ZooKeeperDigest> identities_;  // "<ns>/<name>", under identities_mu_
+  std::set<std::string> without_policy_;  // tables known to have no NetworkPolicy, ditto
 };
 
 }  // namespace rtable::controllers

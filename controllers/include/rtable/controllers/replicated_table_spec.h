@@ -37,6 +37,26 @@ struct ZooKeeperSettings {
   friend bool operator==(const ZooKeeperSettings&, const ZooKeeperSettings&) = default;
 };
 
+// Who may call the replica API (docs/security.md): with `token_required`, insert, drop_partition,
+// drop_replica and sync need a bearer token from the Secret (and the reads too with
+// `reads_need_token`); otherwise every endpoint is open to whoever reaches the pods.
+struct ApiSettings {
+  bool token_required = true;                // authentication: Token | None
+  std::optional<std::string> tokens_secret;  // key `tokens`; none: <name>-api-tokens, made
+  bool reads_need_token = false;
+  friend bool operator==(const ApiSettings&, const ApiSettings&) = default;
+};
+
+// spec.networkPolicy (docs/security.md): with `enabled`, a NetworkPolicy `<name>` admits to the
+// replicas only each other (part fetches), the API's clients and the metrics' scrapers.
+struct NetworkPolicySettings {
+  bool enabled = false;
+  std::vector<nlohmann::json> api_from;      // networking/v1 NetworkPolicyPeers; empty: the
+                                             // table's own namespace
+  std::vector<nlohmann::json> metrics_from;  // empty: from anywhere
+  friend bool operator==(const NetworkPolicySettings&, const NetworkPolicySettings&) = default;
+};
+
 struct StorageSettings {
   std::string size = "10Gi";  // a Kubernetes quantity
   std::optional<std::string> storage_class_name;
@@ -116,6 +136,8 @@ struct ReplicatedTableSpec {
   DeduplicationSettings deduplication;
   int32_t insert_quorum = 0;                // 0: off
   core::AsyncInsertSettings async_inserts;  // spec.asyncInserts: rtable-core's inserts.async
+  ApiSettings api;                          // spec.api
+  NetworkPolicySettings network_policy;     // spec.networkPolicy
   HeadroomPolicy headroom;
   ReplicationSettings replication;
   PodTemplateAdditions pod_template;
@@ -132,6 +154,8 @@ struct ReplicatedTableSpec {
   std::vector<std::string> mountedCredentials() const;
   // The Secret with the table's ZooKeeper identity: the one named, else `<table name>-zookeeper`.
   std::string zookeeperCredentialsSecret(const std::string& table_name) const;
+  // The Secret with the API's bearer tokens: the one named, else `<table name>-api-tokens`.
+  std::string apiTokensSecret(const std::string& table_name) const;
   // backup_volumes, and restoreFrom.persistentVolumeClaim's claim when it is not among them.
   std::vector<std::string> mountedVolumes() const;
 

@@ -43,6 +43,7 @@ ResourceType events();  // core/v1 Events
 ResourceType persistentVolumeClaims();
 ResourceType statefulSets();
 ResourceType podDisruptionBudgets();
+ResourceType networkPolicies();
 ResourceType leases();
 ResourceType customResourceDefinitions();
 }  // namespace resources

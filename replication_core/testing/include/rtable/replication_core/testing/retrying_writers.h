@@ -28,6 +28,8 @@ namespace rtable::core::testing {
 struct ReplicaEndpoint {
   std::string host;
   int port = 0;
+  // Sent with every request, each line ending in "\r\n" (e.g. the API's bearer token).
+  std::string headers = {};
 };
 
 struct RetryingWritersOptions {
