@@ -6,7 +6,7 @@
 # RTABLE_CORE_IMAGE (the chart's coreImage). Without --target: the operator image (last stage).
 
 # --- build: the toolchain and -dev packages of scripts/install-deps.sh (configure needs all of
-# them, GoogleTest and the JDK included), then only the two binaries the images ship.
+# them, GoogleTest and the JDK included), then only the three binaries the images ship.
 FROM debian:bookworm AS build
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
@@ -18,8 +18,8 @@ RUN apt-get update -q \
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
- && cmake --build build --target rtable-core rtable-operator \
- && strip --strip-debug build/bin/rtable-core build/bin/rtable-operator
+ && cmake --build build --target rtable-core rtable-operator rtable-inspect \
+ && strip --strip-debug build/bin/rtable-core build/bin/rtable-operator build/bin/rtable-inspect
 
 # --- runtime: Debian 12's shared libraries the binaries link (helm/test-chart.sh checks this list
 # against `ldd` of the binaries and `dpkg -S`), tzdata (the time zones BackupSchedules name; UTC
@@ -38,11 +38,13 @@ RUN apt-get update -q \
 # their data on the volume mounted here.
 RUN mkdir -p /var/lib/rtable && chown 65532:65532 /var/lib/rtable
 USER 65532:65532
+# Both images hold all three binaries (rtable-inspect for `kubectl exec`), as
+# scripts/build-image.sh builds them where there is no container engine.
+COPY --from=build /src/build/bin/rtable-core /src/build/bin/rtable-operator \
+     /src/build/bin/rtable-inspect /usr/local/bin/
 
 FROM runtime AS core
-COPY --from=build /src/build/bin/rtable-core /usr/local/bin/rtable-core
 ENTRYPOINT ["rtable-core"]
 
 FROM runtime AS operator
-COPY --from=build /src/build/bin/rtable-operator /usr/local/bin/rtable-operator
 ENTRYPOINT ["rtable-operator"]

@@ -31,6 +31,9 @@ if [[ "${1:-}" == "--test" ]]; then
   packages+=(prometheus python3-yaml)
   # scripts/check-format.sh: the formatting check the test command runs first.
   packages+=(clang-format-19)
+  # The images without a daemon (scripts/build-image.sh, image_tests): the root file system from
+  # Debian's packages, the image around it, and runc to run it (crun fails on hybrid cgroups).
+  packages+=(mmdebstrap buildah podman runc uidmap)
 fi
 
 missing=()

@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "rtable/common/version.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
 #include "rtable/operator/operator_process.h"
@@ -155,6 +156,10 @@ std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std
       flags.help = true;
       continue;
     }
+    if (arg == "--version") {
+      flags.version = true;
+      continue;
+    }
     if (!arg.starts_with("-") || arg == "-" || arg == "--") {
       return std::unexpected(FlagError{arg, "unexpected argument (flags start with --)"});
     }
@@ -229,7 +234,8 @@ std::expected<OperatorFlags, FlagError> parseOperatorFlags(const std::vector<std
 }
 
 std::string operatorUsage() {
-  std::string out = "Usage: rtable-operator [flags]\n\nFlags:\n";
+  std::string out =
+      "Usage: rtable-operator [flags]\n\nFlags:\n  --version\n      print the version and exit\n";
   for (const auto& [name, spec] : flagSpecs()) {
     const char* type = spec.kind == FlagKind::kBool       ? ""
                        : spec.kind == FlagKind::kDuration ? " duration"
@@ -249,6 +255,10 @@ int runOperatorMain(int argc, char** argv, const OperatorSetup& setup) {
   }
   if (flags->help) {
     fmt::print("{}", operatorUsage());
+    return 0;
+  }
+  if (flags->version) {
+    fmt::print("rtable-operator {}\n", common::version());
     return 0;
   }
 

@@ -25,6 +25,7 @@
 #include "rtable/backup/backup_agent.h"
 #include "rtable/backup/open_destination.h"
 #include "rtable/backup/replica_backup_source.h"
+#include "rtable/common/version.h"
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/keeper_retry.h"
 #include "rtable/replication_core/table_host.h"
@@ -49,7 +50,7 @@ constexpr const char* kUsage =
     "are mounted, one folder each (default /etc/rtable/backup-credentials).\n"
     "--backup-volumes-dir: where the PersistentVolumeClaims a volume backup destination names\n"
     "are mounted, one folder each (default /var/lib/rtable-backup-volumes).\n"
-    "Each takes --flag VALUE or --flag=VALUE.\n";
+    "Each takes --flag VALUE or --flag=VALUE. --version prints the version.\n";
 
 // The backup fail point of RTABLE_CORE_FAILPOINT, for the e2e tests of a replica killed or
 // stalled mid-backup: "backup:<replica>:<point>" ends this process at once, as a kill -9 would
@@ -166,6 +167,10 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       fmt::print("{}", kUsage);
+      return 0;
+    }
+    if (arg == "--version") {
+      fmt::print("rtable-core {}\n", rtable::common::version());
       return 0;
     }
     const std::string name = arg.substr(0, arg.find('='));

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "rtable/common/secret_file.h"
+#include "rtable/common/version.h"
 #include "rtable/replication_core/table_inspection.h"
 #include "rtable/replication_core/zookeeper_client.h"
 
@@ -29,7 +30,7 @@ constexpr const char* kUsage =
     "A table with a ZooKeeper ACL needs its credential: DIR holds `username` and `password`\n"
     "files (its Secret, mounted or extracted); the flag may be given once per table.\n"
     "Exits 1 when a table's headroom is under P percent (default 5), 2 on an error or when a\n"
-    "table could not be read (NO_ACCESS).\n";
+    "table could not be read (NO_ACCESS). --version prints the version.\n";
 
 struct Options {
   std::string zookeeper;
@@ -38,6 +39,7 @@ struct Options {
   double min_headroom_percent = 5.0;
   int max_depth = 10;
   int timeout_ms = 5000;
+  bool version = false;  // --version: print it and exit
   std::vector<rtable::core::ZooKeeperDigest> credentials;
 };
 
@@ -71,6 +73,10 @@ std::expected<Options, UsageError> parseOptions(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return std::unexpected(UsageError{});
+    if (arg == "--version") {
+      options.version = true;
+      return options;
+    }
     if (!arg.starts_with("--")) {
       return std::unexpected(UsageError{fmt::format("unexpected argument '{}'", arg)});
     }
@@ -152,6 +158,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     return fail(options.error().message + " (see --help)");
+  }
+  if (options->version) {
+    fmt::print("rtable-inspect {}\n", rtable::common::version());
+    return 0;
   }
   using rtable::core::KeeperCode;
   rtable::core::ZooKeeperClient::silenceLibraryLog();

@@ -44,6 +44,8 @@ TEST(OperatorFlagsTest, BothValueFormsAndBareBooleans) {
   EXPECT_EQ(flags->log_level, "debug");
   EXPECT_TRUE(parseOperatorFlags({"--leader-elect=false", "--leader-elect"})->leader_elect);
   EXPECT_TRUE(parseOperatorFlags({"--help"})->help);
+  EXPECT_TRUE(parseOperatorFlags({"--version"})->version);
+  EXPECT_FALSE(parseOperatorFlags({"--help"})->version);
 }
 
 TEST(OperatorFlagsTest, ErrorsNameTheFlag) {

@@ -44,6 +44,7 @@ struct OperatorFlags {
   common::Clock::Duration graceful_shutdown_timeout = std::chrono::seconds(30);
   std::string log_level = "info";
   bool help = false;
+  bool version = false;
 };
 
 struct FlagError {
