@@ -113,6 +113,8 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
         {{"name", backupClaimVolume(i)},
          {"mountPath", fmt::format("{}/{}", backup::kDefaultVolumesDir, claims[i])}});
   }
+  for (const auto& mount : spec.pod_template.volume_mounts)
+    container["volumeMounts"].push_back(mount);
   if (!spec.resources.empty()) container["resources"] = spec.resources;
   return container;
 }

@@ -228,6 +228,35 @@ PodTemplateAdditions parsePodTemplate(JsonFields& spec) {
   }
   result.env = parseNamedObjects(pod, "env", 128, nullptr, "");
   result.volumes = parseNamedObjects(pod, "volumes", 32, nullptr, "");
+  std::set<std::string> volume_names;
+  for (const auto& volume : result.volumes) volume_names.insert(volume["name"].get<std::string>());
+  const json& mounts = pod.array("volumeMounts", 32);
+  std::set<std::string> mount_paths;
+  for (std::size_t i = 0; i < mounts.size(); ++i) {
+    const std::string path = indexPath(pod.at("volumeMounts"), i);
+    JsonFields mount(mounts[i], path);
+    const std::string name = mount.string("name", 63);
+    if (!volume_names.contains(name))
+      fail(mount.at("name"), fmt::format("'{}' is not a volume of podTemplate.volumes", name));
+    const std::string target = mount.string("mountPath", 1024);
+    if (!target.starts_with('/') || target.find("..") != std::string::npos)
+      fail(mount.at("mountPath"), fmt::format("'{}' is not an absolute path", target));
+    // The operator's own mounts stay its own.
+    for (const std::string_view reserved : {"/var/lib/rtable", "/etc/rtable"}) {
+      if (target == reserved || target.starts_with(std::string(reserved) + "/") ||
+          std::string(reserved).starts_with(target == "/" ? "/" : target + "/")) {
+        fail(mount.at("mountPath"),
+             fmt::format("'{}' overlaps {}, where the operator mounts the replica's own volumes",
+                         target, reserved));
+      }
+    }
+    if (!mount_paths.insert(target).second)
+      fail(mount.at("mountPath"), fmt::format("'{}' is mounted twice", target));
+    mount.boolean("readOnly", false);
+    mount.optionalString("subPath", 1024);
+    mount.rejectUnknown();
+    result.volume_mounts.push_back(mounts[i]);
+  }
   const json& tolerations = pod.array("tolerations", 1000);
   for (std::size_t i = 0; i < tolerations.size(); ++i) {
     JsonFields toleration(tolerations[i], indexPath(pod.at("tolerations"), i));
@@ -470,7 +499,8 @@ json namedListJson(const std::vector<json>& items) {
 
 bool PodTemplateAdditions::empty() const {
   return labels.empty() && annotations.empty() && containers.empty() && env.empty() &&
-         volumes.empty() && tolerations.empty() && node_selector.empty() && !priority_class_name;
+         volumes.empty() && volume_mounts.empty() && tolerations.empty() && node_selector.empty() &&
+         !priority_class_name;
 }
 
 std::string RestoreSource::describe() const {
@@ -581,6 +611,7 @@ json ReplicatedTableSpec::toJson() const {
     if (!p.containers.empty()) pod["containers"] = namedListJson(p.containers);
     if (!p.env.empty()) pod["env"] = namedListJson(p.env);
     if (!p.volumes.empty()) pod["volumes"] = namedListJson(p.volumes);
+    if (!p.volume_mounts.empty()) pod["volumeMounts"] = p.volume_mounts;
     if (!p.tolerations.empty()) pod["tolerations"] = namedListJson(p.tolerations);
     if (!p.node_selector.empty()) pod["nodeSelector"] = detail::stringMapJson(p.node_selector);
     if (p.priority_class_name) pod["priorityClassName"] = *p.priority_class_name;

@@ -302,8 +302,20 @@ TestStatus demonstrateSwap(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
 
 // A 3-replica table of core::testing::idRow (the demo writers' rows) named `name`; `extra` is
 // more of its spec (indented lines).
+// Where the replicas see the backup directory: a shared file system at the same path on every
+// replica (a hostPath volume of backupsDir() here, an NFS share in a cluster).
+constexpr const char* kBackupsMount = "/mnt/rtable-backups";
+
+// The backup directory on this machine, writable by the replicas' user (10001).
+std::filesystem::path backupsDir(LocalControlPlane& plane) {
+  const std::filesystem::path dir = plane.workDir() / "backups";
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  return dir;
+}
+
 std::string tableManifest(const std::string& name, const std::string& zookeeper,
-                          const std::string& extra) {
+                          const std::string& extra, const std::filesystem::path& backups) {
   return fmt::format(R"(apiVersion: rtable.io/v1alpha1
 kind: ReplicatedTable
 metadata: {{name: {}, namespace: default}}
@@ -318,8 +330,13 @@ spec:
   replicas: 3
   zookeeper: {{connect: "{}"}}
   storage: {{size: 1Gi}}
+  podTemplate:
+    volumes:
+      - {{name: backups, hostPath: {{path: "{}", type: Directory}}}}
+    volumeMounts:
+      - {{name: backups, mountPath: "{}"}}
 {})",
-                     name, zookeeper, extra);
+                     name, zookeeper, backups.string(), kBackupsMount, extra);
 }
 
 // The Restored condition of table `name`, or null.
@@ -338,8 +355,7 @@ json restoredCondition(LocalControlPlane& plane, const std::string& name) {
 TestStatus demonstrateBackupAndRestore(LocalControlPlane& plane, LocalZooKeeper& zookeeper,
                                        const std::set<uint64_t>& acknowledged) {
   const auto started = std::chrono::steady_clock::now();
-  const std::filesystem::path directory = plane.workDir() / "backups";
-  std::filesystem::create_directories(directory);  // the mount every replica has
+  const std::filesystem::path directory = backupsDir(plane);  // the mount every replica has
   const std::string backup = fmt::format(R"(apiVersion: rtable.io/v1alpha1
 kind: ClusterBackup
 metadata: {{name: events-backup, namespace: default}}
@@ -348,7 +364,7 @@ spec:
   destination:
     filesystem: {{path: "{}"}}
 )",
-                                         directory.string());
+                                         kBackupsMount);
   std::printf("== backup: kubectl apply -f -\n%s", backup.c_str());
   if (auto applied = plane.apply(backup); !applied) return std::unexpected(applied.error());
   std::string phase;
@@ -367,7 +383,7 @@ spec:
               kubectlOutput(plane, {"get", "clusterbackups", "-o", "wide"}).c_str());
 
   const std::string restored = tableManifest("events-restored", zookeeper.connectString(),
-                                             "  restoreFrom: {backup: events-backup}\n");
+                                             "  restoreFrom: {backup: events-backup}\n", directory);
   std::printf("== restore into a new table: kubectl apply -f -\n%s", restored.c_str());
   if (auto applied = plane.apply(restored); !applied) return std::unexpected(applied.error());
   std::string last;
@@ -487,7 +503,8 @@ int main(int argc, char** argv) {
   // The table of core::testing::idRow, which the swap demo's writers insert.
   const std::string manifest = tableManifest(
       "events", (*zookeeper)->connectString(),
-      fmt::format("  headroom: {{thresholdPercent: {}, autoRecover: true}}\n", kThresholdPercent));
+      fmt::format("  headroom: {{thresholdPercent: {}, autoRecover: true}}\n", kThresholdPercent),
+      backupsDir(*plane));
   std::printf("== kubectl apply -f -\n%s", manifest.c_str());
   if (auto applied = plane->apply(manifest); !applied)
     return fail("kubectl apply: " + applied.error());

@@ -38,9 +38,9 @@ std::vector<std::string> podman(std::vector<std::string> args) {
 // `podman run` as a pod with runAsUser 65532 and readOnlyRootFilesystem: nothing writable but
 // what is mounted (no tmpfs on /tmp either, as in Kubernetes).
 std::vector<std::string> runAsPod(std::vector<std::string> args) {
-  std::vector<std::string> argv = podman({"run", "--ulimit", "nofile=1024:1024", "--ulimit",
-                                          "nproc=1024:1024", "--user", "65532:65532",
-                                          "--read-only", "--read-only-tmpfs=false"});
+  std::vector<std::string> argv =
+      podman({"run", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--user",
+              "65532:65532", "--read-only", "--read-only-tmpfs=false"});
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
@@ -131,12 +131,12 @@ TEST_F(Images, RtableCoreServesAReplicaAgainstZooKeeperAsUser65532) {
       std::filesystem::remove_all(work, ignored);
     }
   } cleanup{container, work};
-  auto started = runCommand(
-      runAsPod({"--detach", "--name", container, "--network", "host", "--volume",
-                (work / "config").string() + ":/etc/rtable/config:ro", "--volume",
-                (work / "data").string() + ":/var/lib/rtable", "localhost/rtable:" + kTag,
-                "--config", "/etc/rtable/config/core.yaml"}),
-      120s);
+  auto started =
+      runCommand(runAsPod({"--detach", "--name", container, "--network", "host", "--volume",
+                           (work / "config").string() + ":/etc/rtable/config:ro", "--volume",
+                           (work / "data").string() + ":/var/lib/rtable",
+                           "localhost/rtable:" + kTag, "--config", "/etc/rtable/config/core.yaml"}),
+                 120s);
   ASSERT_TRUE(started && started->exit_code == 0) << describe(started);
 
   auto logs = [&] { return describe(runCommand(podman({"logs", container}), 30s)); };

@@ -39,6 +39,24 @@ namespace {
 
 class OperatorBackup : public OperatorStack {
  protected:
+  void SetUp() override {
+    OperatorStack::SetUp();
+    if (HasFatalFailure()) return;
+    // The filesystem destination: a shared directory at the same path on every replica. The
+    // replicas run as 10001 on a read-only root, so it is a volume of theirs (a hostPath here, an
+    // NFS share in a cluster) at kBackupMount, writable by them (hostPath gets no fsGroup).
+    fs::create_directories(backupDir());
+    fs::permissions(backupDir(), fs::perms::all);
+    table_pod_template_ = fmt::format(
+        "    volumes:\n"
+        "      - {{name: backups, hostPath: {{path: \"{}\", type: Directory}}}}\n"
+        "    volumeMounts:\n"
+        "      - {{name: backups, mountPath: \"{}\"}}\n",
+        backupDir().string(), kBackupMount);
+  }
+
+  // Where the replicas see the backup directory (the destination's path), and where it is here.
+  static constexpr const char* kBackupMount = "/mnt/rtable-backups";
   fs::path backupDir() { return plane_->workDir() / "backups"; }
 
   void applyBackup(const std::string& name, const std::string& path) {
@@ -154,10 +172,9 @@ spec:
   // A table whose replicas run with RTABLE_CORE_FAILPOINT=`fail_point` (rtable-core's backup
   // fail point), and its rows: writers for 3 s, then every acknowledged row on every replica.
   std::set<uint64_t> applyTableWithFailPoint(const std::string& fail_point) {
-    EXPECT_TRUE(plane_->apply(tableManifest(
-        "events", fmt::format("  headroom: {{autoRecover: false}}\n  podTemplate:\n    env:\n"
-                              "      - {{name: RTABLE_CORE_FAILPOINT, value: \"{}\"}}\n",
-                              fail_point))));
+    table_pod_template_ += fmt::format(
+        "    env:\n      - {{name: RTABLE_CORE_FAILPOINT, value: \"{}\"}}\n", fail_point);
+    EXPECT_TRUE(plane_->apply(tableManifest("events", "  headroom: {autoRecover: false}\n")));
     EXPECT_TRUE(eventually([&] { return readyReplicas(3); }, 240s)) << tableState();
     startWriters(50ms);
     std::this_thread::sleep_for(3s);
@@ -202,11 +219,11 @@ TEST_F(OperatorBackup, BackupsUnderWritesHoldEveryAcknowledgedRowOnceAndReuseSto
   std::this_thread::sleep_for(5s);
   const std::set<uint64_t> acknowledged_before = writers_->acknowledged();
   ASSERT_FALSE(acknowledged_before.empty());
-  applyBackup("b1", backupDir().string());
+  applyBackup("b1", kBackupMount);
   json b1 = waitForEnd("b1");
   ASSERT_EQ(b1["status"]["phase"], "Completed") << b1["status"].dump();
   const json& status = b1["status"];
-  EXPECT_EQ(status["location"], backupDir().string());
+  EXPECT_EQ(status["location"], kBackupMount);
   EXPECT_GT(status["files"].get<uint64_t>(), 0u);
   EXPECT_GT(status["bytesWritten"].get<uint64_t>(), 0u);
   EXPECT_EQ(status["hosts"].size(), 3u) << status.dump();
@@ -252,9 +269,9 @@ TEST_F(OperatorBackup, BackupsUnderWritesHoldEveryAcknowledgedRowOnceAndReuseSto
   // Writers stopped and the replicas settled: a second backup, then a third of the same data.
   ASSERT_TRUE(writers_->stop());
   expectReplicasHoldExactly(writers_->acknowledged(), 1);
-  applyBackup("b2", backupDir().string());
+  applyBackup("b2", kBackupMount);
   ASSERT_EQ(waitForEnd("b2")["status"]["phase"], "Completed");
-  applyBackup("b3", backupDir().string());
+  applyBackup("b3", kBackupMount);
   json b3 = waitForEnd("b3");
   ASSERT_EQ(b3["status"]["phase"], "Completed") << b3["status"].dump();
   auto m2 = backup::readManifest(storage, std::string(kNs) + ".b2");
@@ -295,7 +312,8 @@ TEST_F(OperatorBackup, BackupsUnderWritesHoldEveryAcknowledgedRowOnceAndReuseSto
 
 TEST_F(OperatorBackup, ADestinationThatDoesNotExistFailsTheBackupNamingIt) {
   applyTable();
-  const std::string missing = (plane_->workDir() / "no-such-mount").string();
+  // A path the replicas can look at (a 0700 parent would say AccessDenied) that is not there.
+  const std::string missing = fmt::format("/mnt/rtable-no-such-mount-{}", ::getpid());
   applyBackup("nowhere", missing);
   json object = waitForEnd("nowhere");
   const json& status = object["status"];
@@ -469,7 +487,7 @@ spec:
 TEST_F(OperatorBackup, AReplicaKilledMidBackupFailsItCleanlyAndTheNextOneCompletes) {
   const std::set<uint64_t> acknowledged = applyTableWithFailPoint("backup:events-1:writing files");
   fs::create_directories(backupDir());
-  applyBackup("k1", backupDir().string());
+  applyBackup("k1", kBackupMount);
   json k1 = waitForEnd("k1");
   const json& status = k1["status"];
   ASSERT_EQ(status["phase"], "Failed") << status.dump();
@@ -493,7 +511,7 @@ TEST_F(OperatorBackup, AReplicaKilledMidBackupFailsItCleanlyAndTheNextOneComplet
   // The kubelet restarted events-1 (the fail point fires once per data directory): the next
   // backup completes and holds every acknowledged row.
   ASSERT_TRUE(eventually([&] { return readyReplicas(3); }, 120s)) << tableState();
-  applyBackup("k2", backupDir().string());
+  applyBackup("k2", kBackupMount);
   json k2 = waitForEnd("k2");
   ASSERT_EQ(k2["status"]["phase"], "Completed") << k2["status"].dump();
   expectBackupHolds("k2", acknowledged);
@@ -511,7 +529,7 @@ TEST_F(OperatorBackup, TheOperatorKilledMidBackupRejoinsItAndItCompletesWhole) {
   const std::set<uint64_t> acknowledged =
       applyTableWithFailPoint("backup:events-0:writing files:pause=20");
   fs::create_directories(backupDir());
-  applyBackup("o1", backupDir().string());
+  applyBackup("o1", kBackupMount);
   json running;
   ASSERT_TRUE(eventually(
       [&] {

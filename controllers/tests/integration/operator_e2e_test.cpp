@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,23 @@ spec:
       ASSERT_FALSE(refused) << path;
       EXPECT_EQ(refused.error().code, core::KeeperCode::kNoAuth) << path;
     }
+  }
+
+  // The replicas run as the pod's securityContext says (the test kubelet applies it): uid and gid
+  // 10001, fsGroup 10001 on their volumes, a read-only root file system.
+  {
+    auto found = common::testing::runCommand({"pgrep", "-f", "--", "--replica-name=events-0"}, 10s);
+    ASSERT_TRUE(found && found->exit_code == 0) << (found ? found->err : found.error());
+    std::ifstream proc_status("/proc/" + found->out.substr(0, found->out.find('\n')) + "/status");
+    std::string line;
+    std::string uid;
+    std::string gid;
+    while (std::getline(proc_status, line)) {
+      if (line.starts_with("Uid:")) uid = line;
+      if (line.starts_with("Gid:")) gid = line;
+    }
+    EXPECT_EQ(uid, "Uid:\t10001\t10001\t10001\t10001");
+    EXPECT_EQ(gid, "Gid:\t10001\t10001\t10001\t10001");
   }
 
   // Writes need the table's API token (the Secret the operator made): refused without it.

@@ -188,8 +188,9 @@ spec:
   replicas: 3
   zookeeper: {{connect: "{}", sessionTimeoutMs: 10000}}
   storage: {{size: 1Gi}}
-{})",
-                       name, kNs, zookeeper_->connectString(), extra);
+{}{})",
+                       name, kNs, zookeeper_->connectString(), extra,
+                       table_pod_template_.empty() ? "" : "  podTemplate:\n" + table_pod_template_);
   }
 
   // Four writers into applyTable()'s table that retry every failed or timed-out block with its
@@ -443,6 +444,8 @@ spec:
   std::unique_ptr<op::HttpKubeClient> client_;
   std::unique_ptr<core::ZooKeeperClient> keeper_;
   bool authenticated_ = false;  // keeper_ holds the table's identity
+  // Lines of spec.podTemplate (4-space indented) tableManifest gives every table; empty: none.
+  std::string table_pod_template_;
   std::unique_ptr<Subprocess> operator_;
   fs::path operator_kubeconfig_;
   std::unique_ptr<core::testing::RetryingWriters>

@@ -119,6 +119,8 @@ TEST(ReplicatedTableSpec, RoundTripsEveryField) {
   EXPECT_FALSE(sidecar->headroom.auto_recover);
   EXPECT_EQ(sidecar->storage.storage_class_name, "fast-ssd");
   EXPECT_EQ(sidecar->insert_quorum, 2);
+  ASSERT_EQ(sidecar->pod_template.volume_mounts.size(), 1u);
+  EXPECT_EQ(sidecar->pod_template.volume_mounts[0]["mountPath"], "/mnt/backups");
   EXPECT_EQ(sidecar->zookeeper.credentials_secret, "metrics-zookeeper-identity");
   EXPECT_EQ(sidecar->zookeeperCredentialsSecret("metrics"), "metrics-zookeeper-identity");
   EXPECT_EQ(sidecar->apiTokensSecret("metrics"), "metrics-api-tokens");
@@ -188,6 +190,21 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
       {"/networkPolicy",
        {{"metricsFrom", {{{"podSelector", {{"matchLabel", {{"a", "b"}}}}}}}}},
        "spec.networkPolicy.metricsFrom[0].podSelector.matchLabel: unknown field"},
+      {"/podTemplate",
+       {{"volumeMounts", {{{"name", "nfs"}, {"mountPath", "/mnt"}}}}},
+       "spec.podTemplate.volumeMounts[0].name: 'nfs' is not a volume of podTemplate.volumes"},
+      {"/podTemplate",
+       {{"volumes", {{{"name", "nfs"}, {"emptyDir", json::object()}}}},
+        {"volumeMounts", {{{"name", "nfs"}, {"mountPath", "/var/lib/rtable/x"}}}}},
+       "spec.podTemplate.volumeMounts[0].mountPath: '/var/lib/rtable/x' overlaps /var/lib/rtable"},
+      {"/podTemplate",
+       {{"volumes", {{{"name", "nfs"}, {"emptyDir", json::object()}}}},
+        {"volumeMounts", {{{"name", "nfs"}, {"mountPath", "/etc"}}}}},
+       "spec.podTemplate.volumeMounts[0].mountPath: '/etc' overlaps /etc/rtable"},
+      {"/podTemplate",
+       {{"volumes", {{{"name", "nfs"}, {"emptyDir", json::object()}}}},
+        {"volumeMounts", {{{"name", "nfs"}, {"mountPath", "mnt"}}}}},
+       "spec.podTemplate.volumeMounts[0].mountPath: 'mnt' is not an absolute path"},
       {"/networkPolicy",
        {{"enabled", "yes"}},
        "spec.networkPolicy.enabled: expected true or false, got string"},

@@ -315,6 +315,9 @@ class LocalKubelet::State::PodWorker {
   void sync(const json& pod);
   bool prepareSandbox(const json& pod);
   std::expected<void, std::string> writeVolumes(const json& pod);
+  // The pod's fsGroup (if any) on a volume's directory (applyFsGroup).
+  std::expected<void, std::string> applyPodFsGroup(const json& pod, const fs::path& dir,
+                                                   bool read_only);
   std::expected<fs::path, std::string> volumeSource(const json& pod, const json& volume);
   void manage(ContainerRun& c, const json& pod, const std::string& restart_policy);
   void tryStart(ContainerRun& c, const json& pod);
@@ -571,8 +574,22 @@ std::expected<void, std::string> LocalKubelet::State::PodWorker::writeVolumes(co
     if (!files) return std::unexpected(fmt::format("volume \"{}\": {}", name, files.error()));
     auto written = writeVolumeAtomically(dir->second, *files);
     if (!written) return std::unexpected(fmt::format("volume \"{}\": {}", name, written.error()));
+    if (*written) {
+      if (auto owned = applyPodFsGroup(pod, dir->second, /*read_only=*/true); !owned)
+        return std::unexpected(fmt::format("volume \"{}\": {}", name, owned.error()));
+    }
   }
   return {};
+}
+
+std::expected<void, std::string> LocalKubelet::State::PodWorker::applyPodFsGroup(
+    const json& pod, const fs::path& dir, bool read_only) {
+  const json security = pod["spec"].value("securityContext", json::object());
+  if (!security.is_object() || !security.contains("fsGroup") ||
+      !security["fsGroup"].is_number_integer()) {
+    return {};
+  }
+  return applyFsGroup(dir, security["fsGroup"].get<uint32_t>(), read_only);
 }
 
 bool LocalKubelet::State::PodWorker::prepareSandbox(const json& pod) {
@@ -625,6 +642,18 @@ bool LocalKubelet::State::PodWorker::prepareSandbox(const json& pod) {
     fs::create_directories(dir, ec);
     if (ec) {
       sandbox_problem_ = fmt::format("mkdir {}: {}", dir.string(), ec.message());
+      return false;
+    }
+  }
+  // fsGroup on the volumes kubelet manages ownership of (not hostPath): the pod's processes,
+  // running as its runAsUser, share the volumes through that group.
+  for (const auto& volume : pod["spec"].value("volumes", json::array())) {
+    if (volume.contains("hostPath")) continue;
+    auto dir = dirs.find(stringOr(volume, "name"));
+    if (dir == dirs.end()) continue;
+    const bool read_only = read_only_volumes_.contains(dir->first);
+    if (auto owned = applyPodFsGroup(pod, dir->second, read_only); !owned) {
+      sandbox_problem_ = owned.error();
       return false;
     }
   }
@@ -689,6 +718,13 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
          {{"reason", c.config_failures == 1 ? "ErrImagePull" : "ImagePullBackOff"},
           {"message", fmt::format("image \"{}\" is not in LocalKubelet's image map", image)}}}};
     c.next_start = steady_clock::now() + kubelet_.options.restart_backoff_initial;
+    return;
+  }
+  auto security = containerSecurity(pod["spec"], c.spec);
+  if (!security) {
+    c.state = {
+        {"waiting", {{"reason", "CreateContainerConfigError"}, {"message", security.error()}}}};
+    c.next_start = steady_clock::now() + kNotReadyRetry;
     return;
   }
   const json own_pod = podWithOwnStatus(pod);
@@ -765,13 +801,17 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
   std::error_code ec;
   fs::create_directories(root, ec);
   fs::remove(pid_file, ec);
-  const json spec = {{"root", root.string()},
-                     {"hostname", own.hostname},
-                     {"mounts", mounts},
-                     {"argv", *argv},
-                     {"env", env_lines},
-                     {"working_dir", stringOr(c.spec, "workingDir", "/")},
-                     {"pid_file", pid_file.string()}};
+  json spec = {{"root", root.string()},
+               {"hostname", own.hostname},
+               {"mounts", mounts},
+               {"argv", *argv},
+               {"env", env_lines},
+               {"working_dir", stringOr(c.spec, "workingDir", "/")},
+               {"pid_file", pid_file.string()},
+               {"read_only_root", security->read_only_root}};
+  if (security->uid) {
+    spec["user"] = {{"uid", *security->uid}, {"gid", security->gid}, {"groups", security->groups}};
+  }
   const fs::path spec_file = dir_ / (c.name + ".json");
   {
     std::ofstream out(spec_file, std::ios::trunc);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -438,6 +439,89 @@ std::expected<std::vector<VolumeFile>, std::string> downwardApiVolumeFiles(const
     }
   }
   return files;
+}
+
+std::expected<ContainerSecurity, std::string> containerSecurity(const json& pod_spec,
+                                                                const json& container) {
+  const json pod = pod_spec.value("securityContext", json::object());
+  const json own = container.value("securityContext", json::object());
+  // The container's field, else the pod's.
+  auto field = [&](const char* name) -> const json* {
+    if (own.is_object() && own.contains(name) && !own[name].is_null()) return &own[name];
+    if (pod.is_object() && pod.contains(name) && !pod[name].is_null()) return &pod[name];
+    return nullptr;
+  };
+  auto id = [&](const char* name) -> std::expected<std::optional<uint32_t>, std::string> {
+    const json* value = field(name);
+    if (!value) return std::nullopt;
+    if (!value->is_number_integer() || value->get<int64_t>() < 0 ||
+        value->get<int64_t>() > INT32_MAX) {
+      return std::unexpected(fmt::format("securityContext.{}: not a valid id", name));
+    }
+    return static_cast<uint32_t>(value->get<int64_t>());
+  };
+  ContainerSecurity security;
+  auto uid = id("runAsUser");
+  if (!uid) return std::unexpected(uid.error());
+  security.uid = *uid;
+  auto gid = id("runAsGroup");
+  if (!gid) return std::unexpected(gid.error());
+  security.gid = gid->value_or(0);
+  if (const json* non_root = field("runAsNonRoot");
+      non_root && non_root->is_boolean() && non_root->get<bool>()) {
+    if (!security.uid) {
+      return std::unexpected(
+          "container has runAsNonRoot and image will run as root (the image's user is not "
+          "known here: give runAsUser)");
+    }
+    if (*security.uid == 0) {
+      return std::unexpected("container's runAsUser breaks non-root policy (runAsUser 0)");
+    }
+  }
+  if (pod.is_object() && pod.contains("fsGroup") && pod["fsGroup"].is_number_integer()) {
+    security.fs_group = static_cast<uint32_t>(pod["fsGroup"].get<int64_t>());
+    security.groups.push_back(*security.fs_group);
+  }
+  if (pod.is_object() && pod.contains("supplementalGroups") &&
+      pod["supplementalGroups"].is_array()) {
+    for (const auto& group : pod["supplementalGroups"]) {
+      if (group.is_number_integer()) security.groups.push_back(group.get<uint32_t>());
+    }
+  }
+  if (const json* read_only = field("readOnlyRootFilesystem");
+      read_only && read_only->is_boolean()) {
+    security.read_only_root = read_only->get<bool>();
+  }
+  return security;
+}
+
+std::expected<void, std::string> applyFsGroup(const fs::path& dir, uint32_t gid, bool read_only) {
+  auto apply = [&](const fs::path& path) -> std::expected<void, std::string> {
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) != 0) return {};  // gone meanwhile
+    if (S_ISLNK(st.st_mode)) return {};
+    if (::lchown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+      return std::unexpected(fmt::format("chown {}: {}", path.string(), std::strerror(errno)));
+    }
+    mode_t mode = st.st_mode & 07777;
+    mode |= S_IRGRP;
+    if (S_ISDIR(st.st_mode))
+      mode |= S_IXGRP | (read_only ? 0 : (S_IWGRP | S_ISGID));
+    else if (!read_only)
+      mode |= S_IWGRP;
+    if (::chmod(path.c_str(), mode) != 0) {
+      return std::unexpected(fmt::format("chmod {}: {}", path.string(), std::strerror(errno)));
+    }
+    return {};
+  };
+  if (auto done = apply(dir); !done) return done;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (auto done = apply(it->path()); !done) return done;
+  }
+  if (ec) return std::unexpected(fmt::format("walking {}: {}", dir.string(), ec.message()));
+  return {};
 }
 
 std::expected<bool, std::string> writeVolumeAtomically(const fs::path& dir,

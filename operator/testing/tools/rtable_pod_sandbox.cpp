@@ -17,6 +17,7 @@
 // container's log), 127 when the command cannot be executed.
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -33,6 +34,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -60,6 +62,12 @@ struct Mount {
   bool read_only = false;
 };
 
+struct User {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+};
+
 struct Spec {
   std::string root;
   std::string hostname;
@@ -68,6 +76,8 @@ struct Spec {
   std::vector<std::string> env;
   std::string working_dir = "/";
   std::string pid_file;
+  std::optional<User> user;     // runAsUser/runAsGroup/fsGroup; none: root
+  bool read_only_root = false;  // readOnlyRootFilesystem: only the volumes (and /dev) writable
 };
 
 [[noreturn]] void fail(const std::string& what) {
@@ -102,6 +112,12 @@ Spec readSpec(const char* path) {
     spec.env = j.value("env", std::vector<std::string>{});
     spec.working_dir = j.value("working_dir", "/");
     spec.pid_file = j.value("pid_file", "");
+    spec.read_only_root = j.value("read_only_root", false);
+    if (j.contains("user")) {
+      const json& user = j.at("user");
+      spec.user = User{user.at("uid").get<uid_t>(), user.at("gid").get<gid_t>(),
+                       user.value("groups", std::vector<gid_t>{})};
+    }
     const json mounts = j.value("mounts", json::array());
     for (const auto& m : mounts) {
       spec.mounts.push_back({m.at("source").get<std::string>(), m.at("target").get<std::string>(),
@@ -143,9 +159,32 @@ class RootBuilder {
         mountOrFail(m.source, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC);
       }
     }
+    if (spec_.read_only_root) makeRootReadOnly();
   }
 
  private:
+  // readOnlyRootFilesystem: every mount that makes up the mirrored root, read-only; the volumes
+  // (mounted on top of it) keep their own mode. /dev stays writable (/dev/null, ttys), as a
+  // runtime's /dev tmpfs does; /proc and /sys keep theirs.
+  void makeRootReadOnly() {
+    // Deepest first is not needed (each remount changes one mount), but the root goes last so
+    // that nothing below it is looked up through a read-only parent while it changes.
+    for (auto it = root_mounts_.rbegin(); it != root_mounts_.rend(); ++it) {
+      const std::string& path = *it;
+      const std::string inside = path.substr(root_.size());
+      if (inside == "/dev" || inside.starts_with("/dev/") || inside == "/sys" ||
+          inside.starts_with("/sys/") || inside == "/proc" || inside.starts_with("/proc/")) {
+        continue;
+      }
+      if (::mount("none", path.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+        fail("remount read-only " + path + ": " + errnoText());
+      }
+    }
+    if (::mount("none", root_.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+      fail("remount read-only " + root_ + ": " + errnoText());
+    }
+  }
+
   static std::size_t depth(const std::string& path) {
     return static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
   }
@@ -187,11 +226,13 @@ class RootBuilder {
           fail("mkdir " + target + ": " + errnoText());
         }
         mountOrFail(source, target, nullptr, MS_BIND | MS_REC);
+        root_mounts_.push_back(target);
       } else {
         const int fd = ::open(target.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
         if (fd < 0) fail("create " + target + ": " + errnoText());
         ::close(fd);
         mountOrFail(source, target, nullptr, MS_BIND);
+        root_mounts_.push_back(target);
       }
     }
   }
@@ -262,6 +303,7 @@ class RootBuilder {
   void shadow(const std::string& path) {
     const std::string in_root = root_ + path;
     mountOrFail("tmpfs", in_root, "tmpfs", MS_NOSUID, "mode=0755");
+    root_mounts_.push_back(in_root);
     mirrorDirectory(path, in_root);
     scaffold_.insert(path);
   }
@@ -269,6 +311,8 @@ class RootBuilder {
   const Spec& spec_;
   std::string root_;
   std::set<std::string> scaffold_;  // container paths of dirs on our tmpfs
+  // Host paths of the mounts that mirror the host's root (not the volumes), in mount order.
+  std::vector<std::string> root_mounts_;
 };
 
 // `go` is the read end of a pipe the supervisor writes one byte to once it runs: getppid() is 0
@@ -286,6 +330,13 @@ class RootBuilder {
   if (::chroot(spec.root.c_str()) != 0) fail("chroot " + spec.root + ": " + errnoText());
   if (::chdir(spec.working_dir.c_str()) != 0) {
     fail("chdir " + spec.working_dir + ": " + errnoText());
+  }
+  if (spec.user) {
+    // Groups, then the group, then the user: after setuid nothing else could be changed.
+    if (::setgroups(spec.user->groups.size(), spec.user->groups.data()) != 0)
+      fail("setgroups: " + errnoText());
+    if (::setgid(spec.user->gid) != 0) fail("setgid: " + errnoText());
+    if (::setuid(spec.user->uid) != 0) fail("setuid: " + errnoText());
   }
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));

@@ -291,6 +291,100 @@ TEST(PodSandbox, MountsVolumesInItsOwnNamespaces) {
   fs::remove_all(dir);
 }
 
+// runAsUser/runAsGroup/fsGroup and readOnlyRootFilesystem, as a runtime applies them: the process
+// has the ids, the root (every mirrored host directory, /tmp included) refuses writes, the
+// volumes and /dev/null take them.
+TEST(PodSandbox, RunsAsTheUserOnAReadOnlyRoot) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rtable-sandbox-user-{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "root");
+  fs::create_directories(dir / "vol");
+  ASSERT_EQ(::chown((dir / "vol").c_str(), 0, 10001), 0);
+  fs::permissions(dir / "vol", fs::perms::owner_all | fs::perms::group_all);
+  const json spec = {
+      {"root", (dir / "root").string()},
+      {"mounts", json::array({{{"source", (dir / "vol").string()}, {"target", "/data"}}})},
+      {"argv", json::array({"sh", "-c",
+                            "echo $(id -u):$(id -g):$(id -G);"
+                            " touch /tmp/x 2>/dev/null || echo tmp-read-only;"
+                            " touch /etc/x 2>/dev/null || echo etc-read-only;"
+                            " touch /x 2>/dev/null || echo root-read-only;"
+                            " echo kept > /data/f && echo volume-written;"
+                            " echo gone > /dev/null && echo dev-null-written"})},
+      {"env", json::array({"PATH=/usr/bin:/bin"})},
+      {"user", {{"uid", 10001}, {"gid", 10002}, {"groups", json::array({10001})}}},
+      {"read_only_root", true},
+      {"pid_file", (dir / "pid").string()}};
+  std::ofstream(dir / "spec.json") << spec.dump();
+  auto result = common::testing::runCommand(
+      {defaultPodSandboxBinary().string(), (dir / "spec.json").string()}, 30s);
+  ASSERT_TRUE(result) << result.error();
+  EXPECT_EQ(result->exit_code, 0) << result->out << result->err;
+  EXPECT_EQ(result->out,
+            "10001:10002:10002 10001\ntmp-read-only\netc-read-only\nroot-read-only\n"
+            "volume-written\ndev-null-written\n")
+      << result->err;
+  struct stat st{};
+  ASSERT_EQ(::stat((dir / "vol" / "f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 10001u);
+  EXPECT_FALSE(fs::exists("/tmp/x"));
+  fs::remove_all(dir);
+}
+
+TEST(PodRuntimeSpec, SecurityContextOfPodAndContainer) {
+  const json pod = {{"securityContext",
+                     {{"runAsNonRoot", true},
+                      {"runAsUser", 10001},
+                      {"runAsGroup", 10001},
+                      {"fsGroup", 10001},
+                      {"supplementalGroups", json::array({4000})}}}};
+  auto plain = containerSecurity(pod, json::object());
+  ASSERT_TRUE(plain) << plain.error();
+  EXPECT_EQ(plain->uid, 10001u);
+  EXPECT_EQ(plain->gid, 10001u);
+  EXPECT_EQ(plain->groups, (std::vector<uint32_t>{10001, 4000}));
+  EXPECT_EQ(plain->fs_group, 10001u);
+  EXPECT_FALSE(plain->read_only_root);
+  // The container's own fields win.
+  auto own = containerSecurity(
+      pod, {{"securityContext", {{"runAsUser", 65532}, {"readOnlyRootFilesystem", true}}}});
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->uid, 65532u);
+  EXPECT_TRUE(own->read_only_root);
+  // runAsNonRoot without a user (the image's is root here), or with user 0: refused.
+  auto no_user = containerSecurity({{"securityContext", {{"runAsNonRoot", true}}}}, json::object());
+  ASSERT_FALSE(no_user);
+  EXPECT_NE(no_user.error().find("runAsNonRoot"), std::string::npos);
+  EXPECT_FALSE(containerSecurity(pod, {{"securityContext", {{"runAsUser", 0}}}}));
+  auto none = containerSecurity(json::object(), json::object());
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->uid);
+}
+
+TEST(PodRuntimeSpec, FsGroupOwnsAVolumeLikeKubelet) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rtable-fsgroup-{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "writable" / "sub");
+  std::ofstream(dir / "writable" / "sub" / "f") << "x";
+  fs::permissions(dir / "writable" / "sub" / "f", fs::perms::owner_read);
+  fs::create_directories(dir / "secret");
+  std::ofstream(dir / "secret" / "key") << "s";
+  fs::permissions(dir / "secret" / "key", fs::perms::owner_read);
+  ASSERT_TRUE(applyFsGroup(dir / "writable", 10001, false));
+  ASSERT_TRUE(applyFsGroup(dir / "secret", 10001, true));
+  struct stat st{};
+  ASSERT_EQ(::stat((dir / "writable" / "sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 10001u);
+  EXPECT_TRUE(st.st_mode & S_ISGID);
+  EXPECT_TRUE(st.st_mode & S_IWGRP);
+  ASSERT_EQ(::stat((dir / "writable" / "sub" / "f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0460u);
+  ASSERT_EQ(::stat((dir / "secret" / "key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 10001u);
+  EXPECT_EQ(st.st_mode & 0777, 0440u);  // a 0400 Secret file: readable by the group, no more
+  fs::remove_all(dir);
+}
+
 // Starts `args` `starts` times, each time a SIGTERM at once: the process must still run `settle`
 // later (the signal held, not fatal) and end 137 on the SIGKILL that follows.
 void expectAnEarlySigtermIsSurvived(const std::vector<std::string>& args, const fs::path& log,

@@ -94,9 +94,12 @@ struct ReplicationSettings {
 struct PodTemplateAdditions {
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
-  std::vector<nlohmann::json> containers;   // core/v1 Container, beside rtable-core
-  std::vector<nlohmann::json> env;          // core/v1 EnvVar, of the rtable-core container
-  std::vector<nlohmann::json> volumes;      // core/v1 Volume
+  std::vector<nlohmann::json> containers;  // core/v1 Container, beside rtable-core
+  std::vector<nlohmann::json> env;         // core/v1 EnvVar, of the rtable-core container
+  std::vector<nlohmann::json> volumes;     // core/v1 Volume
+  // core/v1 VolumeMount of the rtable-core container, of the volumes above (a filesystem backup
+  // destination: the same path on every replica, on a root that is read-only).
+  std::vector<nlohmann::json> volume_mounts;
   std::vector<nlohmann::json> tolerations;  // core/v1 Toleration
   std::map<std::string, std::string> node_selector;
   std::optional<std::string> priority_class_name;

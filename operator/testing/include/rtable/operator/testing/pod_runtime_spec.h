@@ -30,6 +30,29 @@ struct LocalImage {
   std::vector<std::string> env;         // "K=V", the image's ENV (PATH has a default)
 };
 
+// Who a container's process is and what it may write (kubelet and the runtime, from the pod's
+// securityContext and the container's, the container's winning): runAsUser (none: the image's
+// user, root here), runAsGroup (default 0), the pod's fsGroup and supplementalGroups as
+// supplementary groups, readOnlyRootFilesystem.
+struct ContainerSecurity {
+  std::optional<uint32_t> uid;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
+  std::optional<uint32_t> fs_group;  // the pod's: applied to its volumes (applyFsGroup)
+  bool read_only_root = false;
+};
+
+// The container's ContainerSecurity, or kubelet's refusal (CreateContainerConfigError):
+// runAsNonRoot with runAsUser 0 or unset (LocalImage has no USER: an image's user is root here).
+std::expected<ContainerSecurity, std::string> containerSecurity(const nlohmann::json& pod_spec,
+                                                                const nlohmann::json& container);
+
+// fsGroup on a volume's directory, as kubelet's SetVolumeOwnership: every file and directory
+// group-owned by `gid` and group-readable, also group-writable (directories setgid) unless
+// `read_only`; symlinks are left alone (their targets are in the walk).
+std::expected<void, std::string> applyFsGroup(const std::filesystem::path& dir, uint32_t gid,
+                                              bool read_only);
+
 // Kubernetes' $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion):
 // `$(NAME)` becomes the value `lookup` gives, or stays as written when there is none; `$$` is a
 // literal `$`, so `$$(NAME)` stays `$(NAME)`; a `$` before anything else is kept.
