@@ -769,6 +769,16 @@ void LocalKubelet::State::PodWorker::tryStart(ContainerRun& c, const json& pod) 
                       {"target", "/etc/hosts"},
                       {"read_only", false}});
   }
+  // The image's entrypoint where an image holds it: /usr/local/bin/<name> in the container, a
+  // read-only bind of the executable. A non-root user can then run it even when the folder that
+  // holds it on this machine is closed to others (CI clones into a mode-0700 directory).
+  if (const auto& entrypoint = found->second.entrypoint; !entrypoint.empty() && !argv->empty() &&
+                                                         (*argv)[0] == entrypoint[0] &&
+                                                         fs::path(entrypoint[0]).is_absolute()) {
+    const std::string target = "/usr/local/bin/" + fs::path(entrypoint[0]).filename().string();
+    mounts.push_back({{"source", entrypoint[0]}, {"target", target}, {"read_only", true}});
+    (*argv)[0] = target;
+  }
   std::vector<std::string> env_lines;
   std::set<std::string> names;
   HostsEntry own;
