@@ -133,11 +133,15 @@ class OperatorStack : public ::testing::Test {
   void TearDown() override {
     if (writers_) writers_->stop(std::chrono::seconds(10));
     writers_.reset();
-    if (HasFailure()) {
+    // A failed SetUp may have stopped before the kubelet (or the control plane) existed.
+    if (HasFailure() && plane_ && kubelet_) {
       plane_->keepWorkDir();
       kubelet_->keepWorkDir();
       std::fprintf(stderr, "kept: control plane %s, kubelet %s, operator log %s\n",
                    plane_->workDir().c_str(), kubelet_->workDir().c_str(), operatorLog().c_str());
+    } else if (HasFailure() && plane_) {
+      plane_->keepWorkDir();
+      std::fprintf(stderr, "kept: control plane %s\n", plane_->workDir().c_str());
     }
     operator_.reset();
     kubelet_.reset();  // stops the replicas before ZooKeeper and the apiserver go
