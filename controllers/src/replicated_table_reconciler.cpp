@@ -174,7 +174,7 @@ std::expected<std::optional<core::ZooKeeperDigest>, std::string> readTableIdenti
 
 std::expected<core::ZooKeeperDigest, ReplicatedTableReconciler::IdentityError>
 ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
-                                             const ReplicatedTableSpec& spec, bool make) {
+                                             const ReplicatedTableSpec& spec, const json* table) {
   auto unavailable = [](std::string message) {
     return std::unexpected(IdentityError{"ZooKeeperCredentialsUnavailable", std::move(message)});
   };
@@ -186,7 +186,7 @@ ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
       return unavailable(fmt::format(
           "spec.zookeeper.credentialsSecret names the Secret {}, which does not exist", name));
     }
-    if (!make) return unavailable(fmt::format("the Secret {} does not exist", name));
+    if (!table) return unavailable(fmt::format("the Secret {} does not exist", name));
     auto generated = options_.generate_secret();
     if (!generated) {
       return std::unexpected(IdentityError{
@@ -195,8 +195,7 @@ ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
     TableObjectsContext context;
     context.name = key.name;
     context.ns = key.ns;
-    auto table = client_.get(replicatedTables(), key);
-    if (table) context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
+    context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
     // Created, never applied: an existing identity is never overwritten (its ACLs are on the
     // table's nodes).
     auto created =
@@ -207,7 +206,7 @@ ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
       return unavailable(
           fmt::format("creating the Secret {}: {}", name, created.error().toString()));
     }
-    return zookeeperIdentity(key, spec, false);  // as stored (another writer may have won)
+    return zookeeperIdentity(key, spec, nullptr);  // as stored (another writer may have won)
   }
   std::lock_guard lock(identities_mu_);
   identities_[key.ns + "/" + key.name] = **read;
@@ -216,7 +215,7 @@ ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
 
 std::expected<std::string, ReplicatedTableReconciler::IdentityError>
 ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
-                                           const ReplicatedTableSpec& spec, const json& table) {
+                                           const ReplicatedTableSpec& spec, const json* table) {
   if (!spec.api.token_required) return std::string();
   const std::string name = spec.apiTokensSecret(key.name);
   auto unavailable = [](std::string message) {
@@ -225,7 +224,7 @@ ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
   auto secret = client_.get(op::resources::secrets(), {key.ns, name});
   if (!secret && secret.error().kind != op::KubeErrorKind::kNotFound)
     return unavailable(fmt::format("reading the Secret {}: {}", name, secret.error().toString()));
-  if (!secret && !spec.api.tokens_secret) {
+  if (!secret && !spec.api.tokens_secret && table) {
     auto generated = options_.generate_secret();
     if (!generated) {
       return std::unexpected(
@@ -234,7 +233,7 @@ ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
     TableObjectsContext context;
     context.name = key.name;
     context.ns = key.ns;
-    context.owner_uid = table.value(json::json_pointer("/metadata/uid"), "");
+    context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
     // Created, never applied: the clients hold the token; it is the user's to rotate.
     auto created =
         client_.create(op::resources::secrets(), renderApiTokensSecret(context, *generated));
@@ -242,12 +241,14 @@ ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
       return unavailable(
           fmt::format("creating the Secret {}: {}", name, created.error().toString()));
     }
-    return ensureApiTokens(key, spec, table);  // as stored (another writer may have won)
+    // As stored (another writer may have won); read once more, never made twice.
+    return ensureApiTokens(key, spec, nullptr);
   }
-  if (!secret) {
+  if (!secret && spec.api.tokens_secret) {
     return unavailable(
         fmt::format("spec.api.tokensSecret names the Secret {}, which does not exist", name));
   }
+  if (!secret) return unavailable(fmt::format("the Secret {} does not exist", name));
   auto tokens = common::base64Decode(
       secret->value(json::json_pointer(std::string("/data/") + kApiTokensKey), ""));
   if (!tokens || tokens->find_first_not_of(" \t\r\n") == std::string::npos) {
@@ -261,17 +262,22 @@ ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
 std::expected<void, std::string> ReplicatedTableReconciler::removeNetworkPolicyIfDisabled(
     const op::ObjectKey& key, const ReplicatedTableSpec& spec) {
   const std::string table = key.ns + "/" + key.name;
-  std::lock_guard lock(identities_mu_);
-  if (spec.network_policy.enabled) {
-    without_policy_.erase(table);
-    return {};
+  {
+    std::lock_guard lock(identities_mu_);
+    if (spec.network_policy.enabled) {
+      without_policy_.erase(table);
+      return {};
+    }
+    // Once per table and process: a table switched off meanwhile, or before a restart, still
+    // has the policy; one that never had one costs one DELETE answered 404.
+    if (without_policy_.contains(table)) return {};
   }
-  // Once per table and process: a table switched off meanwhile, or before a restart, still has
-  // the policy; one that never had one costs one DELETE answered 404.
-  if (without_policy_.contains(table)) return {};
+  // Outside the lock (one reconcile per table at a time): other tables' keeperFor never waits
+  // for this call.
   auto removed = client_.remove(op::resources::networkPolicies(), key);
   if (!removed && removed.error().kind != op::KubeErrorKind::kNotFound)
     return std::unexpected("deleting the NetworkPolicy: " + removed.error().toString());
+  std::lock_guard lock(identities_mu_);
   without_policy_.insert(table);
   return {};
 }
@@ -384,9 +390,9 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   // The table's ZooKeeper identity, before the operator or a replica touches its tree.
   std::optional<IdentityError> unavailable;
   std::string api_tokens_version;
-  if (auto identity = zookeeperIdentity(key, *spec, true); !identity) {
+  if (auto identity = zookeeperIdentity(key, *spec, &*table); !identity) {
     unavailable = identity.error();
-  } else if (auto tokens = ensureApiTokens(key, *spec, *table); !tokens) {
+  } else if (auto tokens = ensureApiTokens(key, *spec, &*table); !tokens) {
     unavailable = tokens.error();
   } else {
     api_tokens_version = std::move(*tokens);
@@ -1138,7 +1144,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::finalize(const op::ObjectKey& ke
     }
     const std::string root = tableRoot(*spec, key);
     // The tree's nodes carry the table's ACL: only its identity can remove them.
-    auto identity = zookeeperIdentity(key, *spec, false);
+    auto identity = zookeeperIdentity(key, *spec, nullptr);
     if (!identity) {
       const std::string message = fmt::format(
           "removing the table's ZooKeeper tree {} needs its identity: {} (restore the Secret, or "

@@ -171,20 +171,20 @@ class ReplicatedTableReconciler {
   // The table is gone: its metrics, growth samples and ZooKeeper identity.
   void forgetTable(const op::ObjectKey& key);
   // The table's ZooKeeper identity from its Secret (spec.zookeeper.credentialsSecret, or the
-  // operator's <name>-zookeeper, made first when `make` and then kept), remembered for
-  // keeperFor; or why it cannot be had.
+  // operator's <name>-zookeeper, made first when `table` (the object, for its uid) is given and
+  // then kept), remembered for keeperFor; or why it cannot be had.
   struct IdentityError {
     std::string reason;  // SecretUnavailable (no randomness), ZooKeeperCredentialsUnavailable
     std::string message;
   };
   std::expected<core::ZooKeeperDigest, IdentityError> zookeeperIdentity(
-      const op::ObjectKey& key, const ReplicatedTableSpec& spec, bool make);
-  // spec.api Token: the tokens Secret exists with a token (made once when the operator owns it:
-  // <name>-api-tokens); its resourceVersion ("" with authentication None), or why not (reasons
-  // SecretUnavailable, ApiTokensUnavailable).
+      const op::ObjectKey& key, const ReplicatedTableSpec& spec, const nlohmann::json* table);
+  // spec.api Token: the tokens Secret exists with a token (made once when the operator owns it,
+  // <name>-api-tokens, and `table` is given: the object, for its uid); its resourceVersion (""
+  // with authentication None), or why not (reasons SecretUnavailable, ApiTokensUnavailable).
   std::expected<std::string, IdentityError> ensureApiTokens(const op::ObjectKey& key,
                                                             const ReplicatedTableSpec& spec,
-                                                            const nlohmann::json& table);
+                                                            const nlohmann::json* table);
   // spec.networkPolicy disabled: the table's NetworkPolicy is deleted if it has one (looked for
   // once per table and process); an error message when the delete failed.
   std::expected<void, std::string> removeNetworkPolicyIfDisabled(const op::ObjectKey& key,
