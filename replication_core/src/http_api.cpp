@@ -94,6 +94,12 @@ class ReplicaHttpServer::Impl {
   std::expected<void, std::string> open(const std::string& address, uint16_t port) {
     HttpServerOptions options;
     options.socket_timeout = kSocketTimeout;
+    if (!spec_.tls_dir.empty()) {
+      auto tls = common::TlsContext::load(common::TlsContext::Side::kServer,
+                                          common::TlsFiles::inDirectory(spec_.tls_dir));
+      if (!tls) return std::unexpected("tls.dir: " + tls.error());
+      options.tls = std::move(*tls);
+    }
     auto started = HttpServer::start(
         address, port, [this](HttpExchange& exchange) { handle(exchange); }, options);
     if (!started) return std::unexpected(started.error());

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -57,6 +59,62 @@ bool sendAll(int fd, const iovec* parts, int count) {
   return true;
 }
 
+// A connection's bytes: the socket's own, or TLS over it. The socket blocks (with the socket
+// timeout), so a TLS read or write that "wants" more is a timeout or a peer gone: the end.
+class Transport {
+ public:
+  explicit Transport(int fd) : fd_(fd) {}
+  Transport(int fd, common::TlsStream tls) : fd_(fd), tls_(std::move(tls)) {}
+
+  ssize_t receive(char* data, std::size_t size) {
+    if (tls_) return tls_->read(data, size);
+    for (;;) {
+      const ssize_t n = recv(fd_, data, size, 0);
+      if (n < 0 && errno == EINTR) continue;
+      return n;
+    }
+  }
+
+  bool send(const iovec* parts, int count) {
+    if (!tls_) return sendAll(fd_, parts, count);
+    std::size_t total = 0;
+    for (int i = 0; i < count; ++i) total += parts[i].iov_len;
+    // A head and a small body in one TLS record rather than two.
+    if (count > 1 && total <= kCoalesceBytes) {
+      std::string joined;
+      joined.reserve(total);
+      for (int i = 0; i < count; ++i)
+        joined.append(static_cast<const char*>(parts[i].iov_base), parts[i].iov_len);
+      return writeTls(joined.data(), joined.size());
+    }
+    for (int i = 0; i < count; ++i) {
+      if (!writeTls(static_cast<const char*>(parts[i].iov_base), parts[i].iov_len)) return false;
+    }
+    return true;
+  }
+
+  // Before the lingering close: TLS's close_notify, so that the client sees a clean end.
+  void endWrites() {
+    if (tls_) tls_->shutdown();
+  }
+
+ private:
+  static constexpr std::size_t kCoalesceBytes = 16 * 1024;
+
+  bool writeTls(const char* data, std::size_t size) {
+    while (size > 0) {
+      const ssize_t n = tls_->write(data, size);
+      if (n <= 0) return false;
+      data += n;
+      size -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  const int fd_;
+  std::optional<common::TlsStream> tls_;
+};
+
 // Closing a socket with unread request bytes makes the kernel answer with a reset instead of a
 // FIN, which drops what of our response is still unsent, and some clients drop what they received.
 // So we stop writing, and read and drop what the client still sends, for up to 5 s (nginx's
@@ -79,7 +137,8 @@ enum class Framing { kNone, kLength, kChunked };
 // One connection's requests, one at a time.
 class Connection final : public HttpExchange {
  public:
-  Connection(int fd, const HttpServerOptions& options) : fd_(fd), options_(options) {}
+  Connection(Transport& transport, const HttpServerOptions& options)
+      : transport_(transport), options_(options) {}
 
   const HttpRequest& request() const override { return request_; }
 
@@ -169,7 +228,7 @@ class Connection final : public HttpExchange {
       continue_sent_ = true;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       iovec part{const_cast<char*>(kContinue.data()), kContinue.size()};
-      if (!sendAll(fd_, &part, 1)) return std::unexpected("the client went away");
+      if (!transport_.send(&part, 1)) return std::unexpected("the client went away");
     }
     if (framing_ == Framing::kLength) {
       auto n = take(data, static_cast<std::size_t>(std::min<uint64_t>(size, body_left_)));
@@ -239,11 +298,11 @@ class Connection final : public HttpExchange {
     if (head_pending_) {
       head_pending_ = false;
       iovec parts[2] = {{head_.data(), head_.size()}, {const_cast<char*>(data), size}};
-      return sendAll(fd_, parts, size == 0 ? 1 : 2);
+      return transport_.send(parts, size == 0 ? 1 : 2);
     }
     if (size == 0) return true;
     iovec part{const_cast<char*>(data), size};
-    return sendAll(fd_, &part, 1);
+    return transport_.send(&part, 1);
   }
 
   bool responded() const { return responded_; }
@@ -271,21 +330,16 @@ class Connection final : public HttpExchange {
   bool flushHead() {
     head_pending_ = false;
     iovec part{head_.data(), head_.size()};
-    return sendAll(fd_, &part, 1);
+    return transport_.send(&part, 1);
   }
 
   // More bytes into buffer_. False: closed, timed out or failed.
   bool fill() {
     char chunk[64 * 1024];
-    for (;;) {
-      const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
-      if (n > 0) {
-        buffer_.append(chunk, static_cast<std::size_t>(n));
-        return true;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      return false;
-    }
+    const ssize_t n = transport_.receive(chunk, sizeof(chunk));
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return true;
   }
 
   // Body bytes: first what the head's read brought along, then straight from the socket.
@@ -296,14 +350,11 @@ class Connection final : public HttpExchange {
       buffer_.erase(0, n);
       return n;
     }
-    for (;;) {
-      const ssize_t n = recv(fd_, data, size, 0);
-      if (n > 0) return static_cast<std::size_t>(n);
-      if (n < 0 && errno == EINTR) continue;
-      return std::unexpected(
-          n == 0 ? std::string("the client closed the connection before the end of the body")
-                 : fmt::format("reading the body: {}", std::strerror(errno)));
-    }
+    const ssize_t n = transport_.receive(data, size);
+    if (n > 0) return static_cast<std::size_t>(n);
+    return std::unexpected(
+        n == 0 ? std::string("the client closed the connection before the end of the body")
+               : fmt::format("reading the body: {}", std::strerror(errno)));
   }
 
   std::expected<std::string, std::string> readLine() {
@@ -319,7 +370,7 @@ class Connection final : public HttpExchange {
     return line;
   }
 
-  const int fd_;
+  Transport& transport_;
   const HttpServerOptions& options_;
   std::string buffer_;
   HttpRequest request_;
@@ -433,8 +484,12 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
       }
       if (connections_.size() >= options_.max_connections) {
         lock.unlock();
-        Connection refused(fd, options_);
-        refused.fail(503, "too many connections");
+        // A TLS client would read a plain answer as garbage: it only sees the connection close.
+        if (!options_.tls) {
+          Transport transport(fd);
+          Connection refused(transport, options_);
+          refused.fail(503, "too many connections");
+        }
         ::close(fd);
         continue;
       }
@@ -445,19 +500,36 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   }
 
   void serve(int fd) {
-    {
-      Connection connection(fd, options_);
+    if (auto transport = open(fd)) {
+      Connection connection(*transport, options_);
       while (connection.readHead()) {
         handler_(connection);
         if (!connection.responded()) connection.fail(500, "the request got no response");
         if (!connection.keepAlive()) break;
       }
+      transport->endWrites();
       if (connection.unreadInput()) lingeringClose(fd);
     }
     std::lock_guard lock(mu_);
     connections_.erase(fd);
     ::close(fd);
     ended_.notify_all();
+  }
+
+  // The connection's transport; nullopt when its TLS handshake failed (a plain-HTTP client, an
+  // untrusted or timed-out one): the connection closes.
+  std::optional<Transport> open(int fd) {
+    if (!options_.tls) return std::optional<Transport>(std::in_place, fd);
+    auto stream = common::TlsStream::open(*options_.tls, fd);
+    if (!stream) {
+      spdlog::warn("TLS: {}", stream.error());
+      return std::nullopt;
+    }
+    if (stream->accept() != 1) {
+      spdlog::debug("TLS: a connection closed without a handshake: {}", stream->error());
+      return std::nullopt;
+    }
+    return std::optional<Transport>(std::in_place, fd, std::move(*stream));
   }
 
   const int listen_fd_;

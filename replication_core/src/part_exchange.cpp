@@ -391,24 +391,46 @@ class Connection {
     return context.error(Kind::kTransfer, fmt::format("cannot connect: {}", last_error));
   }
 
+  // TLS from here on: the handshake (within the receive timeout), the source's certificate
+  // checked against `tls`'s roots and the source's advertised host name or address.
+  FetchResult<void> startTls(const FetchContext& context, common::TlsContext& tls) {
+    auto stream = common::TlsStream::open(tls, fd_.get());
+    if (!stream) return context.error(Kind::kLocal, stream.error());
+    if (auto named = stream->setPeerName(context.from.host); !named)
+      return context.error(Kind::kLocal, named.error());
+    for (;;) {
+      if (stream->connect() == 1) break;
+      if (stream->wants() == common::TlsStream::Wants::kFailed)
+        return context.error(Kind::kTransfer, stream->error());
+      if (!waitFor(stream->wants() == common::TlsStream::Wants::kRead ? POLLIN : POLLOUT,
+                   timeout_)) {
+        return context.error(Kind::kTransfer,
+                             fmt::format("no TLS handshake within {} ms", timeout_.count()));
+      }
+    }
+    tls_.emplace(std::move(*stream));
+    return {};
+  }
+
   FetchResult<void> sendAll(const FetchContext& context, std::string_view data) {
     if (int error = context.fault(FailPoint::kSend)) {
       return context.error(Kind::kTransfer,
                            fmt::format("sending the request: {}", errnoText(error)));
     }
     while (!data.empty()) {
-      const ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
+      const ssize_t n = tls_ ? tls_->write(data.data(), data.size())
+                             : ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
       if (n >= 0) {
         data.remove_prefix(static_cast<std::size_t>(n));
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!waitFor(POLLOUT, timeout_)) {
+      } else if (auto wait = wanted(POLLOUT)) {
+        if (!waitFor(*wait, timeout_)) {
           return context.error(
               Kind::kTransfer,
               fmt::format("the request could not be sent within {} ms", timeout_.count()));
         }
-      } else if (errno != EINTR) {
-        return context.error(Kind::kTransfer,
-                             fmt::format("sending the request: {}", errnoText(errno)));
+      } else if (tls_ || errno != EINTR) {
+        return context.error(Kind::kTransfer, fmt::format("sending the request: {}",
+                                                          tls_ ? tls_->error() : errnoText(errno)));
       }
     }
     return {};
@@ -417,15 +439,16 @@ class Connection {
   // Some bytes into `data`; 0 when the source closed the connection.
   FetchResult<std::size_t> receive(const FetchContext& context, char* data, std::size_t capacity) {
     for (;;) {
-      const ssize_t n = ::recv(fd_.get(), data, capacity, 0);
+      const ssize_t n = tls_ ? tls_->read(data, capacity) : ::recv(fd_.get(), data, capacity, 0);
       if (n >= 0) return static_cast<std::size_t>(n);
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!waitFor(POLLIN, timeout_)) {
+      if (auto wait = wanted(POLLIN)) {
+        if (!waitFor(*wait, timeout_)) {
           return context.error(Kind::kTransfer,
                                fmt::format("nothing received for {} ms", timeout_.count()));
         }
-      } else if (errno != EINTR) {
-        return context.error(Kind::kTransfer, fmt::format("receiving: {}", errnoText(errno)));
+      } else if (tls_ || errno != EINTR) {
+        return context.error(Kind::kTransfer,
+                             fmt::format("receiving: {}", tls_ ? tls_->error() : errnoText(errno)));
       }
     }
   }
@@ -447,8 +470,26 @@ class Connection {
     }
   }
 
+  // After a call that could not go on: what to poll for (a TLS read may need to write, and a
+  // write to read), or nullopt when it failed.
+  std::optional<short> wanted(short plain) const {
+    if (!tls_) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return plain;
+      return std::nullopt;
+    }
+    switch (tls_->wants()) {
+      case common::TlsStream::Wants::kRead:
+        return POLLIN;
+      case common::TlsStream::Wants::kWrite:
+        return POLLOUT;
+      default:
+        return std::nullopt;
+    }
+  }
+
   Fd fd_;
   std::chrono::milliseconds timeout_;
+  std::optional<common::TlsStream> tls_;  // declared after fd_: freed before the socket closes
 };
 
 struct ResponseHead {
@@ -800,9 +841,13 @@ FetchResult<PartChecksums> receivePart(Response& response, const FetchContext& c
 
 FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::string& secret,
                                      const fs::path& dest_dir, const TableSchema& schema,
-                                     FetchTimeouts timeouts) {
+                                     FetchTimeouts timeouts, common::TlsContext* tls) {
   auto connection = Connection::open(context, timeouts);
   if (!connection) return std::unexpected(connection.error());
+  if (context.from.tls) {
+    if (auto started = connection->startTls(context, *tls); !started)
+      return std::unexpected(started.error());
+  }
   const std::string& host = context.from.host;
   const std::string target = fmt::format(
       "{}?name={}{}", kPartTransferPath, common::percentEncode(context.part_name),
@@ -852,8 +897,14 @@ FetchResult<PartChecksums> fetchInto(const FetchContext& context, const std::str
 
 std::expected<PartChecksums, FetchError> fetchPart(
     const FetchSource& from, const std::string& secret, const std::string& part_name,
-    const fs::path& dest_dir, const TableSchema& schema, FetchTimeouts timeouts) {
+    const fs::path& dest_dir, const TableSchema& schema, FetchTimeouts timeouts,
+    common::TlsContext* tls) {
   const FetchContext context{from, part_name};
+  if (from.tls && !tls) {
+    return context.error(Kind::kLocal,
+                         "the source serves HTTPS (scheme: https in its host node) and this "
+                         "replica has no tls.dir whose ca.crt could verify it");
+  }
   if (secret.empty()) {
     return context.error(Kind::kUnauthorized,
                          "this replica has no interserver secret (spec replication.secretFile), "
@@ -879,7 +930,7 @@ std::expected<PartChecksums, FetchError> fetchPart(
         Kind::kLocal,
         made ? fmt::format("cannot create {}: it exists", dest_dir.string()) : made.error());
   }
-  auto fetched = fetchInto(context, secret, dest_dir, schema, timeouts);
+  auto fetched = fetchInto(context, secret, dest_dir, schema, timeouts, tls);
   if (!fetched) fs::remove_all(dest_dir, ec);
   return fetched;
 }

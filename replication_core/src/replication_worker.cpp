@@ -52,9 +52,23 @@ std::optional<FetchSource> parseReplicaAddress(const std::string& replica,
     if (line.starts_with("host: ")) source.host = line.substr(6);
     if (line.starts_with("port: "))
       source.port = static_cast<uint16_t>(std::atoi(line.c_str() + 6));
+    if (line == "scheme: https") source.tls = true;
   }
   if (source.host.empty() || source.port == 0) return std::nullopt;
   return source;
+}
+
+// TableSpec::parseYaml checked that it loads; a spec made in code that names a bad directory
+// fetches from no HTTPS replica (fetchPart says why).
+std::shared_ptr<common::TlsContext> fetchTls(const TableSpec& spec) {
+  if (spec.tls_dir.empty()) return nullptr;
+  auto loaded = common::TlsContext::load(common::TlsContext::Side::kClient,
+                                         common::TlsFiles::inDirectory(spec.tls_dir));
+  if (!loaded) {
+    spdlog::error("tls.dir: {}", loaded.error());
+    return nullptr;
+  }
+  return *loaded;
 }
 
 }  // namespace
@@ -71,6 +85,7 @@ ReplicationWorker::ReplicationWorker(const TableSpec& spec, TablePaths paths,
       allocator_(allocator),
       metrics_(metrics),
       clock_(clock),
+      fetch_tls_(fetchTls(spec_)),
       dedup_cleaner_(paths_, spec_.deduplication),
       queue_(QueueLimits{spec_.fetch_threads, spec_.merge_threads}),
       puller_(paths_) {}
@@ -792,9 +807,9 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
                              fmt::format("fetch-{}-{}", name, next_staging_id_.fetch_add(1));
     if (auto made = makeDirectories(staging.parent_path()); !made)
       return std::unexpected(made.error());
-    auto fetched =
-        fetchPart(candidate.source, spec_.interserver_secret, name, staging, spec_.schema,
-                  FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout});
+    auto fetched = fetchPart(
+        candidate.source, spec_.interserver_secret, name, staging, spec_.schema,
+        FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout}, fetch_tls_.get());
     if (!fetched) {
       // A corrupt or cut transfer, a source cut off: the next replica may do better. A failure
       // on our side (our disk) says nothing about the source.

@@ -23,9 +23,9 @@ int64_t unixNow() {
 
 std::string replicaAddress(const TableSpec& spec) {
   // ClickHouse's ReplicatedMergeTreeAddress text, so tools that read `host` find their way.
-  return fmt::format(
-      "host: {}\nport: {}\ntcp_port: 0\ndatabase: default\ntable: {}\nscheme: http\n",
-      spec.replica_host, spec.http_port, spec.table);
+  return fmt::format("host: {}\nport: {}\ntcp_port: 0\ndatabase: default\ntable: {}\nscheme: {}\n",
+                     spec.replica_host, spec.http_port, spec.table,
+                     spec.tls_dir.empty() ? "http" : "https");
 }
 
 InsertError unavailable(const std::string& message) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "rtable/common/secret_file.h"
+#include "rtable/common/tls.h"
 
 namespace rtable::core {
 namespace {
@@ -189,6 +190,16 @@ TableSpec parse(const YAML::Node& root) {
     }
     api.rejectUnknown();
   }
+  if (spec.has("tls")) {
+    Fields tls(spec.node("tls"), "tls");
+    result.tls_dir = tls.string("dir");
+    tls.rejectUnknown();
+    const auto files = common::TlsFiles::inDirectory(result.tls_dir);
+    if (auto server = common::TlsContext::load(common::TlsContext::Side::kServer, files); !server)
+      throw SpecError{"tls.dir: " + server.error()};
+    if (auto client = common::TlsContext::load(common::TlsContext::Side::kClient, files); !client)
+      throw SpecError{"tls.dir: " + client.error()};
+  }
   if (spec.has("replication")) {
     Fields replication(spec.node("replication"), "replication");
     if (replication.has("secretFile")) {
@@ -324,6 +335,11 @@ std::string TableSpec::formatYaml() const {
     out << YAML::Key << "api" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "tokensFile" << YAML::Value << api_tokens_file.string();
     out << YAML::Key << "readsNeedToken" << YAML::Value << api_reads_need_token;
+    out << YAML::EndMap;
+  }
+  if (!tls_dir.empty()) {
+    out << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "dir" << YAML::Value << tls_dir.string();
     out << YAML::EndMap;
   }
   out << YAML::Key << "replication" << YAML::Value << YAML::BeginMap;

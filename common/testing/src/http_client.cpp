@@ -56,13 +56,14 @@ std::optional<std::string> decodeChunked(std::string_view framed) {
   }
 }
 
-}  // namespace
-
-std::expected<HttpResponse, std::string> httpRequest(
-    const std::string& host, int port, const std::string& method, const std::string& target,
-    const std::string& body, std::chrono::milliseconds timeout, const std::string& headers) {
+// A request over the socket, or over TLS on it when `tls` is given.
+std::expected<HttpResponse, std::string> request(TlsContext* tls, const std::string& host, int port,
+                                                 const std::string& method,
+                                                 const std::string& target, const std::string& body,
+                                                 std::chrono::milliseconds timeout,
+                                                 const std::string& headers) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (socket.fd() < 0) return std::unexpected(fmt::format("socket: {}", strerror(errno)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -70,17 +71,54 @@ std::expected<HttpResponse, std::string> httpRequest(
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
     return std::unexpected("bad host " + host);
   if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return std::unexpected(fmt::format("connect {}:{}: {}", host, port, strerror(errno)));
+    if (errno != EINPROGRESS)
+      return std::unexpected(fmt::format("connect {}:{}: {}", host, port, strerror(errno)));
+    if (!waitFor(socket.fd(), POLLOUT, deadline)) return std::unexpected("timed out connecting");
+    int error = 0;
+    socklen_t length = sizeof(error);
+    ::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0)
+      return std::unexpected(fmt::format("connect {}:{}: {}", host, port, strerror(error)));
+  }
+  // The socket does not block: a TLS call that cannot go on says what to wait for.
+  std::optional<TlsStream> stream;
+  auto wait = [&](short plain) {
+    short events = plain;
+    if (stream && stream->wants() == TlsStream::Wants::kRead) events = POLLIN;
+    if (stream && stream->wants() == TlsStream::Wants::kWrite) events = POLLOUT;
+    return waitFor(socket.fd(), events, deadline);
+  };
+  auto retry = [&]() {
+    return stream ? stream->wants() == TlsStream::Wants::kRead ||
+                        stream->wants() == TlsStream::Wants::kWrite
+                  : errno == EAGAIN || errno == EINTR;
+  };
+  auto failure = [&](const char* what) {
+    return fmt::format("{}: {}", what, stream ? stream->error() : strerror(errno));
+  };
+  if (tls) {
+    auto opened = TlsStream::open(*tls, socket.fd());
+    if (!opened) return std::unexpected(opened.error());
+    stream.emplace(std::move(*opened));
+    if (auto named = stream->setPeerName(host); !named) return std::unexpected(named.error());
+    while (stream->connect() != 1) {
+      if (!retry()) return std::unexpected(stream->error());
+      if (!wait(POLLIN)) return std::unexpected("timed out in the TLS handshake");
+    }
   }
   const std::string request = fmt::format(
       "{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n{}",
       method, target, host, port, body.size(), headers, body);
   for (std::size_t sent = 0; sent < request.size();) {
-    if (!waitFor(socket.fd(), POLLOUT, deadline)) return std::unexpected("timed out sending");
     const ssize_t n =
-        ::send(socket.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return std::unexpected(fmt::format("send: {}", strerror(errno)));
-    sent += static_cast<std::size_t>(n);
+        stream ? stream->write(request.data() + sent, request.size() - sent)
+               : ::send(socket.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (!retry()) return std::unexpected(failure("send"));
+    if (!wait(POLLOUT)) return std::unexpected("timed out sending");
   }
   std::string raw;
   char buffer[65536];
@@ -91,10 +129,13 @@ std::expected<HttpResponse, std::string> httpRequest(
         raw.size() >= header_end + 4 + content_length) {
       break;
     }
-    if (!waitFor(socket.fd(), POLLIN, deadline))
-      return std::unexpected("timed out waiting for the answer");
-    const ssize_t n = ::recv(socket.fd(), buffer, sizeof(buffer), 0);
-    if (n < 0) return std::unexpected(fmt::format("recv: {}", strerror(errno)));
+    const ssize_t n = stream ? stream->read(buffer, sizeof(buffer))
+                             : ::recv(socket.fd(), buffer, sizeof(buffer), 0);
+    if (n < 0) {
+      if (!retry()) return std::unexpected(failure("recv"));
+      if (!wait(POLLIN)) return std::unexpected("timed out waiting for the answer");
+      continue;
+    }
     if (n == 0) break;
     raw.append(buffer, static_cast<std::size_t>(n));
     if (header_end == std::string::npos &&
@@ -126,6 +167,23 @@ std::expected<HttpResponse, std::string> httpRequest(
     response.body = std::move(*decoded);
   }
   return response;
+}
+
+}  // namespace
+
+std::expected<HttpResponse, std::string> httpRequest(
+    const std::string& host, int port, const std::string& method, const std::string& target,
+    const std::string& body, std::chrono::milliseconds timeout, const std::string& headers) {
+  return request(nullptr, host, port, method, target, body, timeout, headers);
+}
+
+std::expected<HttpResponse, std::string> httpsRequest(TlsContext& tls, const std::string& host,
+                                                      int port, const std::string& method,
+                                                      const std::string& target,
+                                                      const std::string& body,
+                                                      std::chrono::milliseconds timeout,
+                                                      const std::string& headers) {
+  return request(&tls, host, port, method, target, body, timeout, headers);
 }
 
 }  // namespace rtable::common::testing

@@ -24,6 +24,12 @@ std::expected<std::unique_ptr<LocalReplica>, std::string> LocalReplica::start(
   if (ec)
     return std::unexpected(fmt::format("cannot create {}: {}", o.work_dir.string(), ec.message()));
   replica->data_dir_ = o.work_dir / "data";
+  if (!o.tls_dir.empty()) {
+    auto tls = common::TlsContext::load(common::TlsContext::Side::kClient,
+                                        common::TlsFiles::inDirectory(o.tls_dir));
+    if (!tls) return std::unexpected(tls.error());
+    replica->client_tls_ = std::move(*tls);
+  }
   // A port found free may be taken by someone else before rtable-core binds it (the machine is
   // shared): a first start that fails on it gets new ports; nobody knows the old ones yet.
   constexpr int kAttempts = 3;
@@ -67,6 +73,10 @@ TestStatus LocalReplica::writeSpec() {
     std::ofstream(o.work_dir / "spec.yaml", std::ios::app) << fmt::format(
         "api: {{tokensFile: {}, readsNeedToken: {}}}\n", tokens.string(), o.api_reads_need_token);
   }
+  if (!o.tls_dir.empty()) {
+    std::ofstream(o.work_dir / "spec.yaml", std::ios::app)
+        << fmt::format("tls: {{dir: {}}}\n", o.tls_dir.string());
+  }
   std::vector<std::string> replication;
   if (!o.interserver_secret.empty()) {
     const auto secret_file = o.work_dir / "interserver-secret";
@@ -106,14 +116,22 @@ TestStatus LocalReplica::launch(std::chrono::milliseconds timeout) {
 }
 
 std::expected<HttpResponse, std::string> LocalReplica::get(const std::string& target) const {
-  return httpRequest(options_.host, http_port_, "GET", target, "", std::chrono::seconds(30),
-                     authorization());
+  return request("GET", target, "", std::chrono::seconds(30));
 }
 
 std::expected<HttpResponse, std::string> LocalReplica::post(const std::string& target,
                                                             const std::string& body) const {
-  return httpRequest(options_.host, http_port_, "POST", target, body, std::chrono::seconds(60),
-                     authorization());
+  return request("POST", target, body, std::chrono::seconds(60));
+}
+
+std::expected<HttpResponse, std::string> LocalReplica::request(
+    const std::string& method, const std::string& target, const std::string& body,
+    std::chrono::milliseconds timeout) const {
+  if (!client_tls_) {
+    return httpRequest(options_.host, http_port_, method, target, body, timeout, authorization());
+  }
+  return common::testing::httpsRequest(*client_tls_, options_.host, http_port_, method, target,
+                                       body, timeout, authorization());
 }
 
 std::string LocalReplica::authorization() const {

@@ -74,6 +74,7 @@ class ReplicationCluster : public ::testing::Test {
     options.replica = name;
     options.interserver_secret = secret;
     options.replication_settings = replication_settings;
+    if (auto tls = tls_dirs_.find(name); tls != tls_dirs_.end()) options.tls_dir = tls->second;
     options.table_yaml = fmt::format(R"(table: {}
 columns:
   - {{name: id, type: UInt64}}
@@ -154,6 +155,8 @@ orderBy: [id]
 
   std::string table_;
   std::filesystem::path work_dir_;
+  // A replica's TLS directory (spec tls.dir), set before addReplica; none: plain HTTP.
+  std::map<std::string, std::filesystem::path> tls_dirs_;
   std::map<std::string, std::unique_ptr<testing::LocalReplica>> replicas_;
 };
 

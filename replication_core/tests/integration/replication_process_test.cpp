@@ -10,6 +10,7 @@
 
 #include "replication_cluster.h"
 #include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/tls_certificates.h"
 #include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/part_exchange.h"
 #include "rtable/replication_core/table_paths.h"
@@ -470,6 +471,51 @@ TEST_F(Replication, AFetchProofMadeForOneReplicaIsRefusedByAnother) {
   EXPECT_EQ(get(r2, "").status, 401);
   EXPECT_EQ(get(r2, fmt::format("{}: s3cret\r\n", kInterserverSecretHeader)).status, 200);
   EXPECT_EQ(get(r2, fmt::format("{}: wrong\r\n", kInterserverSecretHeader)).status, 401);
+}
+
+// With tls.dir (certificates as cert-manager writes them) a replica's API speaks HTTPS only and
+// its part fetches go over TLS to a certificate the table's CA signed for the source's advertised
+// host: r2 can only have r1's part by a TLS fetch, since r1 answers nothing else. A replica whose
+// certificates come from another CA (a host posing as one of the table's) fetches nothing, and a
+// client that does not trust the table's CA, or speaks plain HTTP, gets no answer.
+TEST_F(Replication, FetchesGoOverTlsToCertificatesTheTablesCaSigned) {
+  namespace fs = std::filesystem;
+  using common::testing::makeTestCertificates;
+  auto made = makeTestCertificates(work_dir_ / "tls-r1", {"127.0.0.1"});
+  ASSERT_TRUE(made) << made.error();
+  made = makeTestCertificates(work_dir_ / "tls-r2", {"127.0.0.1"}, work_dir_ / "tls-r1");
+  ASSERT_TRUE(made) << made.error();
+  made = makeTestCertificates(work_dir_ / "tls-stranger", {"127.0.0.1"});
+  ASSERT_TRUE(made) << made.error();
+  tls_dirs_ = {{"r1", work_dir_ / "tls-r1"},
+               {"r2", work_dir_ / "tls-r2"},
+               {"r3", work_dir_ / "tls-stranger"}};
+  auto& r1 = addReplica("r1");
+  auto& r2 = addReplica("r2");
+  insert(r1, row(1));
+  insert(r2, row(2));
+  EXPECT_EQ(expectConverged().rows, 2u);
+
+  auto plain = common::testing::httpRequest("127.0.0.1", r1.httpPort(), "GET", "/count");
+  EXPECT_FALSE(plain && plain->status == 200) << "plain HTTP answered: " << plain->body;
+  auto stranger = common::TlsContext::load(
+      common::TlsContext::Side::kClient, common::TlsFiles::inDirectory(work_dir_ / "tls-stranger"));
+  ASSERT_TRUE(stranger) << stranger.error();
+  auto untrusted =
+      common::testing::httpsRequest(**stranger, "127.0.0.1", r1.httpPort(), "GET", "/count");
+  ASSERT_FALSE(untrusted);
+  EXPECT_NE(untrusted.error().find("not trusted"), std::string::npos) << untrusted.error();
+
+  auto& r3 = addReplica("r3");
+  EXPECT_TRUE(
+      waitFor([&] { return lastExceptionHas(r3, {"not trusted"}); }, std::chrono::seconds(60)))
+      << r3.get("/replica").value_or(common::testing::HttpResponse{}).body;
+  auto count = r3.get("/count");
+  ASSERT_TRUE(count && count->status == 200);
+  EXPECT_EQ(json::parse(count->body)["rows"], 0) << "r3 fetched from a replica it cannot trust";
+  replicas_.erase("r3");  // it never converges; the others still do
+  insert(r1, row(3));
+  EXPECT_EQ(expectConverged().rows, 3u);
 }
 
 }  // namespace

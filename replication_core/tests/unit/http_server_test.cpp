@@ -9,7 +9,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "rtable/common/testing/http_client.h"
+#include "rtable/common/testing/tls_certificates.h"
 
 namespace rtable::core {
 namespace {
@@ -289,6 +293,50 @@ TEST_F(HttpServerTest, AHeadOverTheLimitIsRefused) {
   client.send("GET /a HTTP/1.1\r\nX-Big: " + std::string(2000, 'a') + "\r\n\r\n");
   auto [head, body] = client.response();
   EXPECT_TRUE(head.starts_with("HTTP/1.1 431 ")) << head;
+}
+
+}  // namespace
+}  // namespace rtable::core
+
+namespace rtable::core {
+namespace {
+
+// With a TLS context the server speaks HTTPS only: a body larger than a TLS record both ways, a
+// chunked request body, and a plain-HTTP client that gets no answer while the server goes on.
+TEST_F(HttpServerTest, WithTlsItServesHttpsOnly) {
+  char pattern[] = "/tmp/rtable-http-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::filesystem::path dir = pattern;
+  auto made = common::testing::makeTestCertificates(dir, {"127.0.0.1"});
+  ASSERT_TRUE(made) << made.error();
+  auto server_tls = common::TlsContext::load(common::TlsContext::Side::kServer,
+                                             common::TlsFiles::inDirectory(dir));
+  auto client_tls = common::TlsContext::load(common::TlsContext::Side::kClient,
+                                             common::TlsFiles::inDirectory(dir));
+  ASSERT_TRUE(server_tls && client_tls);
+  HttpServerOptions options;
+  options.tls = *server_tls;
+  start(echo, options);
+
+  const std::string big(100'000, 'x');
+  auto answer = common::testing::httpsRequest(**client_tls, "127.0.0.1", server_->port(), "POST",
+                                              "/insert?format=TSV", big);
+  ASSERT_TRUE(answer) << answer.error();
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(answer->body, "POST /insert format=TSV [" + big + "]");
+
+  RawClient plain(server_->port());
+  ASSERT_TRUE(plain.connected());
+  plain.send("GET /count HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(plain.readUntil("\r\n\r\n"), "") << "a plain request got an answer";
+
+  answer = common::testing::httpsRequest(
+      **client_tls, "127.0.0.1", server_->port(), "POST", "/insert", "5\r\nhello\r\n0\r\n\r\n",
+      std::chrono::seconds(10), "Transfer-Encoding: chunked\r\n");
+  // The client sends Content-Length too; the server takes chunked framing over it (RFC 9112 6.3).
+  ASSERT_TRUE(answer) << answer.error();
+  EXPECT_EQ(answer->body, "POST /insert  [hello]");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "rtable/common/testing/tls_certificates.h"
+
 namespace rtable::core {
 namespace {
 
@@ -254,6 +256,39 @@ TEST(TableSpec, ReadsTheApiTokensOnePerLine) {
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().find("api.token: unknown field"), std::string::npos) << unknown.error();
   std::filesystem::remove(file);
+}
+
+// tls.dir names a cert-manager Secret's directory; a spec that parses is one whose certificates
+// load on both sides, and formatYaml names the directory again.
+TEST(TableSpec, ReadsTheTlsDirectoryAndRefusesOneThatDoesNotLoad) {
+  const auto dir = std::filesystem::temp_directory_path() / "rtable-spec-test-tls";
+  std::filesystem::remove_all(dir);
+  auto made = common::testing::makeTestCertificates(dir, {"r1.example"});
+  ASSERT_TRUE(made) << made.error();
+  const std::string base =
+      "table: t\ncolumns: [{name: x, type: UInt64}]\nzookeeper: {connect: zk}\n"
+      "replica: {name: r1}\ndataDir: /d\n";
+  auto spec = TableSpec::parseYaml(base + "tls: {dir: " + dir.string() + "}\n");
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(spec->tls_dir, dir);
+  auto again = TableSpec::parseYaml(spec->formatYaml());
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(*again, *spec);
+  auto plain = TableSpec::parseYaml(base);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->formatYaml().find("tls"), std::string::npos) << "no tls key without TLS";
+
+  std::filesystem::remove(dir / "tls.key");
+  auto no_key = TableSpec::parseYaml(base + "tls: {dir: " + dir.string() + "}\n");
+  ASSERT_FALSE(no_key);
+  EXPECT_NE(no_key.error().find("tls.dir: cannot load the TLS private key '" +
+                                (dir / "tls.key").string()),
+            std::string::npos)
+      << no_key.error();
+  auto unknown = TableSpec::parseYaml(base + "tls: {dir: " + dir.string() + ", cert: x}\n");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().find("tls.cert: unknown field"), std::string::npos) << unknown.error();
+  std::filesystem::remove_all(dir);
 }
 
 // The operator writes the file with formatYaml and rtable-core reads it with parseYaml: every field

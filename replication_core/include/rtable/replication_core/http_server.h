@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "rtable/common/tls.h"
+
 namespace rtable::core {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
@@ -51,9 +53,12 @@ class HttpExchange {
 };
 
 struct HttpServerOptions {
-  std::size_t max_connections = 1024;        // more are answered 503 and closed
+  std::size_t max_connections = 1024;        // more are answered 503 (plain HTTP) and closed
   std::chrono::seconds socket_timeout{60};   // an idle keep-alive connection, or a stalled peer
   std::size_t max_header_bytes = 64 * 1024;  // request line and headers
+  // HTTPS only, with this server context (its renewed certificates are picked up per connection);
+  // null: plain HTTP. A client that fails the handshake is closed without an answer.
+  std::shared_ptr<common::TlsContext> tls;
 };
 
 class HttpServer {

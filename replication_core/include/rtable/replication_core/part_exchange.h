@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "rtable/common/tls.h"
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/table_schema.h"
 
@@ -93,6 +94,8 @@ struct FetchSource {
   // The table generation the part belongs to (during a swap a replica serves two); 0: the one
   // the source serves.
   int64_t generation = 0;
+  // HTTPS ("scheme: https" in its host node): the source's certificate must name `host`.
+  bool tls = false;
 };
 
 struct FetchError {
@@ -119,9 +122,15 @@ std::string_view fetchErrorKindName(FetchError::Kind kind);
 // durable) when the caller renames `dest_dir` into the table directory and fsyncs that, as for
 // writeStagedPart. On any failure `dest_dir` is removed.
 //
+// A source with `tls` is fetched from over HTTPS, trusting `tls`'s roots (a client context:
+// the table's ca.crt); without a context such a fetch fails as kLocal. A source without `tls` is
+// fetched from over plain HTTP even when `tls` is given (a table that turns TLS on rolls its
+// replicas one at a time; the scheme comes from ZooKeeper, which only the table can write).
+//
 // Host name resolution is not bounded by `timeouts`.
 std::expected<PartChecksums, FetchError> fetchPart(
     const FetchSource& from, const std::string& secret, const std::string& part_name,
-    const std::filesystem::path& dest_dir, const TableSchema& schema, FetchTimeouts timeouts);
+    const std::filesystem::path& dest_dir, const TableSchema& schema, FetchTimeouts timeouts,
+    common::TlsContext* tls = nullptr);
 
 }  // namespace rtable::core

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "rtable/common/clock.h"
+#include "rtable/common/tls.h"
 #include "rtable/metrics/replica_metrics.h"
 #include "rtable/replication_core/dedup_window.h"
 #include "rtable/replication_core/insert_commit.h"
@@ -306,6 +307,8 @@ class ReplicationWorker {
   metrics::ReplicaMetrics& metrics_;
   const common::Clock& clock_;
   metrics::CounterRateEstimator counter_rate_;
+  // Fetches from replicas that serve HTTPS trust the table's ca.crt (spec tls.dir); null without.
+  std::shared_ptr<common::TlsContext> fetch_tls_;
   DedupWindowCleaner dedup_cleaner_;
   std::atomic<bool> lost_{false};
   std::atomic<bool> merges_frozen_{false};

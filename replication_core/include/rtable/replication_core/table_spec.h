@@ -96,6 +96,11 @@ struct TableSpec {
   bool api_reads_need_token = false;
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;
+  // TLS for the API and part fetches: a directory in cert-manager's Secret layout (tls.crt,
+  // tls.key, optional ca.crt). Empty: plain HTTP. With it the API serves HTTPS only, the replica
+  // advertises "scheme: https", and its fetches from HTTPS replicas trust ca.crt (else the system's
+  // roots) and check the source's host name. parseYaml() checks that both sides load.
+  std::filesystem::path tls_dir;
   // Replicas fetch parts from each other only with this secret; without one a replica serves no
   // parts and fetches none. parseYaml() reads it from interserver_secret_file
   // (replication.secretFile).

@@ -6,6 +6,8 @@
 #include <expected>
 #include <string>
 
+#include "rtable/common/tls.h"
+
 namespace rtable::common::testing {
 
 struct HttpResponse {
@@ -21,5 +23,12 @@ std::expected<HttpResponse, std::string> httpRequest(
     const std::string& host, int port, const std::string& method, const std::string& target,
     const std::string& body = "", std::chrono::milliseconds timeout = std::chrono::seconds(30),
     const std::string& headers = "");
+
+// The same over HTTPS with a client context (its roots, and `host` checked against the server's
+// certificate). A failed handshake is an error naming why.
+std::expected<HttpResponse, std::string> httpsRequest(
+    TlsContext& tls, const std::string& host, int port, const std::string& method,
+    const std::string& target, const std::string& body = "",
+    std::chrono::milliseconds timeout = std::chrono::seconds(30), const std::string& headers = "");
 
 }  // namespace rtable::common::testing

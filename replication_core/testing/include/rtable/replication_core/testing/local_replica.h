@@ -36,6 +36,9 @@ struct LocalReplicaOptions {
   // The table's ZooKeeper credential (digest ACL on its nodes); empty: none.
   std::string zookeeper_user;
   std::string zookeeper_password;
+  // TLS (spec tls.dir, cert-manager's layout); get() and post() then speak HTTPS, trusting the
+  // directory's ca.crt. Empty: plain HTTP.
+  std::filesystem::path tls_dir;
 };
 
 class LocalReplica {
@@ -71,7 +74,14 @@ class LocalReplica {
   // The Authorization header line get() and post() send ("" without a token).
   std::string authorization() const;
 
+  // get()/post() to the API: HTTP, or HTTPS with a client context from tls_dir.
+  std::expected<HttpResponse, std::string> request(const std::string& method,
+                                                   const std::string& target,
+                                                   const std::string& body,
+                                                   std::chrono::milliseconds timeout) const;
+
   LocalReplicaOptions options_;
+  std::shared_ptr<common::TlsContext> client_tls_;
   std::filesystem::path data_dir_;
   int http_port_ = 0;
   int metrics_port_ = 0;
