@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -127,6 +129,39 @@ std::string takeTlsErrors(const std::string& fallback) {
   return text.empty() ? fallback : text;
 }
 
+std::expected<void, std::string> checkServerCertificate(std::string_view certificate_pem,
+                                                        std::string_view key_pem,
+                                                        const std::string& host) {
+  auto bio = [](std::string_view pem) {
+    return std::unique_ptr<BIO, decltype(&BIO_free)>(
+        BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
+  };
+  auto cert_bio = bio(certificate_pem);
+  std::unique_ptr<X509, decltype(&X509_free)> certificate(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), X509_free);
+  if (!certificate) {
+    return std::unexpected("tls.crt holds no PEM certificate: " + takeTlsErrors("unreadable"));
+  }
+  auto key_bio = bio(key_pem);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
+  if (!key)
+    return std::unexpected("tls.key holds no PEM private key: " + takeTlsErrors("unreadable"));
+  if (X509_check_private_key(certificate.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return std::unexpected("tls.key is not the key of the certificate in tls.crt");
+  }
+  if (X509_check_host(certificate.get(), host.data(), host.size(),
+                      X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, nullptr) != 1) {
+    ERR_clear_error();
+    return std::unexpected(fmt::format(
+        "the certificate in tls.crt does not name {} (its subjectAltName needs a DNS name that "
+        "matches it)",
+        host));
+  }
+  return {};
+}
+
 class TlsContext::Impl {
  public:
   Impl(Side side, TlsFiles files, std::chrono::milliseconds recheck, Stamps stamps,
@@ -230,8 +265,8 @@ TlsStream::~TlsStream() {
 
 std::expected<void, std::string> TlsStream::setPeerName(const std::string& host) {
   in6_addr ip{};
-  const bool is_ip = inet_pton(AF_INET, host.c_str(), &ip) == 1 ||
-                     inet_pton(AF_INET6, host.c_str(), &ip) == 1;
+  const bool is_ip =
+      inet_pton(AF_INET, host.c_str(), &ip) == 1 || inet_pton(AF_INET6, host.c_str(), &ip) == 1;
   X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
   if (is_ip) {
     // SNI carries no addresses (RFC 6066 section 3); the certificate must name it in an IP SAN.
@@ -263,9 +298,9 @@ int TlsStream::result(int rc, const char* what) {
       return -1;
     case SSL_ERROR_SYSCALL:
       wants_ = Wants::kFailed;
-      error_ = fmt::format("{}: {}", what,
-                           takeTlsErrors(saved_errno ? std::strerror(saved_errno)
-                                                     : "the connection ended"));
+      error_ = fmt::format(
+          "{}: {}", what,
+          takeTlsErrors(saved_errno ? std::strerror(saved_errno) : "the connection ended"));
       return -1;
     default: {
       wants_ = Wants::kFailed;

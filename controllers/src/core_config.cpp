@@ -30,6 +30,7 @@ core::TableSpec coreTableSpec(const ReplicatedTableSpec& spec, const CoreConfigC
     core.api_tokens_file = context.api_tokens_file;
     core.api_reads_need_token = spec.api.reads_need_token;
   }
+  if (spec.tls.enabled()) core.tls_dir = context.tls_dir;
   const ReplicationSettings& r = spec.replication;
   core.fetch_threads = static_cast<std::size_t>(r.fetch_threads);
   core.merge_threads = static_cast<std::size_t>(r.merge_threads);

@@ -50,8 +50,10 @@ std::string backupClaimVolume(std::size_t i) {
   return fmt::format("backup-volume-{}", i);
 }
 
-json httpProbe(const std::string& path, int period, int failures, int initial_delay) {
-  return {{"httpGet", {{"path", path}, {"port", "http"}, {"scheme", "HTTP"}}},
+// With TLS the API answers nothing but HTTPS: so do the probes (the kubelet does not check the
+// certificate).
+json httpProbe(const std::string& path, int period, int failures, int initial_delay, bool tls) {
+  return {{"httpGet", {{"path", path}, {"port", "http"}, {"scheme", tls ? "HTTPS" : "HTTP"}}},
           {"periodSeconds", period},
           {"failureThreshold", failures},
           {"initialDelaySeconds", initial_delay},
@@ -80,8 +82,8 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
                     {{"name", "metrics"}, {"containerPort", kMetricsPort}, {"protocol", "TCP"}}})},
       // Ready: a ZooKeeper session and not shutting down. Alive: the process answers; generous,
       // since a replica loading many parts is slow to start and a restart would not help it.
-      {"readinessProbe", httpProbe("/readyz", 5, 3, 2)},
-      {"livenessProbe", httpProbe("/healthz", 10, 6, 10)},
+      {"readinessProbe", httpProbe("/readyz", 5, 3, 2, spec.tls.enabled())},
+      {"livenessProbe", httpProbe("/healthz", 10, 6, 10, spec.tls.enabled())},
       {"volumeMounts",
        json::array({{{"name", "data"}, {"mountPath", kDataMountPath}},
                     {{"name", "config"}, {"mountPath", kConfigMountPath}, {"readOnly", true}},
@@ -97,6 +99,10 @@ json coreContainer(const ReplicatedTableSpec& spec, const TableObjectsContext& c
   if (spec.api.token_required) {
     container["volumeMounts"].push_back(
         {{"name", "api-tokens"}, {"mountPath", kApiTokensMountPath}, {"readOnly", true}});
+  }
+  if (spec.tls.enabled()) {
+    container["volumeMounts"].push_back(
+        {{"name", "tls"}, {"mountPath", kTlsMountPath}, {"readOnly", true}});
   }
   // Each S3 credentials Secret where rtable-core's openDestination looks for it.
   const std::vector<std::string> credentials = spec.mountedCredentials();
@@ -200,6 +206,7 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
   core.secret_file = fmt::format("{}/{}", kSecretMountPath, kSecretKey);
   core.zookeeper_credentials_dir = kZooKeeperCredentialsMountPath;
   core.api_tokens_file = fmt::format("{}/{}", kApiTokensMountPath, kApiTokensKey);
+  core.tls_dir = kTlsMountPath;
   core.http_port = kHttpPort;
   core.metrics_port = kMetricsPort;
   const std::string config = renderCoreConfig(spec, core);
@@ -240,6 +247,12 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
     volumes.push_back(
         {{"name", "api-tokens"},
          {"secret", {{"secretName", spec.apiTokensSecret(name)}, {"defaultMode", 0400}}}});
+  }
+  // Not in the pod template's annotations: cert-manager's renewals are read in place
+  // (rtable-core reloads changed files), so they roll nothing.
+  if (spec.tls.enabled()) {
+    volumes.push_back({{"name", "tls"},
+                       {"secret", {{"secretName", *spec.tls.secret_name}, {"defaultMode", 0400}}}});
   }
   const std::vector<std::string> credentials = spec.mountedCredentials();
   for (std::size_t i = 0; i < credentials.size(); ++i) {

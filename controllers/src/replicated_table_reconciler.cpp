@@ -13,6 +13,7 @@
 #include "rtable/backup/restore.h"
 #include "rtable/common/base64.h"
 #include "rtable/common/rfc3339.h"
+#include "rtable/common/tls.h"
 #include "rtable/controllers/backup_specs.h"
 #include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/core_config.h"
@@ -259,6 +260,37 @@ ReplicatedTableReconciler::ensureApiTokens(const op::ObjectKey& key,
   return secret->value(json::json_pointer("/metadata/resourceVersion"), "");
 }
 
+std::optional<ReplicatedTableReconciler::IdentityError> ReplicatedTableReconciler::checkTlsSecret(
+    const op::ObjectKey& key, const ReplicatedTableSpec& spec) {
+  if (!spec.tls.enabled()) return std::nullopt;
+  const std::string& name = *spec.tls.secret_name;
+  auto unavailable = [&name](const std::string& message) {
+    return IdentityError{"TlsSecretUnavailable",
+                         fmt::format("spec.tls.secretName: the Secret {} {}", name, message)};
+  };
+  auto secret = client_.get(op::resources::secrets(), {key.ns, name});
+  if (!secret) {
+    return unavailable(
+        secret.error().kind == op::KubeErrorKind::kNotFound
+            ? std::string("does not exist (cert-manager makes it from a Certificate; "
+                          "docs/security.md)")
+            : "cannot be read: " + secret.error().toString());
+  }
+  auto key_of = [&](const char* field) -> std::optional<std::string> {
+    auto decoded =
+        common::base64Decode(secret->value(json::json_pointer(std::string("/data/") + field), ""));
+    if (!decoded || decoded->empty()) return std::nullopt;
+    return std::move(*decoded);
+  };
+  const auto certificate = key_of("tls.crt");
+  const auto private_key = key_of("tls.key");
+  if (!certificate || !private_key) return unavailable("needs the keys tls.crt and tls.key");
+  const std::string host = replicaHost(key.name + "-0", key.name, key.ns);
+  if (auto usable = common::checkServerCertificate(*certificate, *private_key, host); !usable)
+    return unavailable("cannot serve the replicas: " + usable.error());
+  return std::nullopt;
+}
+
 std::expected<void, std::string> ReplicatedTableReconciler::removeNetworkPolicyIfDisabled(
     const op::ObjectKey& key, const ReplicatedTableSpec& spec) {
   const std::string table = key.ns + "/" + key.name;
@@ -396,6 +428,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
     unavailable = tokens.error();
   } else {
     api_tokens_version = std::move(*tokens);
+    unavailable = checkTlsSecret(key, *spec);
   }
   if (unavailable) {
     const auto& [reason, message] = *unavailable;

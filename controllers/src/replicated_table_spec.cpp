@@ -383,6 +383,15 @@ ReplicatedTableSpec parseSpec(const json& object) {
     api.rejectUnknown();
   }
 
+  if (const json* value = spec.find("tls")) {
+    JsonFields tls(*value, spec.at("tls"));
+    if (auto secret = tls.optionalString("secretName", 253)) {
+      detail::checkPattern(tls.at("secretName"), *secret, secretNamePattern(), "a Secret's name");
+      result.tls.secret_name = *secret;
+    }
+    tls.rejectUnknown();
+  }
+
   if (const json* value = spec.find("asyncInserts")) {
     JsonFields async(*value, spec.at("asyncInserts"));
     core::AsyncInsertSettings& a = result.async_inserts;
@@ -585,6 +594,7 @@ json ReplicatedTableSpec::toJson() const {
   spec["api"] = {{"authentication", api.token_required ? "Token" : "None"},
                  {"readsNeedToken", api.reads_need_token}};
   if (api.tokens_secret) spec["api"]["tokensSecret"] = *api.tokens_secret;
+  if (tls.secret_name) spec["tls"] = {{"secretName", *tls.secret_name}};
   spec["asyncInserts"] = {{"enabled", async_inserts.enabled},
                           {"wait", async_inserts.wait},
                           {"maxDataSize", async_inserts.max_data_size},

@@ -61,7 +61,8 @@ std::expected<HttpResponse, std::string> request(TlsContext* tls, const std::str
                                                  const std::string& method,
                                                  const std::string& target, const std::string& body,
                                                  std::chrono::milliseconds timeout,
-                                                 const std::string& headers) {
+                                                 const std::string& headers,
+                                                 const std::string& peer_name) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (socket.fd() < 0) return std::unexpected(fmt::format("socket: {}", strerror(errno)));
@@ -100,7 +101,8 @@ std::expected<HttpResponse, std::string> request(TlsContext* tls, const std::str
     auto opened = TlsStream::open(*tls, socket.fd());
     if (!opened) return std::unexpected(opened.error());
     stream.emplace(std::move(*opened));
-    if (auto named = stream->setPeerName(host); !named) return std::unexpected(named.error());
+    if (auto named = stream->setPeerName(peer_name.empty() ? host : peer_name); !named)
+      return std::unexpected(named.error());
     while (stream->connect() != 1) {
       if (!retry()) return std::unexpected(stream->error());
       if (!wait(POLLIN)) return std::unexpected("timed out in the TLS handshake");
@@ -174,16 +176,14 @@ std::expected<HttpResponse, std::string> request(TlsContext* tls, const std::str
 std::expected<HttpResponse, std::string> httpRequest(
     const std::string& host, int port, const std::string& method, const std::string& target,
     const std::string& body, std::chrono::milliseconds timeout, const std::string& headers) {
-  return request(nullptr, host, port, method, target, body, timeout, headers);
+  return request(nullptr, host, port, method, target, body, timeout, headers, "");
 }
 
-std::expected<HttpResponse, std::string> httpsRequest(TlsContext& tls, const std::string& host,
-                                                      int port, const std::string& method,
-                                                      const std::string& target,
-                                                      const std::string& body,
-                                                      std::chrono::milliseconds timeout,
-                                                      const std::string& headers) {
-  return request(&tls, host, port, method, target, body, timeout, headers);
+std::expected<HttpResponse, std::string> httpsRequest(
+    TlsContext& tls, const std::string& host, int port, const std::string& method,
+    const std::string& target, const std::string& body, std::chrono::milliseconds timeout,
+    const std::string& headers, const std::string& peer_name) {
+  return request(&tls, host, port, method, target, body, timeout, headers, peer_name);
 }
 
 }  // namespace rtable::common::testing

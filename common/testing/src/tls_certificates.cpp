@@ -44,9 +44,9 @@ std::expected<void, std::string> makeTestCertificates(const fs::path& dir,
   if (signer.empty()) {
     std::vector<std::string> args = {"req", "-x509"};
     args.insert(args.end(), ec_key.begin(), ec_key.end());
-    args.insert(args.end(), {"-keyout", (dir / "ca.key").string(), "-out",
-                             (dir / "ca.crt").string(), "-days", "1", "-subj",
-                             "/CN=rtable test CA " + dir.filename().string()});
+    args.insert(args.end(),
+                {"-keyout", (dir / "ca.key").string(), "-out", (dir / "ca.crt").string(), "-days",
+                 "1", "-subj", "/CN=rtable test CA " + dir.filename().string()});
     if (auto made = openssl(args); !made) return made;
   } else {
     fs::copy_file(signer / "ca.crt", dir / "ca.crt", fs::copy_options::overwrite_existing, ec);
@@ -61,15 +61,15 @@ std::expected<void, std::string> makeTestCertificates(const fs::path& dir,
       fmt::join(alt, ","));
   std::vector<std::string> request = {"req"};
   request.insert(request.end(), ec_key.begin(), ec_key.end());
-  request.insert(request.end(), {"-keyout", (dir / "tls.key").string(), "-out",
-                                 (dir / "tls.csr").string(), "-subj",
-                                 "/CN=" + (names.empty() ? std::string("rtable") : names[0])});
+  request.insert(request.end(),
+                 {"-keyout", (dir / "tls.key").string(), "-out", (dir / "tls.csr").string(),
+                  "-subj", "/CN=" + (names.empty() ? std::string("rtable") : names[0])});
   if (auto made = openssl(request); !made) return made;
-  if (auto made = openssl({"x509", "-req", "-in", (dir / "tls.csr").string(), "-CA",
-                           (ca / "ca.crt").string(), "-CAkey", (ca / "ca.key").string(),
-                           "-CAcreateserial", "-CAserial", (dir / "ca.srl").string(), "-out",
-                           (dir / "tls.crt.new").string(), "-days", "1", "-extfile",
-                           extensions.string()});
+  if (auto made =
+          openssl({"x509", "-req", "-in", (dir / "tls.csr").string(), "-CA",
+                   (ca / "ca.crt").string(), "-CAkey", (ca / "ca.key").string(), "-CAcreateserial",
+                   "-CAserial", (dir / "ca.srl").string(), "-out", (dir / "tls.crt.new").string(),
+                   "-days", "1", "-extfile", extensions.string()});
       !made) {
     return made;
   }

@@ -34,8 +34,9 @@ class Tls : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::shared_ptr<TlsContext> load(TlsContext::Side side, const fs::path& dir,
-                                   std::chrono::milliseconds recheck = TlsContext::kDefaultRecheck) {
+  std::shared_ptr<TlsContext> load(
+      TlsContext::Side side, const fs::path& dir,
+      std::chrono::milliseconds recheck = TlsContext::kDefaultRecheck) {
     auto loaded = TlsContext::load(side, TlsFiles::inDirectory(dir), recheck);
     EXPECT_TRUE(loaded) << loaded.error();
     return loaded ? *loaded : nullptr;

@@ -3,10 +3,11 @@
 // ZooKeeper, LocalKubelet running each replica pod's rtable-core as a local process on its own
 // 127.0.0.N, and rtable-operator as a process authenticated as the chart's ServiceAccount. A
 // ReplicatedTable applied with kubectl becomes three Ready replicas that replicate a row; scaled to
-// two, the removed replica leaves ZooKeeper; the operator restarted mid-way resumes; deleted, its
-// objects and its ZooKeeper subtree are gone.
+// two, the removed replica leaves ZooKeeper; the operator restarted mid-way resumes; a second table
+// with spec.tls replicates over TLS; deleted, its objects and its ZooKeeper subtree are gone.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "operator_stack.h"
+#include "rtable/common/testing/tls_certificates.h"
 
 namespace rtable::controllers {
 namespace {
@@ -141,6 +143,67 @@ spec:
       << (inserted ? inserted->body : inserted.error());
   EXPECT_TRUE(eventually([&] { return count("events-1") == 2u; }, 120s));
   EXPECT_TRUE(eventually([&] { return readyReplicas(2); }, 120s)) << tableState();
+
+  // A table with spec.tls (a Secret as cert-manager writes it, for *.secure-headless.<ns>.svc):
+  // its replicas answer HTTPS only (the kubelet's probes too), present the certificate, and
+  // replicate over TLS (each fetch checks the source's certificate for its DNS name).
+  {
+    char pattern[] = "/tmp/rtable-e2e-tls-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    const fs::path tls_dir = pattern;
+    auto made = common::testing::makeTestCertificates(
+        tls_dir, {fmt::format("*.secure-headless.{}.svc", kNs)});
+    ASSERT_TRUE(made) << made.error();
+    auto file = [&](const char* name) {
+      std::ifstream in(tls_dir / name);
+      return common::base64Encode(std::string(std::istreambuf_iterator<char>(in), {}));
+    };
+    ASSERT_TRUE(client_->create(op::resources::secrets(),
+                                json{{"apiVersion", "v1"},
+                                     {"kind", "Secret"},
+                                     {"type", "kubernetes.io/tls"},
+                                     {"metadata", {{"name", "secure-tls"}, {"namespace", kNs}}},
+                                     {"data",
+                                      {{"tls.crt", file("tls.crt")},
+                                       {"tls.key", file("tls.key")},
+                                       {"ca.crt", file("ca.crt")}}}}));
+    std::string manifest = tableManifest("secure", "  tls: {secretName: secure-tls}\n");
+    manifest.replace(manifest.find("replicas: 3"), 11, "replicas: 2");
+    ASSERT_TRUE(plane_->apply(manifest));
+    auto ready = [&] {
+      auto object = client_->get(replicatedTables(), {kNs, "secure"});
+      return object && object->value(json::json_pointer("/status/readyReplicas"), 0) == 2;
+    };
+    ASSERT_TRUE(eventually(ready, 240s))
+        << client_->get(replicatedTables(), {kNs, "secure"})->dump();
+    auto trusted = common::TlsContext::load(common::TlsContext::Side::kClient,
+                                            common::TlsFiles::inDirectory(tls_dir));
+    ASSERT_TRUE(trusted) << trusted.error();
+    auto https = [&](const std::string& pod, const std::string& method, const std::string& target,
+                     const std::string& body) {
+      return common::testing::httpsRequest(**trusted, podIp(pod), 8123, method, target, body, 30s,
+                                           apiHeaders("secure"),
+                                           fmt::format("{}.secure-headless.{}.svc", pod, kNs));
+    };
+    auto secure_insert = https("secure-0", "POST", "/insert?format=JSONEachRow",
+                               core::testing::idRow(1) + core::testing::idRow(2));
+    ASSERT_TRUE(secure_insert && secure_insert->status == 200)
+        << (secure_insert ? secure_insert->body : secure_insert.error());
+    EXPECT_TRUE(eventually(
+        [&] {
+          auto counted = https("secure-1", "GET", "/count", "");
+          return counted && counted->status == 200 && json::parse(counted->body)["rows"] == 2;
+        },
+        60s))
+        << "secure-1 did not fetch over TLS; its log is under " << kubelet_->workDir();
+    auto plain = httpRequest(podIp("secure-1"), 8123, "GET", "/count", "", 5s);
+    EXPECT_FALSE(plain && plain->status == 200) << "plain HTTP answered";
+    ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/secure", "-n", kNs, "--wait=false"}));
+    EXPECT_TRUE(eventually(
+        [&] { return !client_->get(replicatedTables(), {kNs, "secure"}).has_value(); }, 180s));
+    ASSERT_TRUE(client_->remove(op::resources::secrets(), {kNs, "secure-tls"}));
+    fs::remove_all(tls_dir);
+  }
 
   // Deleted: the pods, then the ZooKeeper subtree, then the table itself; the garbage collector
   // takes every object the table owned (the claims go with the StatefulSet: whenDeleted Delete).

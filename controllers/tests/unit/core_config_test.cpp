@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "../crd_examples.h"
+#include "rtable/common/testing/tls_certificates.h"
 #include "rtable/replication_core/table_spec.h"
 
 namespace rtable::controllers {
@@ -27,6 +28,9 @@ class CoreConfig : public ::testing::Test {
     std::ofstream(dir_ / "zookeeper" / "username") << "analytics.t";
     std::ofstream(dir_ / "zookeeper" / "password") << "zk-pw";
     std::ofstream(dir_ / "tokens") << "token-a\ntoken-b\n";
+    // As cert-manager's Secret is mounted (spec.tls).
+    auto made = common::testing::makeTestCertificates(dir_ / "tls", {"*.t-headless.analytics.svc"});
+    ASSERT_TRUE(made) << made.error();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -37,6 +41,7 @@ class CoreConfig : public ::testing::Test {
     context.secret_file = secret_file_;
     context.zookeeper_credentials_dir = dir_ / "zookeeper";
     context.api_tokens_file = dir_ / "tokens";
+    context.tls_dir = dir_ / "tls";
     return context;
   }
 
@@ -50,6 +55,7 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
   int tables = 0;
   int with_quorum = 0;
   int with_async = 0;
+  int with_tls = 0;
   for (const auto& file : *examples) {
     for (const auto& object : file.documents) {
       if (testing::kindOf(object) != "ReplicatedTable") continue;
@@ -98,11 +104,14 @@ TEST_F(CoreConfig, EveryExampleTableReadsBackThroughRtableCore) {
       if (spec->insert_quorum >= 2) ++with_quorum;
       EXPECT_EQ(core->async_inserts, spec->async_inserts);
       if (spec->async_inserts.enabled) ++with_async;
+      EXPECT_EQ(core->tls_dir, spec->tls.enabled() ? dir_ / "tls" : std::filesystem::path());
+      if (spec->tls.enabled()) ++with_tls;
     }
   }
   EXPECT_GE(tables, 3);
   EXPECT_GE(with_quorum, 1) << "no example sets spec.insertQuorum";
   EXPECT_GE(with_async, 1) << "no example sets spec.asyncInserts";
+  EXPECT_GE(with_tls, 1) << "no example sets spec.tls";
 }
 
 // One TableSpec is written (coreTableSpec, TableSpec::formatYaml) and read back whole by

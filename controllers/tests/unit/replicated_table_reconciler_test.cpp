@@ -5,9 +5,14 @@
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "rtable/backup/restore.h"
 #include "rtable/common/base64.h"
+#include "rtable/common/testing/tls_certificates.h"
 #include "rtable/controllers/cluster_backup_reconciler.h"
 #include "rtable/controllers/replicated_table_objects.h"
 #include "rtable/operator/testing/fake_event_recorder.h"
@@ -1134,6 +1139,66 @@ TEST_F(Reconciler, ANetworkPolicyIsAppliedWhenEnabledAndDeletedWhenSwitchedOff) 
   ASSERT_TRUE(client_.update(replicatedTables(), open));
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   EXPECT_FALSE(client_.get(op::resources::networkPolicies(), {"analytics", "events"}));
+}
+
+// spec.tls: the Secret must exist and hold a certificate for the replicas' names and its key
+// before anything is made; then the pods mount it, rtable-core's config names it, and the probes
+// speak HTTPS.
+TEST_F(Reconciler, ATlsSecretMustServeTheReplicasNamesBeforeAnythingIsMade) {
+  char pattern[] = "/tmp/rtable-reconciler-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::filesystem::path dir = pattern;
+  auto made = common::testing::makeTestCertificates(
+      dir / "right",
+      {"*.events-headless.analytics.svc", "*.events-headless.analytics.svc.cluster.local"});
+  ASSERT_TRUE(made) << made.error();
+  made = common::testing::makeTestCertificates(dir / "wrong", {"*.other-headless.analytics.svc"});
+  ASSERT_TRUE(made) << made.error();
+  auto file = [](const std::filesystem::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto tlsSecret = [&](const std::filesystem::path& from) {
+    return json{{"apiVersion", "v1"},
+                {"kind", "Secret"},
+                {"type", "kubernetes.io/tls"},
+                {"metadata", {{"name", "events-tls"}, {"namespace", "analytics"}}},
+                {"data",
+                 {{"tls.crt", common::base64Encode(file(from / "tls.crt"))},
+                  {"tls.key", common::base64Encode(file(from / "tls.key"))},
+                  {"ca.crt", common::base64Encode(file(from / "ca.crt"))}}}};
+  };
+  json tls_table = table(1);
+  tls_table["spec"]["tls"] = {{"secretName", "events-tls"}};
+  ASSERT_TRUE(client_.create(replicatedTables(), tls_table));
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Ready")["reason"], "TlsSecretUnavailable");
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find("events-tls does not exist"),
+            std::string::npos)
+      << condition("Ready");
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  // A certificate for another table's replicas: they would refuse each other's fetches.
+  ASSERT_TRUE(client_.create(secrets(), tlsSecret(dir / "wrong")));
+  ASSERT_FALSE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_NE(condition("Ready")["message"].get<std::string>().find(
+                "does not name events-0.events-headless.analytics.svc"),
+            std::string::npos)
+      << condition("Ready");
+  EXPECT_FALSE(client_.get(statefulSets(), {"analytics", "events"}));
+
+  json right = tlsSecret(dir / "right");
+  right["metadata"] = get(secrets(), "events-tls")["metadata"];
+  ASSERT_TRUE(client_.update(secrets(), right));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  const json pod = get(statefulSets(), "events")["spec"]["template"]["spec"];
+  EXPECT_NE(pod["volumes"].dump().find("\"secretName\":\"events-tls\""), std::string::npos);
+  EXPECT_NE(pod["containers"][0]["volumeMounts"].dump().find("/etc/rtable/tls"), std::string::npos);
+  EXPECT_EQ(pod["containers"][0]["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+  EXPECT_EQ(pod["containers"][0]["livenessProbe"]["httpGet"]["scheme"], "HTTPS");
+  const std::string config = get(op::resources::configMaps(), "events-config")["data"]["core.yaml"];
+  EXPECT_NE(config.find("tls:\n  dir: /etc/rtable/tls"), std::string::npos) << config;
+  std::filesystem::remove_all(dir);
 }
 
 // A tokens Secret the user names must exist with at least one token before anything is made.

@@ -125,11 +125,13 @@ TEST(ReplicatedTableSpec, RoundTripsEveryField) {
   EXPECT_EQ(sidecar->zookeeperCredentialsSecret("metrics"), "metrics-zookeeper-identity");
   EXPECT_EQ(sidecar->apiTokensSecret("metrics"), "metrics-api-tokens");
   EXPECT_TRUE(sidecar->api.reads_need_token);
+  EXPECT_EQ(sidecar->tls.secret_name, "metrics-tls");
   auto minimal = ReplicatedTableSpec::parse(exampleSpec("minimal-table.yaml"));
   ASSERT_TRUE(minimal);
   EXPECT_TRUE(minimal->api.token_required);  // secure by default
   EXPECT_EQ(minimal->zookeeperCredentialsSecret("t"), "t-zookeeper");
   EXPECT_EQ(minimal->apiTokensSecret("t"), "t-api-tokens");
+  EXPECT_FALSE(minimal->tls.enabled());  // a certificate is the user's to give
 }
 
 struct BadSpec {
@@ -180,6 +182,10 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
        {{"authentication", "None"}, {"readsNeedToken", true}},
        "spec.api.readsNeedToken: only with authentication Token"},
       {"/api", {{"tokens", "abc"}}, "spec.api.tokens: unknown field"},
+      {"/tls",
+       {{"secretName", "Events_TLS"}},
+       "spec.tls.secretName: 'Events_TLS' is not a Secret's name"},
+      {"/tls", {{"issuer", "letsencrypt"}}, "spec.tls.issuer: unknown field"},
       {"/networkPolicy",
        {{"apiFrom", {json::object()}}},
        "spec.networkPolicy.apiFrom[0]: a peer needs a podSelector, a namespaceSelector or an "

@@ -922,7 +922,14 @@ bool LocalKubelet::State::PodWorker::probeOnce(const json& probe, const Containe
     const int port = portOf(http->value("port", json()));
     std::string path = stringOr(*http, "path", "/");
     if (path.empty() || path[0] != '/') path = "/" + path;
-    auto response = common::testing::httpRequest(host, port, "GET", path, "", timeout);
+    // HTTPS as the kubelet does it: encrypted, the certificate not checked.
+    static const auto unverified =
+        common::TlsContext::load(common::TlsContext::Side::kUnverifiedClient, common::TlsFiles{});
+    auto response = stringOr(*http, "scheme", "HTTP") == "HTTPS"
+                        ? (unverified ? common::testing::httpsRequest(**unverified, host, port,
+                                                                      "GET", path, "", timeout)
+                                      : std::unexpected(unverified.error()))
+                        : common::testing::httpRequest(host, port, "GET", path, "", timeout);
     // kubelet: 200 <= code < 400 is success.
     return response && response->status >= 200 && response->status < 400;
   }

@@ -10,13 +10,15 @@
 // Thread safety: TlsContext::get() from any thread; a TlsStream by one thread at a time.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
 #include <expected>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <sys/types.h>
+#include <string_view>
 
 struct ssl_ctx_st;
 struct ssl_st;
@@ -92,6 +94,13 @@ class TlsStream {
   Wants wants_ = Wants::kNothing;
   std::string error_;
 };
+
+// Whether a certificate (PEM, leaf first) and key (PEM) could serve `host`: both parse, the key is
+// the certificate's, and the leaf names `host` (a DNS SAN, wildcards as TLS matches them). For a
+// check before use (the operator reading a Secret); errors say which of the three fails.
+std::expected<void, std::string> checkServerCertificate(std::string_view certificate_pem,
+                                                        std::string_view key_pem,
+                                                        const std::string& host);
 
 // OpenSSL's queued errors as one line (and the queue emptied); `fallback` when there are none.
 std::string takeTlsErrors(const std::string& fallback);

@@ -35,6 +35,8 @@ struct CoreConfigContext {
   std::filesystem::path zookeeper_credentials_dir = "/etc/rtable/zookeeper";
   // Where the API's bearer tokens are mounted (spec.api.authentication Token); empty: none.
   std::filesystem::path api_tokens_file = "/etc/rtable/api/tokens";
+  // Where the TLS Secret is mounted (spec.tls); used only when the spec names one.
+  std::filesystem::path tls_dir = "/etc/rtable/tls";
   std::string listen = "0.0.0.0";
   uint16_t http_port = 8123;
   uint16_t metrics_port = 9363;

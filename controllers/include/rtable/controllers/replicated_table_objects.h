@@ -43,6 +43,8 @@ inline constexpr const char* kSecretKey = "secret";
 inline constexpr const char* kZooKeeperCredentialsMountPath = "/etc/rtable/zookeeper";
 inline constexpr const char* kApiTokensMountPath = "/etc/rtable/api";
 inline constexpr const char* kApiTokensKey = "tokens";
+// spec.tls's Secret, in cert-manager's layout (tls.crt, tls.key, ca.crt).
+inline constexpr const char* kTlsMountPath = "/etc/rtable/tls";
 inline constexpr uint16_t kHttpPort = 8123;
 inline constexpr uint16_t kMetricsPort = 9363;
 // Pod template annotation holding a hash of core.yaml: a changed config rolls the pods.

@@ -185,6 +185,11 @@ class ReplicatedTableReconciler {
   std::expected<std::string, IdentityError> ensureApiTokens(const op::ObjectKey& key,
                                                             const ReplicatedTableSpec& spec,
                                                             const nlohmann::json* table);
+  // spec.tls: its Secret exists, and its tls.crt and tls.key could serve the first replica's
+  // address (<name>-0.<name>-headless.<ns>.svc), or why not (reason TlsSecretUnavailable): pods
+  // started without them would not start, or would refuse each other's fetches.
+  std::optional<IdentityError> checkTlsSecret(const op::ObjectKey& key,
+                                              const ReplicatedTableSpec& spec);
   // spec.networkPolicy disabled: the table's NetworkPolicy is deleted if it has one (looked for
   // once per table and process); an error message when the delete failed.
   std::expected<void, std::string> removeNetworkPolicyIfDisabled(const op::ObjectKey& key,

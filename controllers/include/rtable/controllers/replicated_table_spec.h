@@ -47,6 +47,15 @@ struct ApiSettings {
   friend bool operator==(const ApiSettings&, const ApiSettings&) = default;
 };
 
+// spec.tls (docs/security.md): TLS for the replica API and part fetches, on when a Secret is
+// named: cert-manager's layout (tls.crt, tls.key, ca.crt), a certificate for
+// `*.<name>-headless.<namespace>.svc` (how replicas address each other), renewed in place.
+struct TlsSettings {
+  std::optional<std::string> secret_name;
+  bool enabled() const { return secret_name.has_value(); }
+  friend bool operator==(const TlsSettings&, const TlsSettings&) = default;
+};
+
 // spec.networkPolicy (docs/security.md): with `enabled`, a NetworkPolicy `<name>` admits to the
 // replicas only each other (part fetches), the API's clients and the metrics' scrapers.
 struct NetworkPolicySettings {
@@ -140,6 +149,7 @@ struct ReplicatedTableSpec {
   int32_t insert_quorum = 0;                // 0: off
   core::AsyncInsertSettings async_inserts;  // spec.asyncInserts: rtable-core's inserts.async
   ApiSettings api;                          // spec.api
+  TlsSettings tls;                          // spec.tls
   NetworkPolicySettings network_policy;     // spec.networkPolicy
   HeadroomPolicy headroom;
   ReplicationSettings replication;

@@ -24,11 +24,13 @@ std::expected<HttpResponse, std::string> httpRequest(
     const std::string& body = "", std::chrono::milliseconds timeout = std::chrono::seconds(30),
     const std::string& headers = "");
 
-// The same over HTTPS with a client context (its roots, and `host` checked against the server's
-// certificate). A failed handshake is an error naming why.
+// The same over HTTPS with a client context (its roots, and `peer_name`, else `host`, checked
+// against the server's certificate: a pod reached by address whose certificate names its DNS
+// name). A failed handshake is an error naming why.
 std::expected<HttpResponse, std::string> httpsRequest(
     TlsContext& tls, const std::string& host, int port, const std::string& method,
     const std::string& target, const std::string& body = "",
-    std::chrono::milliseconds timeout = std::chrono::seconds(30), const std::string& headers = "");
+    std::chrono::milliseconds timeout = std::chrono::seconds(30), const std::string& headers = "",
+    const std::string& peer_name = "");
 
 }  // namespace rtable::common::testing
