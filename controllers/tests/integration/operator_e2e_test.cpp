@@ -24,6 +24,11 @@ using namespace testing;  // the stack's names: kNs, eventually, httpRequest, ..
 
 class OperatorEndToEnd : public OperatorStack {};
 
+class NamespacedOperatorEndToEnd : public OperatorStack {
+ protected:
+  NamespacedOperatorEndToEnd() { watch_namespace_ = true; }
+};
+
 TEST_F(OperatorEndToEnd, ATableFromApplyToDelete) {
   const std::string manifest = fmt::format(R"(apiVersion: rtable.io/v1alpha1
 kind: ReplicatedTable
@@ -220,6 +225,39 @@ spec:
   EXPECT_FALSE(zkExists(root()));
   EXPECT_TRUE(eventually([&] { return leftovers().empty(); }, 120s))
       << ::testing::PrintToString(leftovers());
+}
+
+// The chart with watchNamespace: the operator under exactly its Role (no rights outside the
+// namespace, none cluster-wide for the table's objects) still makes a table's replicas, which
+// replicate, and removes its ZooKeeper tree on deletion; a table in another namespace is not its
+// business and stays untouched.
+TEST_F(NamespacedOperatorEndToEnd, ATableReplicatesAndIsDeletedUnderTheChartsNamespacedRole) {
+  ASSERT_TRUE(plane_->apply(
+      json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "elsewhere"}}}}
+          .dump()));
+  std::string elsewhere = tableManifest("outside", "");
+  elsewhere.replace(elsewhere.find(std::string("namespace: ") + kNs),
+                    std::string("namespace: ").size() + std::string(kNs).size(),
+                    "namespace: elsewhere");
+  ASSERT_TRUE(plane_->apply(elsewhere));
+  applyTable();
+  auto inserted = httpRequest(podIp("events-0"), 8123, "POST", "/insert?format=JSONEachRow",
+                              core::testing::idRow(1), 30s, apiHeaders());
+  ASSERT_TRUE(inserted && inserted->status == 200)
+      << (inserted ? inserted->body : inserted.error());
+  for (const char* pod : kPods) {
+    EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
+  }
+  // Never reconciled: no status, no StatefulSet, no finalizer.
+  auto outside = client_->get(replicatedTables(), {"elsewhere", "outside"});
+  ASSERT_TRUE(outside);
+  EXPECT_FALSE(outside->contains("status")) << outside->dump();
+  EXPECT_FALSE(outside->value(json::json_pointer("/metadata/finalizers"), json()).is_array());
+  EXPECT_FALSE(client_->get(op::resources::statefulSets(), {"elsewhere", "outside"}));
+
+  ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"}));
+  EXPECT_TRUE(eventually([&] { return !table().has_value(); }, 180s)) << tableState();
+  EXPECT_FALSE(zkExists(root()));
 }
 
 }  // namespace

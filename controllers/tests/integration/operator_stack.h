@@ -76,6 +76,9 @@ class OperatorStack : public ::testing::Test {
     auto plane = LocalControlPlane::start(plane_options);
     ASSERT_TRUE(plane) << plane.error();
     plane_ = std::make_unique<LocalControlPlane>(std::move(*plane));
+    // Before the chart: with watchNamespace its Role goes into it.
+    ASSERT_TRUE(plane_->apply(
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}.dump()));
     // helm install: the CRDs, the operator's ServiceAccount and least-privilege RBAC (its
     // Deployment's pod cannot run here: no image; the operator runs as a local process below,
     // with that ServiceAccount's token, so the chart's RBAC is what the scenario exercises).
@@ -86,7 +89,8 @@ class OperatorStack : public ::testing::Test {
          // here: the test kubelet has no network plugin).
          "--set",
          std::string(
-             "coreImage.repository=rtable/rtable,coreImage.tag=e2e,networkPolicy.enabled=true")},
+             "coreImage.repository=rtable/rtable,coreImage.tag=e2e,networkPolicy.enabled=true") +
+             (watch_namespace_ ? std::string(",watchNamespace=") + kNs : std::string())},
         120s);
     ASSERT_TRUE(installed && installed->exit_code == 0)
         << (installed ? installed->out + installed->err : installed.error());
@@ -95,8 +99,6 @@ class OperatorStack : public ::testing::Test {
     operator_kubeconfig_ = *identity;
     ASSERT_TRUE(plane_->kubectl({"wait", "--for=condition=Established",
                                  "crd/replicatedtables.rtable.io", "--timeout=60s"}));
-    ASSERT_TRUE(plane_->apply(
-        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}.dump()));
 
     auto zookeeper = LocalZooKeeper::start();
     ASSERT_TRUE(zookeeper) << zookeeper.error();
@@ -152,13 +154,20 @@ class OperatorStack : public ::testing::Test {
 
   fs::path operatorLog() const { return plane_->workDir() / "rtable-operator.log"; }
 
+  // Set by a fixture's constructor: the chart installed with watchNamespace=kNs (a Role there
+  // only, no ClusterRole for the table's objects) and the operator run as its Deployment would.
+  bool watch_namespace_ = false;
+
   // `env`: "NAME=value" settings for this process only; `flags`: more flags.
   void startOperator(const std::vector<std::string>& env = {},
                      const std::vector<std::string>& flags = {}) {
     ::setenv("RTABLE_CORE_IMAGE", kImage, 1);
+    std::vector<std::string> all_env = env;
+    // As the chart's Deployment sets it with watchNamespace.
+    if (watch_namespace_) all_env.push_back(std::string("WATCH_NAMESPACE=") + kNs);
     std::vector<std::string> argv;
-    if (!env.empty()) argv.push_back("env");  // execs the operator: same pid
-    argv.insert(argv.end(), env.begin(), env.end());
+    if (!all_env.empty()) argv.push_back("env");  // execs the operator: same pid
+    argv.insert(argv.end(), all_env.begin(), all_env.end());
     argv.insert(argv.end(),
                 {RTABLE_OPERATOR_BINARY, "--kubeconfig", operator_kubeconfig_.string(),
                  "--leader-election-namespace=rtable-system",
