@@ -528,6 +528,13 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
       return std::unexpected(op::ReconcileError::retryable(message));
     }
     if (type == op::resources::statefulSets()) stateful_set = std::move(*applied);
+    // Applied before the StatefulSet: its version as stored goes into the pod template, so that
+    // an edit of the secret (a rotation) rolls the replicas.
+    if (object == &objects.secret) {
+      objects.stateful_set["spec"]["template"]["metadata"]["annotations"]
+                          [kInterserverVersionAnnotation] =
+          applied->value(json::json_pointer("/metadata/resourceVersion"), "");
+    }
   }
 
   const int32_t desired = spec->replicas;

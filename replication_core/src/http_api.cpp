@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <deque>
@@ -536,12 +537,21 @@ class ReplicaHttpServer::Impl {
       const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
-      const std::string refused = checkFetchAuth(
-          secret, fmt::format("{}:{}", spec_.replica_host, server_->port()), target, *proof, now);
+      const std::string source = fmt::format("{}:{}", spec_.replica_host, server_->port());
+      std::string refused = checkFetchAuth(secret, source, target, *proof, now);
+      // During a rotation: a replica still signing with a secret this one keeps accepting.
+      for (const auto& previous : spec_.interserver_previous_secrets) {
+        if (refused.empty()) break;
+        if (checkFetchAuth(previous, source, target, *proof, now).empty()) refused.clear();
+      }
       if (!refused.empty()) return replyError(request, 401, "UNAUTHORIZED", refused);
     } else if (auto plain = request.request().header(kInterserverSecretHeader)) {
       // A replica not yet upgraded (rtable-core before 2026-12-07) sends the secret itself.
-      if (!interserverSecretMatches(secret, *plain)) {
+      const auto& previous = spec_.interserver_previous_secrets;
+      if (!interserverSecretMatches(secret, *plain) &&
+          std::none_of(previous.begin(), previous.end(), [&](const std::string& accepted) {
+            return interserverSecretMatches(accepted, *plain);
+          })) {
         return replyError(request, 401, "UNAUTHORIZED",
                           fmt::format("wrong {}", kInterserverSecretHeader));
       }

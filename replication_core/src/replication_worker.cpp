@@ -810,6 +810,17 @@ ReplicationWorker::EntryOutcome ReplicationWorker::executeFetch(Keeper& keeper,
     auto fetched = fetchPart(
         candidate.source, spec_.interserver_secret, name, staging, spec_.schema,
         FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout}, fetch_tls_.get());
+    // During a rotation the source may not know our new secret yet: the ones we still accept,
+    // which it has.
+    for (const auto& previous : spec_.interserver_previous_secrets) {
+      if (fetched || fetched.error().kind != FetchError::Kind::kUnauthorized ||
+          fetched.error().http_status != 401) {
+        break;
+      }
+      fetched = fetchPart(candidate.source, previous, name, staging, spec_.schema,
+                          FetchTimeouts{spec_.fetch_connect_timeout, spec_.fetch_receive_timeout},
+                          fetch_tls_.get());
+    }
     if (!fetched) {
       // A corrupt or cut transfer, a source cut off: the next replica may do better. A failure
       // on our side (our disk) says nothing about the source.

@@ -204,8 +204,18 @@ TableSpec parse(const YAML::Node& root) {
     Fields replication(spec.node("replication"), "replication");
     if (replication.has("secretFile")) {
       result.interserver_secret_file = replication.string("secretFile");
-      result.interserver_secret =
-          readSecretFile("replication.secretFile", result.interserver_secret_file);
+      std::istringstream lines(
+          readSecretFile("replication.secretFile", result.interserver_secret_file));
+      for (std::string line; std::getline(lines, line);) {
+        // Spaces are kept: a secret from before rotations existed is taken byte for byte.
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
+        if (result.interserver_secret.empty()) {
+          result.interserver_secret = line;
+        } else {
+          result.interserver_previous_secrets.push_back(line);
+        }
+      }
     }
     result.fetch_threads =
         replication.number<std::size_t>("fetchThreads", result.fetch_threads, 1, 64);

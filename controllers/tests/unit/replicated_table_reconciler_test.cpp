@@ -138,6 +138,28 @@ TEST_F(Reconciler, ASecondReconcileWritesNothingAndKeepsTheSecret) {
       << "the second reconcile changed something";
 }
 
+// Rotating the interserver secret (docs/security.md): the operator keeps what the user wrote
+// (two lines: new, then old) and the Secret's new version in the pod template rolls the replicas.
+TEST_F(Reconciler, AnEditedInterserverSecretIsKeptAndRollsTheReplicas) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(3)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto annotation = [&] {
+    return get(statefulSets(), "events")["spec"]["template"]["metadata"]["annotations"].value(
+        "rtable.io/interserver-version", "");
+  };
+  json secret = get(secrets(), "events-interserver");
+  const std::string before = annotation();
+  EXPECT_EQ(before, secret["metadata"]["resourceVersion"]);
+  auto old_secret = common::base64Decode(secret["data"]["secret"].get<std::string>());
+  ASSERT_TRUE(old_secret);
+  secret["data"]["secret"] = common::base64Encode("new-secret\n" + *old_secret + "\n");
+  ASSERT_TRUE(client_.update(secrets(), secret));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(get(secrets(), "events-interserver")["data"], secret["data"]);
+  EXPECT_NE(annotation(), before);
+  EXPECT_EQ(annotation(), get(secrets(), "events-interserver")["metadata"]["resourceVersion"]);
+}
+
 // A secret that could not be made (the kernel's random source failed) is never replaced by a
 // predictable one: nothing of the table is applied until it can be made.
 TEST_F(Reconciler, NoRandomnessMeansNoObjectsRatherThanAWeakSecret) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -516,6 +517,38 @@ TEST_F(Replication, FetchesGoOverTlsToCertificatesTheTablesCaSigned) {
   replicas_.erase("r3");  // it never converges; the others still do
   insert(r1, row(3));
   EXPECT_EQ(expectConverged().rows, 3u);
+}
+
+// Rotating the interserver secret one replica at a time (docs/security.md): each replica's secret
+// file first says "new, then old" (it signs with the new one, still accepts the old, and tries
+// the old one when a source not yet rotated refuses the new), then only "new". At every step
+// both replicas keep fetching from each other; a replica still on the old secret alone after the
+// others dropped it is refused.
+TEST_F(Replication, TheInterserverSecretRotatesOneReplicaAtATimeWithoutAStall) {
+  auto& r1 = addReplica("r1", "old-secret");
+  auto& r2 = addReplica("r2", "old-secret");
+  uint64_t id = 0;
+  auto rotate = [&](LocalReplica& replica, const std::string& name, const std::string& content) {
+    ASSERT_EQ(replica.terminate(), 0);
+    std::ofstream(work_dir_ / name / "interserver-secret") << content;
+    ASSERT_TRUE(replica.launch());
+    insert(r1, row(++id));
+    insert(r2, row(++id));
+    EXPECT_EQ(expectConverged().rows, id) << name << " with " << content;
+  };
+  insert(r1, row(++id));
+  expectConverged();
+  rotate(r1, "r1", "new-secret\nold-secret\n");  // r1 signs new: r2 refuses, r1 tries old
+  rotate(r2, "r2", "new-secret\nold-secret\n");
+  rotate(r1, "r1", "new-secret\n");
+  rotate(r2, "r2", "new-secret\n");
+
+  // A replica left on the old secret alone fetches nothing any more.
+  auto& r3 = addReplica("r3", "old-secret");
+  EXPECT_TRUE(
+      waitFor([&] { return lastExceptionHas(r3, {"unauthorized"}); }, std::chrono::seconds(60)))
+      << r3.get("/replica").value_or(common::testing::HttpResponse{}).body;
+  replicas_.erase("r3");
 }
 
 }  // namespace

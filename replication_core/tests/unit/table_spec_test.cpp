@@ -165,6 +165,14 @@ TEST(TableSpec, ReadsTheInterserverSecretFromItsFile) {
   EXPECT_EQ(spec->interserver_secret, "s3cret");  // the file's trailing newline is not part of it
   EXPECT_EQ(spec->fetch_threads, 8u);
   EXPECT_EQ(spec->merge_threads, 1u);
+  EXPECT_TRUE(spec->interserver_previous_secrets.empty());
+
+  // A rotation (docs/security.md): the first line signs, the others are still accepted.
+  std::ofstream(file) << "new-secret\r\n\nold-secret\n";
+  auto rotating = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() + "}\n");
+  ASSERT_TRUE(rotating) << rotating.error();
+  EXPECT_EQ(rotating->interserver_secret, "new-secret");
+  EXPECT_EQ(rotating->interserver_previous_secrets, std::vector<std::string>{"old-secret"});
 
   std::ofstream(file) << "\n";
   auto empty = TableSpec::parseYaml(base + "replication: {secretFile: " + file.string() + "}\n");

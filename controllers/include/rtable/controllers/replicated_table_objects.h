@@ -51,6 +51,9 @@ inline constexpr uint16_t kMetricsPort = 9363;
 inline constexpr const char* kConfigHashAnnotation = "rtable.io/config-hash";
 // ... and the API tokens Secret's resourceVersion (spec.api Token): rotating them rolls the pods.
 inline constexpr const char* kApiTokensVersionAnnotation = "rtable.io/api-tokens-version";
+// ... and the interserver Secret's resourceVersion: a rotation's edit rolls the pods, which read
+// the secret at start (docs/security.md).
+inline constexpr const char* kInterserverVersionAnnotation = "rtable.io/interserver-version";
 
 struct TableObjectsContext {
   std::string name;  // the ReplicatedTable's metadata.name, namespace and uid

@@ -103,8 +103,11 @@ struct TableSpec {
   std::filesystem::path tls_dir;
   // Replicas fetch parts from each other only with this secret; without one a replica serves no
   // parts and fetches none. parseYaml() reads it from interserver_secret_file
-  // (replication.secretFile).
+  // (replication.secretFile): its first line. Further lines are secrets still accepted during a
+  // rotation (docs/security.md): fetches from this replica may prove any of them, and its own
+  // fetches that a source refuses (401) are tried again with each.
   std::string interserver_secret;
+  std::vector<std::string> interserver_previous_secrets;
   std::filesystem::path interserver_secret_file;  // empty: no secret
   std::size_t fetch_threads = 4;                  // the fetch pool (I/O)
   std::size_t merge_threads = 2;                  // the merge pool (CPU, disk); 2 cores here
