@@ -232,6 +232,8 @@ TableObjects renderTableObjects(const ReplicatedTableSpec& spec,
   // than the Secret, and a weak token could be tested against its hash.
   if (spec.api.token_required)
     annotations[kApiTokensVersionAnnotation] = context.api_tokens_version;
+  if (!context.zookeeper_identity_version.empty())
+    annotations[kZooKeeperIdentityVersionAnnotation] = context.zookeeper_identity_version;
   for (const auto& [key, value] : spec.pod_template.annotations) annotations[key] = value;
 
   json containers = json::array({coreContainer(spec, context)});

@@ -146,7 +146,7 @@ void ReplicatedTableReconciler::forgetTable(const op::ObjectKey& key) {
 
 std::expected<std::optional<core::ZooKeeperDigest>, std::string> readTableIdentity(
     op::KubeClient& client, const std::string& ns, const std::string& name,
-    const ReplicatedTableSpec& spec) {
+    const ReplicatedTableSpec& spec, std::string* version) {
   const std::string secret_name = spec.zookeeperCredentialsSecret(name);
   auto secret = client.get(op::resources::secrets(), {ns, secret_name});
   if (!secret) {
@@ -170,17 +170,28 @@ std::expected<std::optional<core::ZooKeeperDigest>, std::string> readTableIdenti
         "the Secret {} needs the keys username (without ':') and password, both non-empty",
         secret_name));
   }
-  return core::ZooKeeperDigest{fields[0], fields[1], tableRoot(spec, {ns, name})};
+  // During a rotation the Secret also holds the password the table's nodes carry until every
+  // replica has the new one (docs/security.md).
+  if (version) *version = secret->value(json::json_pointer("/metadata/resourceVersion"), "");
+  auto previous = common::base64Decode(
+      secret->value(json::json_pointer(std::string("/data/") + kZooKeeperPreviousPasswordKey), ""));
+  if (!previous) {
+    return std::unexpected(fmt::format("Secret {}: key {}: {}", secret_name,
+                                       kZooKeeperPreviousPasswordKey, previous.error()));
+  }
+  return core::ZooKeeperDigest{fields[0], fields[1], tableRoot(spec, {ns, name}),
+                               *previous == fields[1] ? std::string() : *previous};
 }
 
 std::expected<core::ZooKeeperDigest, ReplicatedTableReconciler::IdentityError>
 ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
-                                             const ReplicatedTableSpec& spec, const json* table) {
+                                             const ReplicatedTableSpec& spec, const json* table,
+                                             std::string* version) {
   auto unavailable = [](std::string message) {
     return std::unexpected(IdentityError{"ZooKeeperCredentialsUnavailable", std::move(message)});
   };
   const std::string name = spec.zookeeperCredentialsSecret(key.name);
-  auto read = readTableIdentity(client_, key.ns, key.name, spec);
+  auto read = readTableIdentity(client_, key.ns, key.name, spec, version);
   if (!read) return unavailable(read.error());
   if (!*read) {
     if (spec.zookeeper.credentials_secret) {
@@ -207,7 +218,8 @@ ReplicatedTableReconciler::zookeeperIdentity(const op::ObjectKey& key,
       return unavailable(
           fmt::format("creating the Secret {}: {}", name, created.error().toString()));
     }
-    return zookeeperIdentity(key, spec, nullptr);  // as stored (another writer may have won)
+    // As stored (another writer may have won).
+    return zookeeperIdentity(key, spec, nullptr, version);
   }
   std::lock_guard lock(identities_mu_);
   identities_[key.ns + "/" + key.name] = **read;
@@ -334,6 +346,7 @@ core::KeeperResult<std::shared_ptr<core::Keeper>> ReplicatedTableReconciler::kee
 void ReplicatedTableReconciler::secureZooKeeperTree(const json& table, const op::ObjectKey& key,
                                                     const ReplicatedTableSpec& spec,
                                                     const json& stateful_set,
+                                                    const std::string& identity_version,
                                                     ReplicatedTableStatus& status) {
   core::ZooKeeperDigest identity;
   {
@@ -342,9 +355,14 @@ void ReplicatedTableReconciler::secureZooKeeperTree(const json& table, const op:
     if (found == identities_.end()) return;
     identity = found->second;
   }
-  const std::string secured =
-      fmt::format("every node of {} carries the ACL of the table's ZooKeeper identity '{}' alone",
-                  identity.subtree, identity.user);
+  // Names the Secret's version: an edit (a rotation's step) makes the walk run again.
+  const std::string secured = fmt::format(
+      "every node of {} carries the ACL of the table's ZooKeeper identity '{}' alone, {} (Secret "
+      "version {})",
+      identity.subtree, identity.user,
+      identity.previous_password.empty() ? "its password"
+                                         : "its password and its previous one (rotating)",
+      identity_version);
   for (const Condition& current : currentConditions(table)) {
     if (current.type == "ZooKeeperSecured" && current.status == ConditionStatus::kTrue &&
         current.message == secured) {
@@ -365,8 +383,8 @@ void ReplicatedTableReconciler::secureZooKeeperTree(const json& table, const op:
   if (observed != generation || update_revision.empty() || current_revision != update_revision) {
     setCondition(status.conditions,
                  condition("ZooKeeperSecured", false, "WaitingForRollout",
-                           "nodes made before the table had a ZooKeeper identity get its ACL once "
-                           "every replica runs with it"));
+                           "the table's nodes get the ACL of its ZooKeeper identity as it is now "
+                           "once every replica runs with it"));
     return;
   }
   auto changed = options_.restrict_subtree(spec.zookeeper.connect, identity);
@@ -378,9 +396,10 @@ void ReplicatedTableReconciler::secureZooKeeperTree(const json& table, const op:
   }
   if (*changed > 0) {
     event(table, op::EventType::kNormal, "ZooKeeperSecured",
-          fmt::format("gave {} nodes of {} (made before the table had a ZooKeeper identity) the "
-                      "ACL of '{}'",
-                      *changed, identity.subtree, identity.user));
+          fmt::format("gave {} nodes of {} (made before the table had a ZooKeeper identity, or "
+                      "before a step of a password rotation) the ACL of '{}'{}",
+                      *changed, identity.subtree, identity.user,
+                      identity.previous_password.empty() ? "" : " (both passwords)"));
   }
   setCondition(status.conditions, condition("ZooKeeperSecured", true, "DigestAcl", secured));
 }
@@ -422,7 +441,9 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   // The table's ZooKeeper identity, before the operator or a replica touches its tree.
   std::optional<IdentityError> unavailable;
   std::string api_tokens_version;
-  if (auto identity = zookeeperIdentity(key, *spec, &*table); !identity) {
+  std::string zookeeper_identity_version;
+  if (auto identity = zookeeperIdentity(key, *spec, &*table, &zookeeper_identity_version);
+      !identity) {
     unavailable = identity.error();
   } else if (auto tokens = ensureApiTokens(key, *spec, &*table); !tokens) {
     unavailable = tokens.error();
@@ -470,6 +491,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   context.owner_uid = table->value(json::json_pointer("/metadata/uid"), "");
   context.image = options_.image;
   context.api_tokens_version = api_tokens_version;
+  context.zookeeper_identity_version = zookeeper_identity_version;
   auto existing_secret = client_.get(op::resources::secrets(), {key.ns, key.name + "-interserver"});
   if (!existing_secret && existing_secret.error().kind != op::KubeErrorKind::kNotFound) {
     return std::unexpected(op::ReconcileError::retryable("reading the interserver secret: " +
@@ -571,7 +593,7 @@ op::ReconcileOutcome ReplicatedTableReconciler::reconcile(const op::ObjectKey& k
   if (options_.keeper_for) {
     zookeeper_error = reconcileZooKeeper(*table, key, *spec, tree, status);
     if (!zookeeper_error && options_.restrict_subtree)
-      secureZooKeeperTree(*table, key, *spec, stateful_set, status);
+      secureZooKeeperTree(*table, key, *spec, stateful_set, zookeeper_identity_version, status);
   }
   if (auto patched = patchStatus(*table, std::move(status), now); !patched) return patched;
   // ZooKeeper is polled: nothing in Kubernetes tells of a log that grows or a replica to remove.

@@ -154,6 +154,12 @@ TableSpec parse(const YAML::Node& root) {
         readSecretFile("zookeeper.credentialsDir", result.zookeeper_credentials_dir / "username");
     result.zookeeper_password =
         readSecretFile("zookeeper.credentialsDir", result.zookeeper_credentials_dir / "password");
+    // Only while the password rotates (docs/security.md): the Secret's key previousPassword.
+    const auto previous = result.zookeeper_credentials_dir / "previousPassword";
+    std::error_code ignored;
+    if (std::filesystem::exists(previous, ignored)) {
+      result.zookeeper_previous_password = readSecretFile("zookeeper.credentialsDir", previous);
+    }
   }
   zookeeper.rejectUnknown();
 
@@ -410,7 +416,8 @@ std::string TableSpec::metadataText() const {
 
 std::vector<ZooKeeperDigest> TableSpec::zookeeperDigests() const {
   if (zookeeper_user.empty()) return {};
-  return {ZooKeeperDigest{zookeeper_user, zookeeper_password, tableRoot()}};
+  return {ZooKeeperDigest{zookeeper_user, zookeeper_password, tableRoot(),
+                          zookeeper_previous_password}};
 }
 
 }  // namespace rtable::core

@@ -87,22 +87,28 @@ std::size_t createdPathCapacity(const std::string& path) {
 
 constexpr int kServersResolutionDelayMs = 30'000;
 
-// The ACL a digest identity puts on the nodes of its subtree: everything, for it alone. The
-// strings live as long as the client: the C structs point into them.
+// The ACL a digest identity puts on the nodes of its subtree: everything, for it alone (for its
+// password and, during a rotation, its previous one). Immutable, and it lives as long as the
+// client: the C structs point into its strings.
 struct SubtreeAcl {
   std::string subtree;
   std::string scheme = "digest";
-  std::string id;
-  struct ::ACL entry{};
+  std::vector<std::string> ids;
+  std::vector<struct ::ACL> entries;
   struct ACL_vector acl{};
 
-  SubtreeAcl(const ZooKeeperDigest& digest)
-      : subtree(digest.subtree), id(digestAclId(digest.user, digest.password)) {
-    entry.perms = ZOO_PERM_ALL;
-    entry.id.scheme = scheme.data();
-    entry.id.id = id.data();
-    acl.count = 1;
-    acl.data = &entry;
+  SubtreeAcl(const ZooKeeperDigest& digest) : subtree(digest.subtree) {
+    ids.push_back(digestAclId(digest.user, digest.password));
+    if (!digest.previous_password.empty())
+      ids.push_back(digestAclId(digest.user, digest.previous_password));
+    entries.resize(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      entries[i].perms = ZOO_PERM_ALL;
+      entries[i].id.scheme = scheme.data();
+      entries[i].id.id = ids[i].data();
+    }
+    acl.count = static_cast<int32_t>(entries.size());
+    acl.data = entries.data();
   }
   SubtreeAcl(const SubtreeAcl&) = delete;
   SubtreeAcl& operator=(const SubtreeAcl&) = delete;
@@ -176,10 +182,17 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     return {};
   }
 
-  // Adds one identity to the session and waits for ZooKeeper's verdict.
+  // Adds one identity (with its previous password, when rotating) to the session.
   KeeperStatus addAuth(const ZooKeeperDigest& digest) {
+    if (auto added = addAuth(digest, digest.password); !added) return added;
+    if (digest.previous_password.empty()) return {};
+    return addAuth(digest, digest.previous_password);
+  }
+
+  // Adds one credential to the session and waits for ZooKeeper's verdict.
+  KeeperStatus addAuth(const ZooKeeperDigest& digest, const std::string& password) {
     {
-      const std::string credential = digest.user + ":" + digest.password;
+      const std::string credential = digest.user + ":" + password;
       std::promise<int> answered;
       auto answer = answered.get_future();
       const int rc = zoo_add_auth(
@@ -242,13 +255,14 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   }
 
   KeeperResult<std::size_t> restrictSubtree(const std::string& subtree) override {
-    struct ACL_vector* wanted = nullptr;
+    const SubtreeAcl* policy = nullptr;
     {
       std::lock_guard lock(mu_);
       for (const auto& acl : subtree_acls_) {
-        if (acl->subtree == subtree) wanted = &acl->acl;
+        if (acl->subtree == subtree) policy = acl.get();  // the latest for the subtree
       }
     }
+    struct ACL_vector* wanted = policy ? &const_cast<SubtreeAcl*>(policy)->acl : nullptr;
     if (!wanted) {
       return std::unexpected(
           KeeperError{KeeperCode::kBadArguments,
@@ -266,10 +280,15 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
       int rc = zoo_get_acl(handle_, path.c_str(), &current, &stat);
       if (rc == ZNONODE && path != subtree) continue;
       if (rc != ZOK) return std::unexpected(toError(rc, path));
-      const bool same = current.count == 1 &&
-                        std::string_view(current.data[0].id.scheme) == "digest" &&
-                        std::string_view(current.data[0].id.id) == wanted->data[0].id.id &&
-                        current.data[0].perms == ZOO_PERM_ALL;
+      // The same ids, each with every permission, in any order.
+      std::set<std::string> current_ids;
+      bool same = current.count == wanted->count;
+      for (int32_t i = 0; same && i < current.count; ++i) {
+        same = std::string_view(current.data[i].id.scheme) == "digest" &&
+               current.data[i].perms == ZOO_PERM_ALL;
+        current_ids.insert(current.data[i].id.id);
+      }
+      same = same && current_ids == std::set<std::string>(policy->ids.begin(), policy->ids.end());
       deallocate_ACL_vector(&current);
       if (!same) {
         // Top-down: each node is guarded by its own ACL, so the order is free; a parent first

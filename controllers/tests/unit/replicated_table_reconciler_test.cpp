@@ -926,7 +926,7 @@ TEST_F(ReconcilerWithZooKeeper, WritesTheWholeStatus) {
       {"type": "Replicating", "status": "True", "reason": "AsExpected", "message": "",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"},
       {"type": "ZooKeeperSecured", "status": "False", "reason": "WaitingForRollout",
-       "message": "nodes made before the table had a ZooKeeper identity get its ACL once every replica runs with it",
+       "message": "the table's nodes get the ACL of its ZooKeeper identity as it is now once every replica runs with it",
        "observedGeneration": 1, "lastTransitionTime": "2026-12-02T00:00:00Z"}]})json");
   json expected_status = expected;
   expected_status["headroomRatio"] = 2147483643.0 / 2147483648.0;
@@ -1060,6 +1060,56 @@ TEST_F(ReconcilerWithZooKeeper, OpenNodesAreLockedOnceTheReplicasRolledOutAndOnl
   ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
   EXPECT_EQ(restricted_.size(), 1u) << "the tree was walked again";
   EXPECT_EQ(condition("ZooKeeperSecured")["status"], "True");
+}
+
+// A password rotation (docs/security.md): each edit of the identity's Secret rolls the replicas,
+// and once they rolled the tree gets the ACL of the identity as it is then: both passwords, then
+// the new one alone.
+TEST_F(ReconcilerWithZooKeeper, AZooKeeperPasswordRotatesInTwoRolledSteps) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(1)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  setRolledOut();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_EQ(restricted_.size(), 1u);
+  auto annotation = [&] {
+    return get(statefulSets(), "events")["spec"]["template"]["metadata"]["annotations"].value(
+        "rtable.io/zookeeper-identity-version", "");
+  };
+  std::string version = annotation();
+  EXPECT_EQ(version, get(secrets(), "events-zookeeper")["metadata"]["resourceVersion"]);
+
+  json secret = get(secrets(), "events-zookeeper");
+  secret["data"]["previousPassword"] = secret["data"]["password"];
+  secret["data"]["password"] = common::base64Encode("new-pw");
+  ASSERT_TRUE(client_.update(secrets(), secret));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_NE(annotation(), version) << "the replicas must roll to read both passwords";
+  version = annotation();
+  EXPECT_EQ(condition("ZooKeeperSecured")["reason"], "WaitingForRollout");
+  EXPECT_EQ(restricted_.size(), 1u) << "walked before the replicas had both passwords";
+  setRolledOut();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_EQ(restricted_.size(), 2u);
+  core::ZooKeeperDigest rotating{identity_.user, "new-pw", identity_.subtree, identity_.password};
+  EXPECT_EQ(restricted_[1], rotating);
+  EXPECT_EQ(condition("ZooKeeperSecured")["status"], "True");
+  EXPECT_NE(condition("ZooKeeperSecured")["message"].get<std::string>().find("(rotating)"),
+            std::string::npos);
+
+  secret = get(secrets(), "events-zookeeper");
+  secret["data"].erase("previousPassword");
+  ASSERT_TRUE(client_.update(secrets(), secret));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_NE(annotation(), version);
+  EXPECT_EQ(restricted_.size(), 2u);
+  setRolledOut();
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  ASSERT_EQ(restricted_.size(), 3u);
+  EXPECT_EQ(restricted_[2], (core::ZooKeeperDigest{identity_.user, "new-pw", identity_.subtree}));
+  EXPECT_EQ(condition("ZooKeeperSecured")["message"].get<std::string>().find("rotating"),
+            std::string::npos);
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(restricted_.size(), 3u) << "walked again without a change";
 }
 
 // A Secret the user names must exist and hold both keys: until then nothing of the table is

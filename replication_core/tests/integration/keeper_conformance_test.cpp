@@ -658,6 +658,67 @@ TEST(RealZooKeeper, ASessionLearnsATablesCredentialAndLocksItsOldOpenNodes) {
   EXPECT_TRUE((*renewed)->get("/migrate/tables/t/log"));
 }
 
+// A password rotation (docs/security.md): while a table's identity carries its previous password
+// too, new nodes name both and restrictSubtree gives both to the old ones, so replicas with
+// either password keep access; once it carries the new one alone, the walk leaves the old
+// password nothing.
+TEST(RealZooKeeper, APasswordRotatesWithoutLockingOutEitherSide) {
+  auto& env = realEnvironment();
+  auto connect = [&](std::vector<ZooKeeperDigest> digests) -> std::unique_ptr<ZooKeeperClient> {
+    ZooKeeperConfig config{env.server().connectString(), std::chrono::seconds(10),
+                           std::chrono::seconds(10), std::move(digests)};
+    auto client = ZooKeeperClient::connect(config);
+    EXPECT_TRUE(client) << client.error().toString();
+    return client ? std::move(*client) : nullptr;
+  };
+  auto refused = [](const auto& result) {
+    return !result && result.error().code == KeeperCode::kNoAuth;
+  };
+  const std::string root = "/rotate/tables/t";
+  const ZooKeeperDigest old_only{"t", "old-pw", root};
+  ZooKeeperDigest rotating{"t", "new-pw", root};
+  rotating.previous_password = "old-pw";
+  const ZooKeeperDigest new_only{"t", "new-pw", root};
+
+  auto old_replica = connect({old_only});
+  ASSERT_TRUE(old_replica);
+  ASSERT_TRUE(createAncestorsAndSelf(*old_replica, root + "/log"));
+  ASSERT_TRUE(old_replica->create(root + "/log/log-", "a", CreateMode::kPersistentSequential));
+
+  // Step 1: the operator's long-lived session learns both passwords; a rolled replica has both.
+  auto operator_session = connect({old_only});
+  ASSERT_TRUE(operator_session);
+  ASSERT_TRUE(operator_session->addDigest(rotating));
+  auto rolled = connect({rotating});
+  ASSERT_TRUE(rolled);
+  ASSERT_TRUE(rolled->create(root + "/log/log-", "b", CreateMode::kPersistentSequential));
+  EXPECT_TRUE(old_replica->get(root + "/log/log-0000000001")) << "a node of a rolled replica";
+  auto changed = operator_session->restrictSubtree(root);
+  ASSERT_TRUE(changed) << changed.error().toString();
+  EXPECT_EQ(*changed, 3u);  // t, log and the first entry named the old password alone
+  auto new_replica = connect({new_only});
+  ASSERT_TRUE(new_replica);
+  for (const std::string& path : {root, root + "/log", root + "/log/log-0000000000"}) {
+    EXPECT_TRUE(new_replica->get(path)) << path;
+    EXPECT_TRUE(old_replica->get(path)) << path;
+  }
+
+  // Step 2: the new password alone.
+  ASSERT_TRUE(operator_session->addDigest(new_only));
+  ASSERT_TRUE(operator_session->create(root + "/blocks", "", CreateMode::kPersistent));
+  EXPECT_TRUE(refused(old_replica->get(root + "/blocks")));
+  changed = operator_session->restrictSubtree(root);
+  ASSERT_TRUE(changed) << changed.error().toString();
+  EXPECT_EQ(*changed, 4u);  // t, log and both entries
+  for (const std::string& path : {root, root + "/log", root + "/log/log-0000000001"}) {
+    EXPECT_TRUE(new_replica->get(path)) << path;
+    EXPECT_TRUE(refused(old_replica->get(path))) << path;
+  }
+  auto again = operator_session->restrictSubtree(root);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 0u);
+}
+
 TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {
   auto port = common::testing::findFreeLoopbackPort();
   ASSERT_TRUE(port);

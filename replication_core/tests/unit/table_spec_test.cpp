@@ -224,6 +224,15 @@ TEST(TableSpec, ReadsTheZooKeeperCredentialFromItsDirectory) {
   ASSERT_TRUE(again) << again.error();
   EXPECT_EQ(*again, *spec);
 
+  // During a password rotation the Secret has previousPassword too: both go to the session.
+  std::ofstream(dir / "previousPassword") << "old-pw\n";
+  auto rotating = TableSpec::parseYaml(yaml);
+  ASSERT_TRUE(rotating) << rotating.error();
+  ZooKeeperDigest both{"table-t", "pw", "/rtable/tables/u1"};
+  both.previous_password = "old-pw";
+  EXPECT_EQ(rotating->zookeeperDigests(), std::vector<ZooKeeperDigest>{both});
+  std::filesystem::remove(dir / "previousPassword");
+
   std::filesystem::remove(dir / "password");
   auto missing = TableSpec::parseYaml(yaml);
   ASSERT_FALSE(missing);

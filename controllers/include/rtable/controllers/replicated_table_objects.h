@@ -43,6 +43,8 @@ inline constexpr const char* kSecretKey = "secret";
 inline constexpr const char* kZooKeeperCredentialsMountPath = "/etc/rtable/zookeeper";
 inline constexpr const char* kApiTokensMountPath = "/etc/rtable/api";
 inline constexpr const char* kApiTokensKey = "tokens";
+// The ZooKeeper identity Secret's key for the password being rotated out (docs/security.md).
+inline constexpr const char* kZooKeeperPreviousPasswordKey = "previousPassword";
 // spec.tls's Secret, in cert-manager's layout (tls.crt, tls.key, ca.crt).
 inline constexpr const char* kTlsMountPath = "/etc/rtable/tls";
 inline constexpr uint16_t kHttpPort = 8123;
@@ -54,6 +56,9 @@ inline constexpr const char* kApiTokensVersionAnnotation = "rtable.io/api-tokens
 // ... and the interserver Secret's resourceVersion: a rotation's edit rolls the pods, which read
 // the secret at start (docs/security.md).
 inline constexpr const char* kInterserverVersionAnnotation = "rtable.io/interserver-version";
+// ... and the ZooKeeper identity Secret's (a password rotation, docs/security.md).
+inline constexpr const char* kZooKeeperIdentityVersionAnnotation =
+    "rtable.io/zookeeper-identity-version";
 
 struct TableObjectsContext {
   std::string name;  // the ReplicatedTable's metadata.name, namespace and uid
@@ -65,6 +70,9 @@ struct TableObjectsContext {
   // The resourceVersion of the API's tokens Secret: in the pod template, it rolls the replicas
   // when the tokens change (rtable-core reads them at start), as a changed config does.
   std::string api_tokens_version;
+  // The ZooKeeper identity Secret's resourceVersion: a rotation of its password rolls the
+  // replicas, which read it at start (empty: no annotation).
+  std::string zookeeper_identity_version;
 };
 
 struct TableObjects {

@@ -110,11 +110,12 @@ struct ReplicatedTableReconcilerOptions {
 
 // The ZooKeeper identity of table `name` from its Secret (spec.zookeeper.credentialsSecret, or the
 // operator's <name>-zookeeper), owning `<zookeeper.root>/<namespace>.<name>`; or why it cannot be
-// read (kubernetes.io/basic-auth keys username, without ':', and password, both non-empty).
-// nullopt: the Secret does not exist.
+// read (kubernetes.io/basic-auth keys username, without ':', and password, both non-empty; during
+// a rotation also previousPassword). nullopt: the Secret does not exist.
+// `version`: where to put the Secret's resourceVersion, if wanted.
 std::expected<std::optional<core::ZooKeeperDigest>, std::string> readTableIdentity(
     op::KubeClient& client, const std::string& ns, const std::string& name,
-    const ReplicatedTableSpec& spec);
+    const ReplicatedTableSpec& spec, std::string* version = nullptr);
 
 // On every ReplicatedTable the reconciler manages ZooKeeper for.
 inline constexpr std::string_view kZooKeeperFinalizer = "rtable.io/zookeeper-cleanup";
@@ -177,8 +178,10 @@ class ReplicatedTableReconciler {
     std::string reason;  // SecretUnavailable (no randomness), ZooKeeperCredentialsUnavailable
     std::string message;
   };
+  // `version`: the Secret's resourceVersion (the pod template's, so that a rotation rolls them).
   std::expected<core::ZooKeeperDigest, IdentityError> zookeeperIdentity(
-      const op::ObjectKey& key, const ReplicatedTableSpec& spec, const nlohmann::json* table);
+      const op::ObjectKey& key, const ReplicatedTableSpec& spec, const nlohmann::json* table,
+      std::string* version = nullptr);
   // spec.api Token: the tokens Secret exists with a token (made once when the operator owns it,
   // <name>-api-tokens, and `table` is given: the object, for its uid); its resourceVersion (""
   // with authentication None), or why not (reasons SecretUnavailable, ApiTokensUnavailable).
@@ -198,10 +201,12 @@ class ReplicatedTableReconciler {
   core::KeeperResult<std::shared_ptr<core::Keeper>> keeperFor(const op::ObjectKey& key,
                                                               const ReplicatedTableSpec& spec);
   // The ZooKeeperSecured condition: once every replica runs with the identity (the StatefulSet
-  // rolled), nodes made before ACLs (a table older than them) are given the table's ACL, once.
+  // rolled), every node of the table is given the identity's ACL, once per version of its Secret
+  // (`identity_version`): nodes made before ACLs (a table older than them), and after each step
+  // of a password rotation (both passwords, then the new one alone).
   void secureZooKeeperTree(const nlohmann::json& table, const op::ObjectKey& key,
                            const ReplicatedTableSpec& spec, const nlohmann::json& stateful_set,
-                           ReplicatedTableStatus& status);
+                           const std::string& identity_version, ReplicatedTableStatus& status);
   std::optional<std::string> reconcileZooKeeper(const nlohmann::json& table,
                                                 const op::ObjectKey& key,
                                                 const ReplicatedTableSpec& spec,

@@ -84,6 +84,7 @@ struct TableSpec {
   std::filesystem::path zookeeper_credentials_dir;
   std::string zookeeper_user;
   std::string zookeeper_password;
+  std::string zookeeper_previous_password;  // file previousPassword, during a rotation
   std::string replica;
   std::string replica_host = "127.0.0.1";  // how other replicas reach this one
   std::filesystem::path data_dir;

@@ -20,6 +20,9 @@ struct ZooKeeperDigest {
   std::string user;
   std::string password;
   std::string subtree;  // "/rtable/tables/<uid>"
+  // During a rotation of the password (docs/security.md): the session authenticates with this
+  // one too, and the ACL of new nodes names both, so that replicas with either keep access.
+  std::string previous_password = {};
 
   friend bool operator==(const ZooKeeperDigest&, const ZooKeeperDigest&) = default;
 };
