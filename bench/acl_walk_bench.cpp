@@ -50,7 +50,7 @@ int run(int64_t nodes) {
   const int64_t queue = std::min<int64_t>(200, nodes / 50);
   const int64_t blocks = nodes - log_entries - queue - 20;
   for (const std::string& dir : {root + "/1/blocks", root + "/1/log", root + "/1/replicas/r1/queue",
-                                root + "/1/block_numbers", root + "/1/quorum"}) {
+                                 root + "/1/block_numbers", root + "/1/quorum"}) {
     if (auto made = core::createAncestorsAndSelf(**anonymous, dir); !made) {
       std::fprintf(stderr, "%s\n", made.error().toString().c_str());
       return 1;
@@ -58,8 +58,9 @@ int run(int64_t nodes) {
   }
   auto fill = [&](const std::string& dir, const char* prefix, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
-      auto made = (*anonymous)->create(fmt::format("{}/{}{:010}", dir, prefix, i), "x",
-                                       core::CreateMode::kPersistent);
+      auto made = (*anonymous)
+                      ->create(fmt::format("{}/{}{:010}", dir, prefix, i), "x",
+                               core::CreateMode::kPersistent);
       if (!made) return false;
     }
     return true;
@@ -90,10 +91,11 @@ int run(int64_t nodes) {
   const core::ZooKeeperDigest new_identity{"bench.events", "new-password", root};
   auto session = connect({old_identity});
   if (!session) return 1;
-  std::printf("tree of %lld nodes (%lld blocks, %lld log entries, %lld queue entries), "
-              "created in %.2f s\n",
-              static_cast<long long>(nodes), static_cast<long long>(blocks),
-              static_cast<long long>(log_entries), static_cast<long long>(queue), fill_s);
+  std::printf(
+      "tree of %lld nodes (%lld blocks, %lld log entries, %lld queue entries), "
+      "created in %.2f s\n",
+      static_cast<long long>(nodes), static_cast<long long>(blocks),
+      static_cast<long long>(log_entries), static_cast<long long>(queue), fill_s);
   if (!walk(**session, "migration: every node open") ||
       !walk(**session, "again: every node right already")) {
     return 1;

@@ -239,9 +239,21 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   KeeperStatus addDigest(const ZooKeeperDigest& digest) override {
     {
       std::lock_guard lock(mu_);
-      if (std::find(config_.digests.begin(), config_.digests.end(), digest) !=
-          config_.digests.end())
+      auto held = std::find(config_.digests.begin(), config_.digests.end(), digest);
+      if (held != config_.digests.end()) {
+        // Authenticated already; it becomes the subtree's policy again if another took over (a
+        // rotation undone: the previous password put back).
+        const SubtreeAcl* latest = nullptr;
+        for (const auto& acl : subtree_acls_) {
+          if (acl->subtree == digest.subtree) latest = acl.get();
+        }
+        if (!latest || latest->ids != SubtreeAcl(digest).ids) {
+          config_.digests.erase(held);
+          config_.digests.push_back(digest);
+          subtree_acls_.push_back(std::make_unique<SubtreeAcl>(digest));
+        }
         return {};
+      }
     }
     // Concurrent adds of one digest may both send it: ZooKeeper keeps an identity once.
     if (auto added = addAuth(digest); !added) return added;

@@ -717,6 +717,14 @@ TEST(RealZooKeeper, APasswordRotatesWithoutLockingOutEitherSide) {
   auto again = operator_session->restrictSubtree(root);
   ASSERT_TRUE(again);
   EXPECT_EQ(*again, 0u);
+
+  // Undone (the previous password put back): the session's policy follows, though it holds
+  // that digest already.
+  ASSERT_TRUE(operator_session->addDigest(rotating));
+  changed = operator_session->restrictSubtree(root);
+  ASSERT_TRUE(changed) << changed.error().toString();
+  EXPECT_EQ(*changed, 5u);  // t, log, both entries and blocks
+  EXPECT_TRUE(old_replica->get(root + "/blocks"));
 }
 
 TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {
