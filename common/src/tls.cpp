@@ -8,6 +8,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -50,6 +52,40 @@ FileStamp stampOf(const fs::path& file) {
 }
 
 using Stamps = std::array<FileStamp, 3>;
+
+// OpenSSL writes to its socket with send() and no MSG_NOSIGNAL: a peer that went away would raise
+// SIGPIPE, whose default action ends the process (a client hanging up on a TLS answer would kill
+// the replica). So SIGPIPE is blocked on the calling thread for each call that may write, and one
+// the call raised is taken off the thread before the old mask returns; the write itself then
+// fails with EPIPE, as a plain send with MSG_NOSIGNAL does.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &sigpipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    const int saved_errno = errno;
+    if (!sigismember(&old_, SIGPIPE)) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE)) {
+        const timespec now{0, 0};
+        while (sigtimedwait(&sigpipe_, nullptr, &now) < 0 && errno == EINTR) {
+        }
+      }
+      pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    errno = saved_errno;
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t sigpipe_;
+  sigset_t old_;
+};
 
 Stamps stampsOf(const TlsFiles& files) {
   return {stampOf(files.certificate), stampOf(files.private_key), stampOf(files.ca)};
@@ -317,16 +353,19 @@ int TlsStream::result(int rc, const char* what) {
 }
 
 int TlsStream::accept() {
+  SigpipeBlocked blocked;
   ERR_clear_error();
   return result(SSL_accept(ssl_), "TLS handshake");
 }
 
 int TlsStream::connect() {
+  SigpipeBlocked blocked;
   ERR_clear_error();
   return result(SSL_connect(ssl_), "TLS handshake");
 }
 
 ssize_t TlsStream::read(void* data, std::size_t size) {
+  SigpipeBlocked blocked;  // a read may answer the peer (a TLS 1.3 key update)
   ERR_clear_error();
   std::size_t got = 0;
   const int rc = SSL_read_ex(ssl_, data, size, &got);
@@ -338,6 +377,7 @@ ssize_t TlsStream::read(void* data, std::size_t size) {
 }
 
 ssize_t TlsStream::write(const void* data, std::size_t size) {
+  SigpipeBlocked blocked;
   ERR_clear_error();
   std::size_t put = 0;
   const int rc = SSL_write_ex(ssl_, data, size, &put);
@@ -350,6 +390,7 @@ ssize_t TlsStream::write(const void* data, std::size_t size) {
 
 void TlsStream::shutdown() {
   if (SSL_get_shutdown(ssl_) & SSL_SENT_SHUTDOWN) return;
+  SigpipeBlocked blocked;
   ERR_clear_error();
   SSL_shutdown(ssl_);
   ERR_clear_error();

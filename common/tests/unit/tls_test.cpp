@@ -158,5 +158,38 @@ TEST_F(Tls, ARenewedCertificateIsServedWithoutARestartAndABrokenOneIsNot) {
   EXPECT_EQ(server->loads(), 2u);
 }
 
+// OpenSSL sends without MSG_NOSIGNAL: a write to a peer that hung up must fail, not raise SIGPIPE
+// (whose default action would end the process: a replica killed by a client that went away).
+TEST_F(Tls, AWriteToAPeerThatWentAwayFailsInsteadOfEndingTheProcess) {
+  auto server = load(TlsContext::Side::kServer, dir_ / "replica");
+  auto client = load(TlsContext::Side::kClient, dir_ / "replica");
+  ASSERT_TRUE(server && client);
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  auto accepted = std::async(std::launch::async, [&server, fd = fds[0]] {
+    auto stream = TlsStream::open(*server, fd);
+    EXPECT_TRUE(stream);
+    EXPECT_EQ(stream->accept(), 1) << stream->error();
+    return std::move(*stream);
+  });
+  {
+    auto stream = TlsStream::open(*client, fds[1]);
+    ASSERT_TRUE(stream);
+    ASSERT_TRUE(stream->setPeerName("replica.example"));
+    ASSERT_EQ(stream->connect(), 1) << stream->error();
+  }
+  TlsStream served = accepted.get();
+  ::close(fds[1]);  // the client hangs up
+  const std::string answer(64 * 1024, 'x');
+  ssize_t written = 0;
+  for (int i = 0; i < 100 && written >= 0; ++i)
+    written = served.write(answer.data(), answer.size());
+  EXPECT_LT(written, 0);
+  EXPECT_EQ(served.wants(), TlsStream::Wants::kFailed);
+  EXPECT_NE(served.error().find("Broken pipe"), std::string::npos) << served.error();
+  served.shutdown();
+  ::close(fds[0]);
+}
+
 }  // namespace
 }  // namespace rtable::common
