@@ -9,8 +9,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "rtable/common/base64.h"
@@ -282,41 +284,131 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
                       "this session holds no identity for the subtree: add its digest first",
                       {}});
     }
+    // Pipelined: the walk keeps up to kGetsInFlight requests on the connection, so it is bound by
+    // ZooKeeper's work rather than by one round trip after another (rtable-acl-walk-bench). Per
+    // node: getAcl; setAcl when it differs; then getChildren. Top-down as before: a node's
+    // children are listed (and so visited) only once it has the ACL, which stops anyone else
+    // creating open children under it meanwhile, and which lets the walk read it.
+    struct Walk;
+    enum class Kind { kAcl, kChildren, kSet };
+    struct Call {
+      Walk* walk;
+      Kind kind;
+      std::string path;
+      int rc = ZOK;
+      bool same = false;                  // kAcl: the node has the wanted ACL already
+      std::vector<std::string> children;  // kChildren
+    };
+    struct Walk {
+      const SubtreeAcl* policy;
+      std::mutex mu;
+      std::condition_variable answered;
+      std::deque<Call*> done;  // in the order of the answers
+    };
+    Walk walk{policy, {}, {}, {}};
+    static constexpr acl_completion_t kAclDone = [](int rc, struct ACL_vector* acl, struct ::Stat*,
+                                                    const void* data) {
+      auto* call = static_cast<Call*>(const_cast<void*>(data));
+      call->rc = rc;
+      if (rc == ZOK) {
+        // The same ids, each with every permission, in any order.
+        std::set<std::string> ids;
+        bool same = acl->count == static_cast<int32_t>(call->walk->policy->ids.size());
+        for (int32_t i = 0; same && i < acl->count; ++i) {
+          same = std::string_view(acl->data[i].id.scheme) == "digest" &&
+                 acl->data[i].perms == ZOO_PERM_ALL;
+          ids.insert(acl->data[i].id.id);
+        }
+        const auto& wanted = call->walk->policy->ids;
+        call->same = same && ids == std::set<std::string>(wanted.begin(), wanted.end());
+      }
+      std::lock_guard lock(call->walk->mu);
+      call->walk->done.push_back(call);
+      call->walk->answered.notify_all();
+    };
+    static constexpr strings_completion_t kChildrenDone =
+        [](int rc, const struct String_vector* strings, const void* data) {
+          auto* call = static_cast<Call*>(const_cast<void*>(data));
+          call->rc = rc;
+          if (rc == ZOK && strings) {
+            for (int32_t i = 0; i < strings->count; ++i)
+              call->children.emplace_back(strings->data[i]);
+          }
+          std::lock_guard lock(call->walk->mu);
+          call->walk->done.push_back(call);
+          call->walk->answered.notify_all();
+        };
+    static constexpr void_completion_t kSetDone = [](int rc, const void* data) {
+      auto* call = static_cast<Call*>(const_cast<void*>(data));
+      call->rc = rc;
+      std::lock_guard lock(call->walk->mu);
+      call->walk->done.push_back(call);
+      call->walk->answered.notify_all();
+    };
+
+    std::size_t in_flight = 0;  // this thread's count; every request sent gets one answer
+    std::optional<KeeperError> failure;
+    auto send = [&](Kind kind, const std::string& path) {
+      auto* call = new Call{&walk, kind, path, ZOK, false, {}};
+      int rc = ZOK;
+      switch (kind) {
+        case Kind::kAcl:
+          rc = zoo_aget_acl(handle_, call->path.c_str(), kAclDone, call);
+          break;
+        case Kind::kChildren:
+          rc = zoo_aget_children(handle_, call->path.c_str(), 0, kChildrenDone, call);
+          break;
+        case Kind::kSet:
+          rc = zoo_aset_acl(handle_, call->path.c_str(), -1, wanted, kSetDone, call);
+          break;
+      }
+      if (rc != ZOK) {  // not queued: no answer will come
+        if (!failure) failure = toError(rc, path);
+        delete call;
+        return;
+      }
+      ++in_flight;
+    };
     std::size_t changed = 0;
-    std::vector<std::string> pending{subtree};
-    while (!pending.empty()) {
-      const std::string path = std::move(pending.back());
-      pending.pop_back();
-      struct ACL_vector current{};
-      struct ::Stat stat{};
-      int rc = zoo_get_acl(handle_, path.c_str(), &current, &stat);
-      if (rc == ZNONODE && path != subtree) continue;
-      if (rc != ZOK) return std::unexpected(toError(rc, path));
-      // The same ids, each with every permission, in any order.
-      std::set<std::string> current_ids;
-      bool same = current.count == wanted->count;
-      for (int32_t i = 0; same && i < current.count; ++i) {
-        same = std::string_view(current.data[i].id.scheme) == "digest" &&
-               current.data[i].perms == ZOO_PERM_ALL;
-        current_ids.insert(current.data[i].id.id);
+    std::deque<std::string> to_visit{subtree};
+    for (;;) {
+      while (!failure && !to_visit.empty() && in_flight < kGetsInFlight) {
+        const std::string path = std::move(to_visit.front());
+        to_visit.pop_front();
+        send(Kind::kAcl, path);
       }
-      same = same && current_ids == std::set<std::string>(policy->ids.begin(), policy->ids.end());
-      deallocate_ACL_vector(&current);
-      if (!same) {
-        // Top-down: each node is guarded by its own ACL, so the order is free; a parent first
-        // stops anyone else creating open children under it while the walk goes on.
-        rc = zoo_set_acl(handle_, path.c_str(), -1, wanted);
-        if (rc == ZNONODE) continue;
-        if (rc != ZOK) return std::unexpected(toError(rc, path));
-        ++changed;
+      if (in_flight == 0 && (failure || to_visit.empty())) break;
+      std::deque<Call*> answers;
+      {
+        std::unique_lock lock(walk.mu);
+        walk.answered.wait(lock, [&] { return !walk.done.empty(); });
+        answers.swap(walk.done);
       }
-      auto listed = children(path, {});
-      if (!listed) {
-        if (listed.error().code == KeeperCode::kNoNode) continue;
-        return std::unexpected(listed.error());
+      for (Call* call : answers) {
+        std::unique_ptr<Call> owned(call);
+        --in_flight;
+        // A node deleted meanwhile is skipped; the subtree's root must exist.
+        if (call->rc == ZNONODE && (call->path != subtree || call->kind != Kind::kAcl)) continue;
+        if (call->rc != ZOK) {
+          if (!failure) failure = toError(call->rc, call->path);
+          continue;
+        }
+        if (failure) continue;
+        switch (call->kind) {
+          case Kind::kAcl:
+            send(call->same ? Kind::kChildren : Kind::kSet, call->path);
+            break;
+          case Kind::kChildren:
+            for (const auto& name : call->children) to_visit.push_back(call->path + "/" + name);
+            break;
+          case Kind::kSet:
+            ++changed;
+            send(Kind::kChildren, call->path);
+            break;
+        }
       }
-      for (const auto& name : listed->names) pending.push_back(path + "/" + name);
     }
+    if (failure) return std::unexpected(*failure);
     return changed;
   }
 
