@@ -304,6 +304,13 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
       std::mutex mu;
       std::condition_variable answered;
       std::deque<Call*> done;  // in the order of the answers
+
+      // On the C client's completion thread.
+      void deliver(Call* call) {
+        std::lock_guard lock(mu);
+        done.push_back(call);
+        answered.notify_all();
+      }
     };
     Walk walk{policy, {}, {}, {}};
     static constexpr acl_completion_t kAclDone = [](int rc, struct ACL_vector* acl, struct ::Stat*,
@@ -322,9 +329,7 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
         const auto& wanted = call->walk->policy->ids;
         call->same = same && ids == std::set<std::string>(wanted.begin(), wanted.end());
       }
-      std::lock_guard lock(call->walk->mu);
-      call->walk->done.push_back(call);
-      call->walk->answered.notify_all();
+      call->walk->deliver(call);
     };
     static constexpr strings_completion_t kChildrenDone =
         [](int rc, const struct String_vector* strings, const void* data) {
@@ -334,16 +339,12 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
             for (int32_t i = 0; i < strings->count; ++i)
               call->children.emplace_back(strings->data[i]);
           }
-          std::lock_guard lock(call->walk->mu);
-          call->walk->done.push_back(call);
-          call->walk->answered.notify_all();
+          call->walk->deliver(call);
         };
     static constexpr void_completion_t kSetDone = [](int rc, const void* data) {
       auto* call = static_cast<Call*>(const_cast<void*>(data));
       call->rc = rc;
-      std::lock_guard lock(call->walk->mu);
-      call->walk->done.push_back(call);
-      call->walk->answered.notify_all();
+      call->walk->deliver(call);
     };
 
     std::size_t in_flight = 0;  // this thread's count; every request sent gets one answer

@@ -73,6 +73,21 @@ RealEnvironment& realEnvironment() {
   return env;
 }
 
+// A session on the real server holding `digests` (the ACL tests); null after a failed expectation.
+std::unique_ptr<ZooKeeperClient> connectAs(std::vector<ZooKeeperDigest> digests = {}) {
+  ZooKeeperConfig config{realEnvironment().server().connectString(), std::chrono::seconds(10),
+                         std::chrono::seconds(10), std::move(digests)};
+  auto client = ZooKeeperClient::connect(config);
+  EXPECT_TRUE(client) << client.error().toString();
+  return client ? std::move(*client) : nullptr;
+}
+
+// Whether a request was refused for want of permission.
+template <class Result>
+bool refused(const Result& result) {
+  return !result && result.error().code == KeeperCode::kNoAuth;
+}
+
 // Collects watch events from any thread.
 class EventLog {
  public:
@@ -539,14 +554,6 @@ TEST(RealZooKeeper, AManyNodeReadLetsTheSessionsOtherRequestsThrough) {
 // Digest ACLs (issue 23): a table's nodes are created for its own identity only; the shared
 // parents above stay open so that other tables can create their subtrees beside it.
 TEST(RealZooKeeper, ATablesNodesRefuseEveryoneWithoutItsCredential) {
-  auto& env = realEnvironment();
-  auto connectAs = [&](std::vector<ZooKeeperDigest> digests) {
-    ZooKeeperConfig config{env.server().connectString(), std::chrono::seconds(10),
-                           std::chrono::seconds(10), std::move(digests)};
-    auto client = ZooKeeperClient::connect(config);
-    EXPECT_TRUE(client) << client.error().toString();
-    return client ? std::move(*client) : nullptr;
-  };
   const ZooKeeperDigest a{"table-a", "secret-a", "/acl/tables/a"};
   const ZooKeeperDigest b{"table-b", "secret-b", "/acl/tables/b"};
   auto owner = connectAs({a});
@@ -560,9 +567,6 @@ TEST(RealZooKeeper, ATablesNodesRefuseEveryoneWithoutItsCredential) {
   auto guessing = connectAs({{"table-a", "guess", "/acl/tables/a"}});
   ASSERT_TRUE(other && anonymous && guessing);
   ASSERT_TRUE(createAncestorsAndSelf(*other, "/acl/tables/b/log"));  // the parents are open
-  auto refused = [](const auto& result) {
-    return !result && result.error().code == KeeperCode::kNoAuth;
-  };
   for (Keeper* intruder : {other.get(), anonymous.get(), guessing.get()}) {
     for (const std::string path : {"/acl/tables/a", "/acl/tables/a/log", "/acl/tables/a/blocks"}) {
       SCOPED_TRACE(path);
@@ -595,19 +599,8 @@ TEST(RealZooKeeper, ATablesNodesRefuseEveryoneWithoutItsCredential) {
 }
 
 TEST(RealZooKeeper, ASessionLearnsATablesCredentialAndLocksItsOldOpenNodes) {
-  auto& env = realEnvironment();
-  auto connect = [&](std::vector<ZooKeeperDigest> digests = {}) {
-    ZooKeeperConfig config{env.server().connectString(), std::chrono::seconds(10),
-                           std::chrono::seconds(10), std::move(digests)};
-    auto client = ZooKeeperClient::connect(config);
-    EXPECT_TRUE(client) << client.error().toString();
-    return client ? std::move(*client) : nullptr;
-  };
-  auto refused = [](const auto& result) {
-    return !result && result.error().code == KeeperCode::kNoAuth;
-  };
   // A table made before ACLs: every node open.
-  auto anonymous = connect();
+  auto anonymous = connectAs();
   ASSERT_TRUE(anonymous);
   ASSERT_TRUE(createAncestorsAndSelf(*anonymous, "/migrate/tables/t/log"));
   ASSERT_TRUE(
@@ -617,7 +610,7 @@ TEST(RealZooKeeper, ASessionLearnsATablesCredentialAndLocksItsOldOpenNodes) {
 
   // One session for many tables (the operator's): it learns the credential at run time.
   const ZooKeeperDigest t{"t", "secret-t", "/migrate/tables/t"};
-  auto operator_session = connect();
+  auto operator_session = connectAs();
   ASSERT_TRUE(operator_session);
   const auto unknown = operator_session->restrictSubtree(t.subtree);
   ASSERT_FALSE(unknown);
@@ -647,7 +640,7 @@ TEST(RealZooKeeper, ASessionLearnsATablesCredentialAndLocksItsOldOpenNodes) {
   ASSERT_TRUE(again);
   EXPECT_EQ(*again, 0u);
   // The table's replicas, with the credential from their own sessions, keep working.
-  auto replica = connect({t});
+  auto replica = connectAs({t});
   ASSERT_TRUE(replica);
   EXPECT_TRUE(replica->children("/migrate/tables/t/log"));
   EXPECT_TRUE(
@@ -663,40 +656,29 @@ TEST(RealZooKeeper, ASessionLearnsATablesCredentialAndLocksItsOldOpenNodes) {
 // either password keep access; once it carries the new one alone, the walk leaves the old
 // password nothing.
 TEST(RealZooKeeper, APasswordRotatesWithoutLockingOutEitherSide) {
-  auto& env = realEnvironment();
-  auto connect = [&](std::vector<ZooKeeperDigest> digests) -> std::unique_ptr<ZooKeeperClient> {
-    ZooKeeperConfig config{env.server().connectString(), std::chrono::seconds(10),
-                           std::chrono::seconds(10), std::move(digests)};
-    auto client = ZooKeeperClient::connect(config);
-    EXPECT_TRUE(client) << client.error().toString();
-    return client ? std::move(*client) : nullptr;
-  };
-  auto refused = [](const auto& result) {
-    return !result && result.error().code == KeeperCode::kNoAuth;
-  };
   const std::string root = "/rotate/tables/t";
   const ZooKeeperDigest old_only{"t", "old-pw", root};
   ZooKeeperDigest rotating{"t", "new-pw", root};
   rotating.previous_password = "old-pw";
   const ZooKeeperDigest new_only{"t", "new-pw", root};
 
-  auto old_replica = connect({old_only});
+  auto old_replica = connectAs({old_only});
   ASSERT_TRUE(old_replica);
   ASSERT_TRUE(createAncestorsAndSelf(*old_replica, root + "/log"));
   ASSERT_TRUE(old_replica->create(root + "/log/log-", "a", CreateMode::kPersistentSequential));
 
   // Step 1: the operator's long-lived session learns both passwords; a rolled replica has both.
-  auto operator_session = connect({old_only});
+  auto operator_session = connectAs({old_only});
   ASSERT_TRUE(operator_session);
   ASSERT_TRUE(operator_session->addDigest(rotating));
-  auto rolled = connect({rotating});
+  auto rolled = connectAs({rotating});
   ASSERT_TRUE(rolled);
   ASSERT_TRUE(rolled->create(root + "/log/log-", "b", CreateMode::kPersistentSequential));
   EXPECT_TRUE(old_replica->get(root + "/log/log-0000000001")) << "a node of a rolled replica";
   auto changed = operator_session->restrictSubtree(root);
   ASSERT_TRUE(changed) << changed.error().toString();
   EXPECT_EQ(*changed, 3u);  // t, log and the first entry named the old password alone
-  auto new_replica = connect({new_only});
+  auto new_replica = connectAs({new_only});
   ASSERT_TRUE(new_replica);
   for (const std::string& path : {root, root + "/log", root + "/log/log-0000000000"}) {
     EXPECT_TRUE(new_replica->get(path)) << path;
