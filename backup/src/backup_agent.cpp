@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "rtable/replication_core/table_swap.h"
+
 namespace rtable::backup {
 
 BackupAgent::BackupAgent(core::KeeperFactory factory, std::string backups_root,
@@ -66,7 +68,7 @@ void BackupAgent::lookAtRestore() {
 
 void BackupAgent::lookAtDeletions() {
   // A request appearing wakes the loop (the watch is set again at each look).
-  const std::string path = deletionsPath(backups_root_);
+  const std::string path = deletionsPath(table_root_);
   auto watched = keeper_->children(path, waker());
   if (!watched) {
     if (watched.error().code == core::KeeperCode::kNoNode) (void)keeper_->exists(path, waker());
@@ -138,9 +140,18 @@ void BackupAgent::lookAndRun() {
       if (stopping_) return;
       if (!seen_.insert(name).second) continue;
     }
+    auto look_again = [&] {
+      std::lock_guard lock(mu_);
+      seen_.erase(name);
+    };
     std::string path = backups_root_ + "/" + name;
     auto node = keeper_->get(path);
-    if (!node) continue;
+    if (!node) {
+      // Gone, or not to be read by this table's identity (not its backup): passed over.
+      const auto code = node.error().code;
+      if (code != core::KeeperCode::kNoNode && code != core::KeeperCode::kNoAuth) look_again();
+      continue;
+    }
     auto operation = BackupOperation::parse(node->data);
     if (!operation) {
       spdlog::warn("backup operation {}: unreadable ({}); skipped", path, operation.error());
@@ -148,13 +159,28 @@ void BackupAgent::lookAndRun() {
     }
     const BackupTableRef* table = operation->tableOf(host_);
     if (!table || table->table_root != table_root_) continue;
+    // Anyone reaching ZooKeeper could write an operation naming this table (and a destination to
+    // send its data to). A real one comes with the table's backup lock naming it, made in the same
+    // multi inside the table's tree, which only its identity writes (BackupInitiator::start). No
+    // such lock: forged, or ended already.
+    auto lock = keeper_->get(core::backupLockPath(table_root_));
+    if (!lock && lock.error().code != core::KeeperCode::kNoNode) {
+      look_again();
+      continue;
+    }
+    if (!lock || lock->data != operation->uid) {
+      spdlog::warn(
+          "backup operation {} names this replica, but the table's backup lock names {}: not run "
+          "(it ended, or was not made by the operator)",
+          path, lock ? "'" + lock->data + "'" : std::string("no backup"));
+      continue;
+    }
     // Started before (this process restarted), finished, or failed already: not ours to run.
     BackupPaths paths{backups_root_, operation->uid};
     auto started = keeper_->exists(paths.started(host_));
     auto error = keeper_->exists(paths.error());
     if (!started || !error) {
-      std::lock_guard lock(mu_);
-      seen_.erase(name);  // look again next time
+      look_again();
       continue;
     }
     if (*started || *error) continue;

@@ -176,11 +176,15 @@ std::expected<DeletionRequest, std::string> DeletionRequest::parse(std::string_v
   return request;
 }
 
-std::string deletionsPath(std::string_view backups_root) {
-  return fmt::format("{}/deletions", backups_root);
+std::string deletionsPath(std::string_view table_root) {
+  return fmt::format("{}/backup_deletions", table_root);
 }
 
-std::string deletionRequestPath(std::string_view backups_root, std::string_view uid) {
+std::string deletionRequestPath(std::string_view table_root, std::string_view uid) {
+  return fmt::format("{}/{}", deletionsPath(table_root), uid);
+}
+
+std::string legacyDeletionRequestPath(std::string_view backups_root, std::string_view uid) {
   return fmt::format("{}/deletions/{}", backups_root, uid);
 }
 
@@ -276,7 +280,7 @@ StorageResult<DeletionStats> deleteBackupData(BackupStorage& storage, const std:
 std::expected<std::size_t, std::string> deleteIfAsked(
     core::Keeper& keeper, const std::string& backups_root, const std::string& table_root,
     const std::string& host, const DestinationOpener& open, const DeletionOptions& options) {
-  auto children = keeper.children(deletionsPath(backups_root));
+  auto children = keeper.children(deletionsPath(table_root));
   if (!children) {
     if (children.error().code == core::KeeperCode::kNoNode) return 0;
     return std::unexpected("listing the deletion requests: " + children.error().toString());
@@ -292,7 +296,7 @@ std::expected<std::size_t, std::string> deleteRequested(
   std::sort(names.begin(), names.end());
   std::size_t finished = 0;
   for (const auto& name : names) {
-    const std::string path = deletionRequestPath(backups_root, name);
+    const std::string path = deletionRequestPath(table_root, name);
     auto node = keeper.get(path);
     if (!node) {
       if (node.error().code == core::KeeperCode::kNoNode) continue;

@@ -67,7 +67,15 @@ struct ResolvedTables {
   std::string zookeeper_root;
   std::vector<backup::BackupTableRef> tables;     // hosts and generation not yet filled in
   std::vector<core::ZooKeeperDigest> identities;  // of the tables that have one
+  bool every_table_has_identity = true;
 };
+
+// A session of the operator for a backup: timeouts as the replicas', the tables' identities.
+core::ZooKeeperConfig sessionConfig(const std::string& connect,
+                                    std::vector<core::ZooKeeperDigest> identities) {
+  return core::ZooKeeperConfig{connect, std::chrono::seconds(30), std::chrono::seconds(5),
+                               std::move(identities)};
+}
 
 }  // namespace
 
@@ -193,11 +201,9 @@ ClusterBackupReconciler::ClusterBackupReconciler(op::KubeClient& client,
   if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
   if (options_.registry) metrics_ = std::make_unique<BackupMetrics>(*options_.registry);
   if (!options_.new_session) {
-    options_.new_session = [](const std::string& connect,
-                              const std::vector<core::ZooKeeperDigest>& identities)
+    options_.new_session = [](const core::ZooKeeperConfig& config)
         -> core::KeeperResult<std::unique_ptr<core::Keeper>> {
-      auto client = core::ZooKeeperClient::connect(core::ZooKeeperConfig{
-          connect, std::chrono::seconds(30), std::chrono::seconds(5), identities});
+      auto client = core::ZooKeeperClient::connect(config);
       if (!client) return std::unexpected(client.error());
       return std::unique_ptr<core::Keeper>(std::move(*client));
     };
@@ -238,10 +244,9 @@ void ClusterBackupReconciler::recordFailure(const json& object, const std::strin
                      reason);
 }
 
-core::KeeperFactory ClusterBackupReconciler::factoryFor(
-    const std::string& connect, const std::vector<core::ZooKeeperDigest>& identities) const {
+core::KeeperFactory ClusterBackupReconciler::factoryFor(core::ZooKeeperConfig config) const {
   auto new_session = options_.new_session;
-  return [new_session, connect, identities] { return new_session(connect, identities); };
+  return [new_session, config = std::move(config)] { return new_session(config); };
 }
 
 void ClusterBackupReconciler::event(const json& object, op::EventType type, std::string_view reason,
@@ -375,12 +380,13 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
     return removeFinalizer(key, object);
   };
 
-  // Its tables' replicas delete (they can open the destination); tables being deleted do not
-  // count (their replicas are going).
+  // A replica of its first table that is not being deleted (its replicas are going) deletes: it
+  // can open the destination. The request goes into that table's tree, under its identity.
   std::string connect;
   std::string zookeeper_root;
   std::vector<std::string> table_roots;
   std::vector<std::string> names;
+  std::vector<core::ZooKeeperDigest> identities;
   for (const auto& item : object.value(json::json_pointer("/status/tables"), json::array())) {
     if (!item.is_string()) continue;
     const std::string name = item.get<std::string>();
@@ -398,6 +404,9 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
                table_spec->zookeeper.root != zookeeper_root) {
       continue;
     }
+    auto identity = readTableIdentity(client_, key.ns, name, *table_spec);
+    if (!identity) return std::unexpected(op::ReconcileError::retryable(identity.error()));
+    if (*identity) identities.push_back(**identity);
     table_roots.push_back(table_spec->zookeeper.root + "/" + tableUid(key.ns, name));
     names.push_back(name);
   }
@@ -407,16 +416,15 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
         "remove backups/{}/ there by hand (the next deletion there then removes its data files)",
         backupNameFor(key)));
   }
-  // The deletion request goes under the backups' root, which no table's identity guards.
-  auto session = options_.new_session(connect, {});
+  auto session = options_.new_session(sessionConfig(connect, identities));
   if (!session) {
     return std::unexpected(op::ReconcileError::retryable(
         "ZooKeeper " + connect + " cannot be reached: " + session.error().toString()));
   }
   core::Keeper& keeper = **session;
   const std::string backups_root = backup::BackupPaths::rootFor(zookeeper_root);
-  const std::string path =
-      backup::deletionRequestPath(backups_root, textAt(object, "/metadata/uid"));
+  const std::string uid = textAt(object, "/metadata/uid");
+  const std::string path = backup::deletionRequestPath(table_roots.front(), uid);
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              options_.wall_clock().time_since_epoch())
                              .count();
@@ -428,7 +436,7 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
     request.table_roots = table_roots;
     request.requested_ms = now_ms;
     core::KeeperStatus made =
-        core::createAncestorsAndSelf(keeper, backup::deletionsPath(backups_root));
+        core::createAncestorsAndSelf(keeper, backup::deletionsPath(table_roots.front()));
     if (made) {
       auto created = keeper.create(path, request.format(), core::CreateMode::kPersistent);
       if (!created && created.error().code != core::KeeperCode::kNodeExists) {
@@ -438,7 +446,7 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
     if (!made) return std::unexpected(op::ReconcileError::retryable(made.error().toString()));
     event(object, op::EventType::kNormal, "DeletingData",
           fmt::format("removing backup {} from {} (a replica of {} does it)", request.backup,
-                      location, fmt::join(names, ", ")));
+                      location, names.front()));
     return op::ReconcileResult::after(options_.busy_retry);
   }
   if (!node) return std::unexpected(op::ReconcileError::retryable(node.error().toString()));
@@ -461,12 +469,15 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
   } else {
     event(object, op::EventType::kWarning, "DataRetained",
           fmt::format("no replica of {} removed backup {} from {} within {} s; the data stays",
-                      fmt::join(names, ", "), request->backup, location,
+                      names.front(), request->backup, location,
                       options_.deletion_give_up.count() / 1000));
   }
-  if (auto removed = keeper.remove(path);
-      !removed && removed.error().code != core::KeeperCode::kNoNode) {
-    return std::unexpected(op::ReconcileError::retryable(removed.error().toString()));
+  // With the request, one an earlier version left where requests lay before (open to all).
+  for (const auto& done : {path, backup::legacyDeletionRequestPath(backups_root, uid)}) {
+    if (auto removed = keeper.remove(done);
+        !removed && removed.error().code != core::KeeperCode::kNoNode) {
+      return std::unexpected(op::ReconcileError::retryable(removed.error().toString()));
+    }
   }
   return removeFinalizer(key, object);
 }
@@ -555,10 +566,14 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     // The table's nodes refuse every session without its identity.
     auto identity = readTableIdentity(client_, key.ns, name, *table_spec);
     if (!identity) return wait("ZooKeeperCredentialsUnavailable", identity.error());
-    if (*identity) resolved.identities.push_back(**identity);
+    if (*identity) {
+      resolved.identities.push_back(**identity);
+    } else {
+      resolved.every_table_has_identity = false;
+    }
   }
 
-  auto session = options_.new_session(resolved.connect, resolved.identities);
+  auto session = options_.new_session(sessionConfig(resolved.connect, resolved.identities));
   if (!session) {
     return wait("ZooKeeperUnreachable", "ZooKeeper " + resolved.connect +
                                             " cannot be reached: " + session.error().toString());
@@ -597,6 +612,17 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
   operation.tables = resolved.tables;
   operation.destination = destination;
   backup::BackupPaths paths{backup::BackupPaths::rootFor(resolved.zookeeper_root), operation.uid};
+  // The operation's nodes are changed by its tables' identities only (docs/security.md); a
+  // table not given one yet (made before ACLs, its Secret not written yet) reads and writes them
+  // as before: open.
+  core::ZooKeeperConfig initiator_session = sessionConfig(resolved.connect, resolved.identities);
+  if (resolved.every_table_has_identity) {
+    core::SharedSubtree shared{paths.operation(), {}};
+    for (const auto& identity : resolved.identities) {
+      for (auto& id : core::digestAclIds(identity)) shared.ids.push_back(std::move(id));
+    }
+    initiator_session.shared_subtrees.push_back(std::move(shared));
+  }
 
   auto running = std::make_shared<Running>();
   running->key = key;
@@ -617,15 +643,15 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     auto written = backup::BackupOperation::parse(node->data);
     if (!written)
       return fail("Lost", "the operation in ZooKeeper is unreadable: " + written.error());
-    running->initiator = std::make_unique<backup::BackupInitiator>(
-        factoryFor(resolved.connect, resolved.identities), paths, *written, options_.sync);
+    running->initiator = std::make_unique<backup::BackupInitiator>(factoryFor(initiator_session),
+                                                                   paths, *written, options_.sync);
     follow_moves(*running->initiator);
     if (auto resumed = running->initiator->resume(); !resumed) {
       return std::unexpected(op::ReconcileError::retryable(resumed.error().toString()));
     }
   } else {
-    running->initiator = std::make_unique<backup::BackupInitiator>(
-        factoryFor(resolved.connect, resolved.identities), paths, operation, options_.sync);
+    running->initiator = std::make_unique<backup::BackupInitiator>(factoryFor(initiator_session),
+                                                                   paths, operation, options_.sync);
     follow_moves(*running->initiator);
     auto started = running->initiator->start();
     if (!started && started.error().kind == backup::StartRefusal::Kind::kBusy) {

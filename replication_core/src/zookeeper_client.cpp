@@ -11,6 +11,8 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -89,37 +91,92 @@ std::size_t createdPathCapacity(const std::string& path) {
 
 constexpr int kServersResolutionDelayMs = 30'000;
 
-// The ACL a digest identity puts on the nodes of its subtree: everything, for it alone (for its
-// password and, during a rotation, its previous one). Immutable, and it lives as long as the
-// client: the C structs point into its strings.
+// An ACL in the C client's form, owning the strings its entries point into. Immutable, neither
+// copied nor moved (the pointers stay good); a create holds it shared while it is sent.
+class NodeAcl {
+ public:
+  struct Entry {
+    std::string scheme;
+    std::string id;
+    int32_t perms = ZOO_PERM_ALL;
+  };
+
+  explicit NodeAcl(std::vector<Entry> entries) : entries_(std::move(entries)) {
+    c_entries_.resize(entries_.size());
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      c_entries_[i].perms = entries_[i].perms;
+      c_entries_[i].id.scheme = entries_[i].scheme.data();
+      c_entries_[i].id.id = entries_[i].id.data();
+    }
+    acl_.count = static_cast<int32_t>(c_entries_.size());
+    acl_.data = c_entries_.data();
+  }
+  NodeAcl(const NodeAcl&) = delete;
+  NodeAcl& operator=(const NodeAcl&) = delete;
+
+  // Every permission for each id (digest scheme); with `others`, those for anyone too.
+  static std::shared_ptr<const NodeAcl> forIds(const std::vector<std::string>& ids,
+                                               int32_t others = 0) {
+    std::vector<Entry> entries;
+    for (const auto& id : ids) entries.push_back({"digest", id, ZOO_PERM_ALL});
+    if (others != 0) entries.push_back({"world", "anyone", others});
+    return std::make_shared<const NodeAcl>(std::move(entries));
+  }
+  // As ZooKeeper answered it.
+  static std::shared_ptr<const NodeAcl> of(const struct ACL_vector& acl) {
+    std::vector<Entry> entries;
+    for (int32_t i = 0; i < acl.count; ++i) {
+      entries.push_back({acl.data[i].id.scheme, acl.data[i].id.id, acl.data[i].perms});
+    }
+    return std::make_shared<const NodeAcl>(std::move(entries));
+  }
+  static std::shared_ptr<const NodeAcl> open() {
+    static const auto kOpen =
+        std::make_shared<const NodeAcl>(std::vector<Entry>{{"world", "anyone", ZOO_PERM_ALL}});
+    return kOpen;
+  }
+
+  // The C client takes a non-const pointer and only reads through it.
+  struct ACL_vector* get() const { return const_cast<struct ACL_vector*>(&acl_); }
+
+ private:
+  std::vector<Entry> entries_;  // never changed after construction
+  std::vector<struct ::ACL> c_entries_;
+  struct ACL_vector acl_{};
+};
+
+// The ACL of the nodes of a subtree: an identity's own (everything, for its password and, during
+// a rotation, its previous one; nobody else), or one several identities share.
 struct SubtreeAcl {
   std::string subtree;
-  std::string scheme = "digest";
   std::vector<std::string> ids;
-  std::vector<struct ::ACL> entries;
-  struct ACL_vector acl{};
+  std::shared_ptr<const NodeAcl> acl;
 
-  SubtreeAcl(const ZooKeeperDigest& digest) : subtree(digest.subtree) {
-    ids.push_back(digestAclId(digest.user, digest.password));
-    if (!digest.previous_password.empty())
-      ids.push_back(digestAclId(digest.user, digest.previous_password));
-    entries.resize(ids.size());
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      entries[i].perms = ZOO_PERM_ALL;
-      entries[i].id.scheme = scheme.data();
-      entries[i].id.id = ids[i].data();
-    }
-    acl.count = static_cast<int32_t>(entries.size());
-    acl.data = entries.data();
-  }
-  SubtreeAcl(const SubtreeAcl&) = delete;
-  SubtreeAcl& operator=(const SubtreeAcl&) = delete;
+  explicit SubtreeAcl(const ZooKeeperDigest& digest)
+      : subtree(digest.subtree), ids(digestAclIds(digest)), acl(NodeAcl::forIds(ids)) {}
+  explicit SubtreeAcl(const SharedSubtree& shared)
+      : subtree(shared.subtree), ids(shared.ids), acl(NodeAcl::forIds(ids, ZOO_PERM_READ)) {}
 
   bool holds(const std::string& path) const {
     return path.starts_with(subtree) &&
            (path.size() == subtree.size() || path[subtree.size()] == '/' || subtree == "/");
   }
 };
+
+// The deepest of `acls` holding `path` (of two for the same subtree, the later), or null.
+const SubtreeAcl* deepestHolding(const std::vector<std::unique_ptr<SubtreeAcl>>& acls,
+                                 const std::string& path) {
+  const SubtreeAcl* best = nullptr;
+  for (const auto& acl : acls) {
+    if (acl->holds(path) && (!best || acl->subtree.size() >= best->subtree.size()))
+      best = acl.get();
+  }
+  return best;
+}
+
+// Inherited ACLs remembered per ancestor; past this many the memory starts again (a replica
+// meets one operation per backup, for as long as it runs).
+constexpr std::size_t kInheritedAclsKept = 256;
 
 class ZooKeeperClientImpl;
 
@@ -135,6 +192,8 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   explicit ZooKeeperClientImpl(ZooKeeperConfig config) : config_(std::move(config)) {
     for (const auto& digest : config_.digests)
       subtree_acls_.push_back(std::make_unique<SubtreeAcl>(digest));
+    for (const auto& shared : config_.shared_subtrees)
+      shared_acls_.push_back(std::make_unique<SubtreeAcl>(shared));
   }
 
   ~ZooKeeperClientImpl() override {
@@ -226,16 +285,36 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     return {};
   }
 
-  // The ACL for a node created at `path`: the deepest subtree's identity (of two for the same
-  // subtree, the later), else open to all. The entries are never removed: the pointer stays good.
-  struct ACL_vector* aclFor(const std::string& path) const {
-    const SubtreeAcl* best = nullptr;
-    std::lock_guard lock(mu_);
-    for (const auto& acl : subtree_acls_) {
-      if (acl->holds(path) && (!best || acl->subtree.size() >= best->subtree.size()))
-        best = acl.get();
+  // The ACL for a node created at `path` (ZooKeeperConfig): the deepest subtree's identity, else
+  // the deepest shared subtree's, else the inherited one, else open to all.
+  KeeperResult<std::shared_ptr<const NodeAcl>> aclFor(const std::string& path) {
+    std::string ancestor;
+    {
+      std::lock_guard lock(mu_);
+      if (const SubtreeAcl* own = deepestHolding(subtree_acls_, path)) return own->acl;
+      if (const SubtreeAcl* shared = deepestHolding(shared_acls_, path)) return shared->acl;
+      for (const auto& root : config_.inheriting_roots) {
+        if (!path.starts_with(root) || path.size() <= root.size() + 1 || path[root.size()] != '/')
+          continue;
+        const std::size_t end = path.find('/', root.size() + 1);
+        if (end == std::string::npos) continue;  // a child of the root itself
+        ancestor = path.substr(0, end);
+        if (auto known = inherited_acls_.find(ancestor); known != inherited_acls_.end())
+          return known->second;
+        break;
+      }
     }
-    return best ? &const_cast<SubtreeAcl*>(best)->acl : &ZOO_OPEN_ACL_UNSAFE;
+    if (ancestor.empty()) return NodeAcl::open();
+    struct ACL_vector acl{};
+    struct ::Stat stat{};
+    const int rc = zoo_get_acl(handle_, ancestor.c_str(), &acl, &stat);
+    if (rc != ZOK) return std::unexpected(toError(rc, ancestor));
+    auto inherited = NodeAcl::of(acl);
+    deallocate_ACL_vector(&acl);
+    std::lock_guard lock(mu_);
+    if (inherited_acls_.size() >= kInheritedAclsKept) inherited_acls_.clear();
+    inherited_acls_.emplace(ancestor, inherited);
+    return inherited;
   }
 
   KeeperStatus addDigest(const ZooKeeperDigest& digest) override {
@@ -249,7 +328,7 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
         for (const auto& acl : subtree_acls_) {
           if (acl->subtree == digest.subtree) latest = acl.get();
         }
-        if (!latest || latest->ids != SubtreeAcl(digest).ids) {
+        if (!latest || latest->ids != digestAclIds(digest)) {
           config_.digests.erase(held);
           config_.digests.push_back(digest);
           subtree_acls_.push_back(std::make_unique<SubtreeAcl>(digest));
@@ -276,8 +355,7 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
         if (acl->subtree == subtree) policy = acl.get();  // the latest for the subtree
       }
     }
-    struct ACL_vector* wanted = policy ? &const_cast<SubtreeAcl*>(policy)->acl : nullptr;
-    if (!wanted) {
+    if (!policy) {
       return std::unexpected(
           KeeperError{KeeperCode::kBadArguments,
                       subtree,
@@ -360,7 +438,8 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
           rc = zoo_aget_children(handle_, call->path.c_str(), 0, kChildrenDone, call);
           break;
         case Kind::kSet:
-          rc = zoo_aset_acl(handle_, call->path.c_str(), -1, wanted, kSetDone, call);
+          rc = zoo_aset_acl(handle_, call->path.c_str(), -1, walk.policy->acl->get(), kSetDone,
+                            call);
           break;
       }
       if (rc != ZOK) {  // not queued: no answer will come
@@ -529,9 +608,11 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
 
   KeeperResult<std::string> create(const std::string& path, const std::string& data,
                                    CreateMode mode) override {
+    auto acl = aclFor(path);
+    if (!acl) return std::unexpected(acl.error());
     std::string created(createdPathCapacity(path), '\0');
     const int rc =
-        zoo_create(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), aclFor(path),
+        zoo_create(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), (*acl)->get(),
                    toZooMode(mode), created.data(), static_cast<int>(created.size()));
     if (rc != ZOK) return std::unexpected(toError(rc, path));
     created.resize(std::strlen(created.c_str()));
@@ -591,6 +672,14 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     std::vector<zoo_op_result_t> zoo_results(n);
     std::vector<std::string> created(n);
     std::vector<struct ::Stat> stats(n);
+    std::vector<std::shared_ptr<const NodeAcl>> acls(n);  // held until the request is sent
+    for (std::size_t i = 0; i < n; ++i) {
+      if (const auto* create = std::get_if<op::Create>(&ops[i])) {
+        auto acl = aclFor(create->path);
+        if (!acl) return std::unexpected(acl.error());
+        acls[i] = std::move(*acl);
+      }
+    }
     for (std::size_t i = 0; i < n; ++i) {
       std::visit(
           [&](const auto& o) {
@@ -598,7 +687,7 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
             if constexpr (std::is_same_v<T, op::Create>) {
               created[i].assign(createdPathCapacity(o.path), '\0');
               zoo_create_op_init(&zoo_ops[i], o.path.c_str(), o.data.data(),
-                                 static_cast<int>(o.data.size()), aclFor(o.path), toZooMode(o.mode),
+                                 static_cast<int>(o.data.size()), acls[i]->get(), toZooMode(o.mode),
                                  created[i].data(), static_cast<int>(created[i].size()));
             } else if constexpr (std::is_same_v<T, op::Remove>) {
               zoo_delete_op_init(&zoo_ops[i], o.path.c_str(), o.version);
@@ -695,7 +784,9 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
   }
 
   ZooKeeperConfig config_;  // its digests grow by addDigest, under mu_
-  std::vector<std::unique_ptr<SubtreeAcl>> subtree_acls_;  // under mu_
+  std::vector<std::unique_ptr<SubtreeAcl>> subtree_acls_;                 // under mu_
+  std::vector<std::unique_ptr<SubtreeAcl>> shared_acls_;                  // fixed at construction
+  std::map<std::string, std::shared_ptr<const NodeAcl>> inherited_acls_;  // under mu_
   zhandle_t* handle_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable state_changed_;
@@ -713,6 +804,13 @@ std::string digestAclId(const std::string& user, const std::string& password) {
   EVP_Digest(credential.data(), credential.size(), sha, &sha_size, EVP_sha1(), nullptr);
   return user + ":" +
          common::base64Encode(std::string_view(reinterpret_cast<const char*>(sha), sha_size));
+}
+
+std::vector<std::string> digestAclIds(const ZooKeeperDigest& digest) {
+  std::vector<std::string> ids{digestAclId(digest.user, digest.password)};
+  if (!digest.previous_password.empty())
+    ids.push_back(digestAclId(digest.user, digest.previous_password));
+  return ids;
 }
 
 void ZooKeeperClient::silenceLibraryLog() {

@@ -240,9 +240,15 @@ int main(int argc, char** argv) {
   }
   exposer->RegisterCollectable(registry);
 
-  const rtable::core::ZooKeeperConfig zk_config{spec->zookeeper_connect,
-                                                spec->zookeeper_session_timeout,
-                                                std::chrono::seconds(10), spec->zookeeperDigests()};
+  // Its nodes of a cluster backup take the operation's ACL, which names every table it covers
+  // (backup_operation.h; docs/security.md).
+  const rtable::core::ZooKeeperConfig zk_config{
+      spec->zookeeper_connect,
+      spec->zookeeper_session_timeout,
+      std::chrono::seconds(10),
+      spec->zookeeperDigests(),
+      {},
+      {rtable::backup::BackupPaths::rootFor(spec->zookeeper_root)}};
   auto factory =
       [zk_config]() -> rtable::core::KeeperResult<std::unique_ptr<rtable::core::Keeper>> {
     auto client = rtable::core::ZooKeeperClient::connect(zk_config);

@@ -672,6 +672,48 @@ TEST_F(BackupProtocol, EachReplicasAgentJoinsTheOperationsThatNameItAndOnlyThose
   EXPECT_EQ(manifest->tables.at(0).rows, 40u);
 }
 
+// Anyone who reaches ZooKeeper can write an operation that names this table's replicas and a
+// destination of their choosing (the backups' root is shared by every table). A real one comes
+// with the table's backup lock naming it, made in the same multi, in the table's own tree, which
+// only holders of the table's identity can write (BackupInitiator::start).
+TEST_F(BackupProtocol, AnOperationTheTablesLockDoesNotNameIsNotRun) {
+  const BackupOperation forged = operation("u-forged", "exfiltrated");
+  const BackupPaths where = paths(forged.uid);
+  const std::string table_root = replicas_.at("r1")->spec().tableRoot();
+  auto keeper = zookeeperFactory()();
+  ASSERT_TRUE(keeper);
+  ASSERT_TRUE(core::createAncestorsAndSelf(**keeper, where.root));
+  ASSERT_TRUE((*keeper)->multi(
+      {core::op::Create{where.operation(), forged.format()}, core::op::Create{where.stage(), ""},
+       core::op::Create{where.parts(), ""}, core::op::Create{where.fileInfos(), ""},
+       core::op::Create{where.writingFiles(), ""}}));
+  int opened = 0;
+  auto agentOf = [&] {
+    return std::make_unique<BackupAgent>(
+        zookeeperFactory(), where.root, table_root, "r1", *sources_.at("r1"),
+        [&](const BackupOperation&) -> StorageResult<std::unique_ptr<BackupStorage>> {
+          ++opened;
+          return std::unexpected(StorageError{StorageError::Kind::kOther, "not opened in tests"});
+        });
+  };
+  auto agent = agentOf();
+  agent->runOnceForTest();
+  EXPECT_EQ(opened, 0);
+  EXPECT_TRUE(agent->outcomesForTest().empty());
+  EXPECT_FALSE((*keeper)->exists(where.started("r1"))->has_value());
+
+  // The same operation with the lock naming it is joined.
+  ASSERT_TRUE((*keeper)->create(core::backupLockPath(table_root), forged.uid,
+                                core::CreateMode::kPersistent));
+  auto joined = agentOf();
+  joined->runOnceForTest();
+  EXPECT_EQ(opened, 1);
+  EXPECT_EQ(joined->outcomesForTest().size(), 1u);
+  EXPECT_TRUE((*keeper)->exists(where.started("r1"))->has_value());
+  ASSERT_TRUE((*keeper)->remove(core::backupLockPath(table_root)));
+  ASSERT_TRUE(core::removeRecursive(**keeper, where.operation()));
+}
+
 // Restore (restore.h): a backup in a real directory, read back into a new table of three
 // replicas by one of them, the others fetching.
 class BackupRestore : public BackupProtocol {

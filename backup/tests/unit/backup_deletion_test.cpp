@@ -183,12 +183,12 @@ class DeleteIfAsked : public ::testing::Test {
     request.backup = "analytics.b1";
     request.destination = destination_;
     request.table_roots = {table_root};
-    ASSERT_TRUE(core::createAncestorsAndSelf(*keeper_, deletionsPath(kRoot)));
-    ASSERT_TRUE(keeper_->create(deletionRequestPath(kRoot, uid), request.format(),
+    ASSERT_TRUE(core::createAncestorsAndSelf(*keeper_, deletionsPath(table_root)));
+    ASSERT_TRUE(keeper_->create(deletionRequestPath(table_root, uid), request.format(),
                                 core::CreateMode::kPersistent));
   }
-  DeletionRequest stored(const std::string& uid) {
-    return DeletionRequest::parse(keeper_->get(deletionRequestPath(kRoot, uid))->data).value();
+  DeletionRequest stored(const std::string& uid, const std::string& table_root = kTableRoot) {
+    return DeletionRequest::parse(keeper_->get(deletionRequestPath(table_root, uid))->data).value();
   }
   std::expected<std::size_t, std::string> look(const DeletionOptions& options = {}) {
     auto replica = server_->connect();
@@ -250,6 +250,14 @@ TEST_F(DeleteIfAsked, AReplicaOfTheTableDeletesAndRecordsWhatItRemoved) {
   EXPECT_EQ(look().value(), 0u);  // no request: nothing, not even a lock
   ask("uid-1");
   ask("uid-2", "/rtable/tables/analytics.other");  // another table's: not this replica's
+  // Where requests lay before they moved into the tables' trees (open to anyone): not taken.
+  DeletionRequest legacy;
+  legacy.backup = "analytics.b2";
+  legacy.destination = destination_;
+  legacy.table_roots = {kTableRoot};
+  ASSERT_TRUE(core::createAncestorsAndSelf(*keeper_, kRoot + std::string("/deletions")));
+  ASSERT_TRUE(keeper_->create(legacyDeletionRequestPath(kRoot, "uid-3"), legacy.format(),
+                              core::CreateMode::kPersistent));
   ASSERT_EQ(look().value(), 1u);
   const DeletionRequest done = stored("uid-1");
   EXPECT_EQ(done.state, DeletionRequest::State::kDone);
@@ -261,7 +269,8 @@ TEST_F(DeleteIfAsked, AReplicaOfTheTableDeletesAndRecordsWhatItRemoved) {
             "for other backups");
   EXPECT_FALSE(storage_.size(manifestName("analytics.b1")).value());
   EXPECT_TRUE(storage_.size(manifestName("analytics.b2")).value());
-  EXPECT_EQ(stored("uid-2").state, DeletionRequest::State::kPending);
+  EXPECT_EQ(stored("uid-2", "/rtable/tables/analytics.other").state,
+            DeletionRequest::State::kPending);
   EXPECT_FALSE(keeper_->exists(destinationLockPath(kRoot, destination_))->has_value());
   // Done stays done.
   EXPECT_EQ(look().value(), 0u);

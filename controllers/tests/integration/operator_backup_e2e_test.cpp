@@ -33,6 +33,7 @@
 #include "rtable/controllers/replicated_table_spec.h"
 #include "rtable/replication_core/part_format.h"
 #include "rtable/replication_core/part_name.h"
+#include "rtable/replication_core/zookeeper_client.h"
 
 namespace rtable::controllers::testing {
 namespace {
@@ -542,6 +543,33 @@ TEST_F(OperatorBackup, TheOperatorKilledMidBackupRejoinsItAndItCompletesWhole) {
       120s))
       << running.dump();
   ASSERT_EQ(running["status"]["phase"], "Running");
+  // The operation's nodes: anyone may read them (a replica of another table deleting backup data
+  // looks for live backups on its destination), nobody without a covered table's identity may
+  // change them: neither those the operator made nor those the replicas made below them (they
+  // take the operation's ACL).
+  {
+    const std::string operation =
+        "/rtable/backups/backup-" + running["metadata"]["uid"].get<std::string>();
+    auto anonymous =
+        core::ZooKeeperClient::connect(core::ZooKeeperConfig{zookeeper_->connectString()});
+    ASSERT_TRUE(anonymous);
+    auto stage = (*anonymous)->children(operation + "/stage");
+    ASSERT_TRUE(stage) << stage.error().toString();
+    std::string replica_node;
+    for (const auto& name : stage->names) {
+      if (name.starts_with("alive|events-")) replica_node = operation + "/stage/" + name;
+    }
+    ASSERT_FALSE(replica_node.empty()) << fmt::format("{}", fmt::join(stage->names, ", "));
+    EXPECT_TRUE((*anonymous)->get(operation));
+    for (const std::string& path : {operation, operation + "/stage", replica_node}) {
+      auto set = (*anonymous)->set(path, "rewritten");
+      EXPECT_TRUE(!set && set.error().code == core::KeeperCode::kNoAuth) << path;
+      auto planted = (*anonymous)->create(path + "/planted", "", core::CreateMode::kPersistent);
+      EXPECT_TRUE(!planted && planted.error().code == core::KeeperCode::kNoAuth) << path;
+    }
+    auto removed = (*anonymous)->remove(replica_node);
+    EXPECT_TRUE(!removed && removed.error().code == core::KeeperCode::kNoAuth);
+  }
   operator_->kill();
   backup::FilesystemStorage storage(backupDir());
   auto manifest = storage.size(backup::manifestName(std::string(kNs) + ".o1"));

@@ -73,10 +73,17 @@ RealEnvironment& realEnvironment() {
   return env;
 }
 
-// A session on the real server holding `digests` (the ACL tests); null after a failed expectation.
-std::unique_ptr<ZooKeeperClient> connectAs(std::vector<ZooKeeperDigest> digests = {}) {
-  ZooKeeperConfig config{realEnvironment().server().connectString(), std::chrono::seconds(10),
-                         std::chrono::seconds(10), std::move(digests)};
+// A session on the real server holding `digests` (the ACL tests), sharing `shared` and inheriting
+// below `inheriting_roots`; null after a failed expectation.
+std::unique_ptr<ZooKeeperClient> connectAs(std::vector<ZooKeeperDigest> digests = {},
+                                           std::vector<SharedSubtree> shared = {},
+                                           std::vector<std::string> inheriting_roots = {}) {
+  ZooKeeperConfig config{realEnvironment().server().connectString(),
+                         std::chrono::seconds(10),
+                         std::chrono::seconds(10),
+                         std::move(digests),
+                         std::move(shared),
+                         std::move(inheriting_roots)};
   auto client = ZooKeeperClient::connect(config);
   EXPECT_TRUE(client) << client.error().toString();
   return client ? std::move(*client) : nullptr;
@@ -707,6 +714,70 @@ TEST(RealZooKeeper, APasswordRotatesWithoutLockingOutEitherSide) {
   ASSERT_TRUE(changed) << changed.error().toString();
   EXPECT_EQ(*changed, 5u);  // t, log, both entries and blocks
   EXPECT_TRUE(old_replica->get(root + "/blocks"));
+}
+
+// A cluster backup's operation covers tables A and B: the operator (holding both identities) makes
+// it shared by their ids; replicas of A and B, each holding only its own identity, create their
+// nodes below it with the same ACL (inherited); table C's replica and a session without identity
+// may read it (a deleting replica looks for live backups on its destination) but change nothing.
+TEST(RealZooKeeper, ABackupOperationIsWrittenByItsTablesOnlyAndReadByAll) {
+  const ZooKeeperDigest a{"table-a", "secret-a", "/acl-backups/tables/a"};
+  const ZooKeeperDigest b{"table-b", "secret-b", "/acl-backups/tables/b", "old-secret-b"};
+  const ZooKeeperDigest c{"table-c", "secret-c", "/acl-backups/tables/c"};
+  const std::string root = "/acl-backups/backups";
+  const std::string operation = root + "/backup-u1";
+  std::vector<std::string> ids = digestAclIds(a);
+  for (const auto& id : digestAclIds(b)) ids.push_back(id);
+  ASSERT_EQ(ids.size(), 3u);  // b's previous password too: its replicas may hold either
+
+  auto initiator = connectAs({a, b}, {{operation, ids}}, {root});
+  ASSERT_TRUE(initiator);
+  ASSERT_TRUE(createAncestorsAndSelf(*initiator, root + "/destinations"));
+  auto made =
+      initiator->multi({op::Create{operation, "plan"}, op::Create{operation + "/stage", ""}});
+  ASSERT_TRUE(made) << made.error().toString();
+
+  auto replica_a = connectAs({a}, {}, {root});
+  auto replica_b_old =
+      connectAs({{"table-b", "old-secret-b", "/acl-backups/tables/b"}}, {}, {root});
+  auto replica_c = connectAs({c}, {}, {root});
+  auto anonymous = connectAs();
+  ASSERT_TRUE(replica_a && replica_b_old && replica_c && anonymous);
+  for (auto* replica : {replica_a.get(), replica_b_old.get()}) {
+    const std::string node = fmt::format("{}/stage/alive|{}", operation, replica->sessionId());
+    auto created = replica->create(node, "", CreateMode::kEphemeral);
+    ASSERT_TRUE(created) << created.error().toString();
+    EXPECT_TRUE(replica->set(operation + "/stage", "moved"));
+    EXPECT_TRUE(replica->multi({op::Create{operation + "/stage/current|x", ""},
+                                op::Remove{operation + "/stage/current|x"}}));
+  }
+  const std::string a_node = fmt::format("{}/stage/alive|{}", operation, replica_a->sessionId());
+  for (Keeper* outsider : {replica_c.get(), anonymous.get()}) {
+    // Read: the plan and who is alive.
+    EXPECT_TRUE(outsider->get(operation));
+    auto stage = outsider->children(operation + "/stage");
+    ASSERT_TRUE(stage);
+    EXPECT_EQ(stage->names.size(), 2u);
+    // Not changed: the inherited node refuses as the operation does.
+    for (const std::string& path : {operation, operation + "/stage", a_node}) {
+      SCOPED_TRACE(path);
+      EXPECT_TRUE(refused(outsider->set(path, "rewritten")));
+      EXPECT_TRUE(refused(outsider->create(path + "/planted", "", CreateMode::kPersistent)));
+    }
+    EXPECT_TRUE(refused(outsider->remove(a_node)));
+  }
+  // The inheritance is from the operation (one level below the root), not a fixed policy: a
+  // node below an open child of the root stays open.
+  ASSERT_TRUE(replica_a->create(root + "/destinations/k", "", CreateMode::kEphemeral));
+  EXPECT_TRUE(anonymous->set(root + "/destinations/k", "anyone"));
+  // A create below an operation that is gone fails as any create under a missing parent does.
+  auto orphan = replica_a->create(root + "/backup-gone/stage", "", CreateMode::kPersistent);
+  ASSERT_FALSE(orphan);
+  EXPECT_EQ(orphan.error().code, KeeperCode::kNoNode);
+  // The initiator cleans up the whole operation.
+  replica_a.reset();
+  replica_b_old.reset();
+  EXPECT_TRUE(removeRecursive(*initiator, operation));
 }
 
 TEST(RealZooKeeper, ConnectingToNothingFailsWithinTheTimeout) {

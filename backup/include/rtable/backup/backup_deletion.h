@@ -1,8 +1,11 @@
 // Deleting a backup's data (a ClusterBackup deleted with deletionPolicy Delete, DESIGN.md 2.7).
 //
-// The operator writes a DeletionRequest to <backups root>/deletions/<uid>; a replica of one of the
-// backup's tables takes it (such a replica can open the destination: it mounts the path, or the
-// S3 credentials). The replica holds the destination's lock, the ephemeral
+// The operator writes a DeletionRequest to <table root>/backup_deletions/<uid> of one of the
+// backup's tables; a replica of that table takes it (it can open the destination: it mounts the
+// path, or the S3 credentials). Inside the table's tree the request carries the table's ACL: only
+// holders of its identity (the operator, its replicas) can write one, so a replica deletes backup
+// data only when asked by them. (Before, requests lay in <backups root>/deletions, where anyone
+// reaching ZooKeeper could have asked.) The replica holds the destination's lock, the ephemeral
 // <backups root>/destinations/<key>, for the whole run, and goes on only when no backup operation
 // on the same destination is alive. BackupInitiator::start checks the lock in the multi that
 // creates an operation, so from then on no backup writes to the destination, and none can reuse a
@@ -52,9 +55,12 @@ struct DeletionRequest {
   friend bool operator==(const DeletionRequest&, const DeletionRequest&) = default;
 };
 
-// <backups root>/deletions, and the request of operation `uid` in it.
-std::string deletionsPath(std::string_view backups_root);
-std::string deletionRequestPath(std::string_view backups_root, std::string_view uid);
+// <table root>/backup_deletions, and the request of operation `uid` in it.
+std::string deletionsPath(std::string_view table_root);
+std::string deletionRequestPath(std::string_view table_root, std::string_view uid);
+// Where requests were written before they moved into the tables (an upgraded operator removes
+// the one it made there).
+std::string legacyDeletionRequestPath(std::string_view backups_root, std::string_view uid);
 // <backups root>/destinations: exists before any operation starts (the lock check needs it).
 std::string destinationLocksPath(std::string_view backups_root);
 // The destination's lock: <backups root>/destinations/<key>, the key a hash of where the
@@ -83,9 +89,9 @@ struct DeletionOptions {
   std::chrono::milliseconds dead_operation_age{120000};
 };
 
-// One look by replica `host` of the table at `table_root` at the deletion requests: each pending
-// one that names the table is run here unless another replica holds its destination's lock or a
-// backup on the destination is alive (then a later look tries again). A destination that is
+// One look by replica `host` of the table at `table_root` at its table's deletion requests: each
+// pending one that names the table is run here unless another replica holds its destination's lock
+// or a backup on the destination is alive (then a later look tries again). A destination that is
 // unavailable leaves the request pending; any other storage error fails it, with the reason.
 // Returns how many requests this look finished (done or failed).
 std::expected<std::size_t, std::string> deleteIfAsked(

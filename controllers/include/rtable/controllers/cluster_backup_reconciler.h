@@ -71,11 +71,12 @@ inline constexpr std::string_view kBackupDataFinalizer = "rtable.io/backup-data"
 
 struct ClusterBackupReconcilerOptions {
   std::string field_manager = "rtable-operator";
-  // A new ZooKeeper session for a connect string holding the identities of the backup's tables
-  // (their nodes refuse everyone else): each running backup holds its own (its alive node lives
-  // in it). Unset: rtable's ZooKeeper client.
+  // A new ZooKeeper session as `config` says: its connect string, the identities of the backup's
+  // tables (their nodes refuse everyone else) and the operation they share (its nodes take their
+  // ids). Each running backup holds its own (its alive node lives in it). Unset: rtable's
+  // ZooKeeper client.
   std::function<core::KeeperResult<std::unique_ptr<core::Keeper>>(
-      const std::string& connect, const std::vector<core::ZooKeeperDigest>& identities)>
+      const core::ZooKeeperConfig& config)>
       new_session;
   op::EventRecorder* events = nullptr;  // must outlive the reconciler
   // Where the backup metrics go (BackupMetrics); null: none. Must outlive the reconciler.
@@ -118,8 +119,7 @@ class ClusterBackupReconciler {
                                    nlohmann::json status);
   void event(const nlohmann::json& object, op::EventType type, std::string_view reason,
              const std::string& message);
-  core::KeeperFactory factoryFor(const std::string& connect,
-                                 const std::vector<core::ZooKeeperDigest>& identities) const;
+  core::KeeperFactory factoryFor(core::ZooKeeperConfig config) const;
 
   // The backup's tables and schedule, for the metrics.
   void recordFailure(const nlohmann::json& object, const std::string& reason);

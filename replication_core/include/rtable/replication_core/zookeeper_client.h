@@ -29,6 +29,22 @@ struct ZooKeeperDigest {
 
 // The ACL id of a digest identity, as ZooKeeper stores it: "user:base64(sha1(user:password))".
 std::string digestAclId(const std::string& user, const std::string& password);
+// The ids a digest identity's nodes name: its password's and, during a rotation, its previous
+// password's.
+std::vector<std::string> digestAclIds(const ZooKeeperDigest& digest);
+
+// A subtree that several tables' identities share: a cluster backup's operation node and
+// everything below it (backup/backup_operation.h). Nodes this client creates there get every
+// permission for each of `ids` (digestAclIds of the tables: naming an id needs no password) and
+// read for anyone: a replica deleting a backup's data must see whether a backup of another table
+// is writing to the same destination (backup_deletion.h). Metadata only: names, sizes,
+// checksums, where a backup goes; never rows or credentials.
+struct SharedSubtree {
+  std::string subtree;
+  std::vector<std::string> ids;
+
+  friend bool operator==(const SharedSubtree&, const SharedSubtree&) = default;
+};
 
 struct ZooKeeperConfig {
   std::string connect_string;  // "host:port[,host:port...][/chroot]"
@@ -37,6 +53,14 @@ struct ZooKeeperConfig {
   std::chrono::milliseconds connect_timeout{10000};
   // Identities of this session; a create takes the ACL of the deepest subtree holding its path.
   std::vector<ZooKeeperDigest> digests = {};
+  // Subtrees shared by several identities, for a create below no identity's subtree.
+  std::vector<SharedSubtree> shared_subtrees = {};
+  // A create below none of the above, two or more levels below one of these roots, takes the ACL
+  // of its ancestor one level below the root (read from ZooKeeper once per ancestor): a replica
+  // holding one table's identity creates its nodes of a backup operation with the ACL the
+  // operator gave the operation (<backups root>/backup-<uid>), whatever tables it names. Anything
+  // else is created open to all.
+  std::vector<std::string> inheriting_roots = {};
 };
 
 // Identifies a session to the server; with it a second client can attach to (and so close) the
