@@ -264,6 +264,7 @@ std::expected<LogEntry, std::string> LogEntry::parse(std::string_view text) {
     entry.new_part_name = std::move(*part);
     if (reader.peek().starts_with("deduplicate: ")) {
       auto dedup = reader.field("deduplicate");
+      if (!dedup) return std::unexpected(dedup.error());
       auto flag = parseBool(reader, "deduplicate", *dedup);
       if (!flag) return std::unexpected(flag.error());
       entry.deduplicate = *flag;
@@ -275,10 +276,14 @@ std::expected<LogEntry, std::string> LogEntry::parse(std::string_view text) {
   // The writer ends the body with a newline; older writers add an empty line.
   if (!reader.atEnd() && reader.peek().empty()) (void)reader.next("an empty line");
   if (reader.peek().starts_with("part_type: ")) {
-    entry.part_type = std::string(*reader.field("part_type"));
+    // The line may still lack its newline (the end of the text): an error, not a value.
+    auto part_type = reader.field("part_type");
+    if (!part_type) return std::unexpected(part_type.error());
+    entry.part_type = std::string(*part_type);
   }
   if (reader.peek().starts_with("quorum: ")) {
     auto quorum = reader.field("quorum");
+    if (!quorum) return std::unexpected(quorum.error());
     auto number = parseNumber<int>(reader, "quorum", *quorum);
     if (!number) return std::unexpected(number.error());
     entry.quorum = *number;
