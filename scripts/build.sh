@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds one flavour of rtable into its own folder.
-#   scripts/build.sh [release|asan|tsan] [TARGET...]   (default release, every target)
-#     ->  build/, build-asan/, build-tsan/
+#   scripts/build.sh [release|asan|tsan|fuzz] [TARGET...]   (default release, every target;
+#                                                             fuzz: the fuzz targets)
+#     ->  build/, build-asan/, build-tsan/, build-fuzz/ (clang-19, libFuzzer, ASan + UBSan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,12 @@ case "$flavour" in
   release) dir=build; flags=() ;;
   asan) dir=build-asan; flags=(-DRTABLE_SANITIZE=ON) ;;
   tsan) dir=build-tsan; flags=(-DRTABLE_TSAN=ON) ;;
-  *) echo "build.sh: unknown flavour '$flavour' (release, asan or tsan)" >&2; exit 2 ;;
+  fuzz)
+    dir=build-fuzz
+    flags=(-DRTABLE_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-19)
+    ((${#targets[@]})) || targets=(--target fuzz_targets)
+    ;;
+  *) echo "build.sh: unknown flavour '$flavour' (release, asan, tsan or fuzz)" >&2; exit 2 ;;
 esac
 
 # The compiler cache lives outside the clone, so a fresh clone (CI's) reuses what an earlier build

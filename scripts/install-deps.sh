@@ -34,6 +34,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # The images without a daemon (scripts/build-image.sh, image_tests): the root file system from
   # Debian's packages, the image around it, and runc to run it (crun fails on hybrid cgroups).
   packages+=(mmdebstrap buildah podman runc uidmap)
+  # The fuzz targets (fuzz/, docs/fuzzing.md): clang-19 with libFuzzer and the sanitizer
+  # runtimes; Debian's default clang 14 cannot compile libstdc++ 12's <expected>.
+  packages+=(clang-19 libfuzzer-19-dev libclang-rt-19-dev)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, builds and runs the tests: every test in the release build, then the tests labelled
-# `sanitized` under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer.
+# `sanitized` under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer, then
+# each libFuzzer target for a bounded time over its seed corpus (fuzz/, docs/fuzzing.md).
 #   scripts/test.sh                  what CI runs (the README's test command)
 #   scripts/test.sh --quick          the release build only
 #   scripts/test.sh --all-sanitized  every test under both sanitizers too (about twice as long)
@@ -11,12 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-flavours=(release asan tsan)
-declare -A scope=([asan]="-L sanitized" [tsan]="-L sanitized -LE single_threaded")
+flavours=(release asan tsan fuzz)
+declare -A scope=([asan]="-L sanitized" [tsan]="-L sanitized -LE single_threaded" [fuzz]="-L fuzz")
 case "${1:-}" in
   "") ;;
   --quick) flavours=(release) ;;
-  --all-sanitized) scope=([asan]="" [tsan]="") ;;
+  --all-sanitized) scope=([asan]="" [tsan]="" [fuzz]="-L fuzz") ;;
   *) echo "test.sh: unknown option '$1' (--quick or --all-sanitized)" >&2; exit 2 ;;
 esac
 
@@ -45,6 +46,11 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/s
 # A sanitizer flavour builds only what its tests need (a test's name is its target's).
 build_sanitized() {
   local flavour="$1" targets=() selection
+  # The fuzz flavour builds its fuzz targets only (scripts/build.sh).
+  if [[ "$flavour" == fuzz ]]; then
+    scripts/build.sh fuzz
+    return
+  fi
   read -ra selection <<<"${scope[$flavour]}"
   if ((${#selection[@]})); then
     scripts/build.sh "$flavour" rtable-core || return
