@@ -104,7 +104,10 @@ spec:
   }
 
   // Scale to 5: the two new replicas fetch what the others have.
-  ASSERT_TRUE(plane_->kubectl({"scale", "replicatedtable/events", "-n", kNs, "--replicas=5"}));
+  {
+    auto done = plane_->kubectlOk({"scale", "replicatedtable/events", "-n", kNs, "--replicas=5"});
+    ASSERT_TRUE(done) << done.error();
+  }
   ASSERT_TRUE(eventually([&] { return readyReplicas(5); }, 240s)) << tableState();
   for (const char* pod : {"events-3", "events-4"}) {
     EXPECT_TRUE(eventually([&] { return count(pod) == 1u; }, 60s)) << pod;
@@ -126,7 +129,10 @@ spec:
   EXPECT_EQ(operatorActions(), before_restart) << "the restarted operator acted again";
 
   // Scale to 2: events-2..4 go, and so do their replicas in ZooKeeper.
-  ASSERT_TRUE(plane_->kubectl({"scale", "replicatedtable/events", "-n", kNs, "--replicas=2"}));
+  {
+    auto done = plane_->kubectlOk({"scale", "replicatedtable/events", "-n", kNs, "--replicas=2"});
+    ASSERT_TRUE(done) << done.error();
+  }
   for (const char* gone : {"events-2", "events-3", "events-4"}) {
     EXPECT_TRUE(eventually([&] { return !zkExists(root() + "/1/replicas/" + gone); }, 180s))
         << gone << ": " << tableState();
@@ -203,7 +209,11 @@ spec:
         << "secure-1 did not fetch over TLS; its log is under " << kubelet_->workDir();
     auto plain = httpRequest(podIp("secure-1"), 8123, "GET", "/count", "", 5s);
     EXPECT_FALSE(plain && plain->status == 200) << "plain HTTP answered";
-    ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/secure", "-n", kNs, "--wait=false"}));
+    {
+      auto done =
+          plane_->kubectlOk({"delete", "replicatedtable/secure", "-n", kNs, "--wait=false"});
+      ASSERT_TRUE(done) << done.error();
+    }
     EXPECT_TRUE(eventually(
         [&] { return !client_->get(replicatedTables(), {kNs, "secure"}).has_value(); }, 180s));
     ASSERT_TRUE(client_->remove(op::resources::secrets(), {kNs, "secure-tls"}));
@@ -220,7 +230,10 @@ spec:
     EXPECT_NE(std::find(owned.begin(), owned.end(), object), owned.end())
         << object << " not among " << ::testing::PrintToString(owned);
   }
-  ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"}));
+  {
+    auto done = plane_->kubectlOk({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"});
+    ASSERT_TRUE(done) << done.error();
+  }
   EXPECT_TRUE(eventually([&] { return !table().has_value(); }, 180s)) << tableState();
   EXPECT_FALSE(zkExists(root()));
   EXPECT_TRUE(eventually([&] { return leftovers().empty(); }, 120s))
@@ -255,7 +268,10 @@ TEST_F(NamespacedOperatorEndToEnd, ATableReplicatesAndIsDeletedUnderTheChartsNam
   EXPECT_FALSE(outside->value(json::json_pointer("/metadata/finalizers"), json()).is_array());
   EXPECT_FALSE(client_->get(op::resources::statefulSets(), {"elsewhere", "outside"}));
 
-  ASSERT_TRUE(plane_->kubectl({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"}));
+  {
+    auto done = plane_->kubectlOk({"delete", "replicatedtable/events", "-n", kNs, "--wait=false"});
+    ASSERT_TRUE(done) << done.error();
+  }
   EXPECT_TRUE(eventually([&] { return !table().has_value(); }, 180s)) << tableState();
   EXPECT_FALSE(zkExists(root()));
 }

@@ -97,8 +97,11 @@ class OperatorStack : public ::testing::Test {
     auto identity = plane_->serviceAccountKubeconfig("rtable-system", "rtable", "rtable");
     ASSERT_TRUE(identity) << identity.error();
     operator_kubeconfig_ = *identity;
-    ASSERT_TRUE(plane_->kubectl({"wait", "--for=condition=Established",
-                                 "crd/replicatedtables.rtable.io", "--timeout=60s"}));
+    {
+      auto done = plane_->kubectlOk({"wait", "--for=condition=Established",
+                                     "crd/replicatedtables.rtable.io", "--timeout=60s"});
+      ASSERT_TRUE(done) << done.error();
+    }
 
     auto zookeeper = LocalZooKeeper::start();
     ASSERT_TRUE(zookeeper) << zookeeper.error();

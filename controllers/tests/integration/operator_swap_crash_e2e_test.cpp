@@ -56,8 +56,11 @@ class SwapCrashEndToEnd : public OperatorStack {
     return fmt::format("{}/{}", root(), generation);
   }
   void annotate(const std::string& annotation, const std::string& value) {
-    ASSERT_TRUE(plane_->kubectl({"annotate", "--overwrite", "replicatedtable/events", "-n", kNs,
-                                 annotation + "=" + value}));
+    {
+      auto done = plane_->kubectlOk({"annotate", "--overwrite", "replicatedtable/events", "-n", kNs,
+                                     annotation + "=" + value});
+      ASSERT_TRUE(done) << done.error();
+    }
   }
   void restartOperator(const std::vector<std::string>& env = {}) {
     if (operator_) operator_->stop();

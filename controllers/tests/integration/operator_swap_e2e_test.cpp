@@ -220,8 +220,11 @@ class SwapEndToEnd : public OperatorStack {
 
     // autoRecover on: the operator swaps while the writers go on.
     const std::size_t blocks_before_swap = writers_->acknowledgedBlocks();
-    ASSERT_TRUE(plane_->kubectl({"patch", "replicatedtable/events", "-n", kNs, "--type=merge", "-p",
-                                 R"({"spec":{"headroom":{"autoRecover":true}}})"}));
+    {
+      auto done = plane_->kubectlOk({"patch", "replicatedtable/events", "-n", kNs, "--type=merge",
+                                     "-p", R"({"spec":{"headroom":{"autoRecover":true}}})"});
+      ASSERT_TRUE(done) << done.error();
+    }
     const auto patched = std::chrono::steady_clock::now();
     ASSERT_TRUE(eventually(
         [&] {

@@ -83,8 +83,11 @@ class ChartRbac : public ::testing::Test {
 
 TEST_F(ChartRbac, WithWatchNamespaceTheOperatorIsRefusedEverythingOutsideIt) {
   helm("install", "");
-  ASSERT_TRUE(plane_->kubectl(
-      {"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io", "--timeout=60s"}));
+  {
+    auto done = plane_->kubectlOk(
+        {"wait", "--for=condition=Established", "crd/replicatedtables.rtable.io", "--timeout=60s"});
+    ASSERT_TRUE(done) << done.error();
+  }
   auto client = operatorIdentity();
   ASSERT_TRUE(client);
   // Cluster-wide by default: the operator may read Secrets in any namespace.

@@ -484,15 +484,19 @@ std::expected<CommandResult, std::string> LocalControlPlane::kubectlAs(
   return state_->kubectl(kubeconfig, args, timeout);
 }
 
+TestStatus LocalControlPlane::kubectlOk(const std::vector<std::string>& args,
+                                        std::chrono::milliseconds timeout) const {
+  auto result = kubectl(args, timeout);
+  if (!result) return std::unexpected(result.error());
+  if (result->exit_code != 0) return std::unexpected(commandFailure(args, *result));
+  return {};
+}
+
 TestStatus LocalControlPlane::apply(const std::string& manifest) const {
   const fs::path file =
       state_->work_dir / "manifests" / fmt::format("{:04}.yaml", ++state_->manifests_written);
   if (auto written = writeFile(file, manifest); !written) return written;
-  const std::vector<std::string> args = {"apply", "-f", file.string()};
-  auto result = kubectl(args);
-  if (!result) return std::unexpected(result.error());
-  if (result->exit_code != 0) return std::unexpected(commandFailure(args, *result));
-  return {};
+  return kubectlOk({"apply", "-f", file.string()});
 }
 
 TestStatus LocalControlPlane::stopApiServer() {

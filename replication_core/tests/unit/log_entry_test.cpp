@@ -103,7 +103,7 @@ TEST(LogEntry, AnOptionalFieldWithoutItsNewlineIsAnError) {
   const std::string head =
       "format version: 4\ncreate_time: 2026-01-02 10:00:00\nsource replica: r\nblock_id: \n";
   for (const std::string& text : {head + "get\np\n\npart_type: Compact", head + "get\np\nquorum: 2",
-                                 head + "merge\na\ninto\nb\ndeduplicate: 1"}) {
+                                  head + "merge\na\ninto\nb\ndeduplicate: 1"}) {
     auto parsed = LogEntry::parse(text);
     ASSERT_FALSE(parsed) << text;
     EXPECT_NE(parsed.error().find("ending in a newline"), std::string::npos) << parsed.error();

@@ -62,6 +62,10 @@ class LocalControlPlane {
   std::expected<CommandResult, std::string> kubectlAs(
       const std::filesystem::path& kubeconfig, const std::vector<std::string>& args,
       std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  // kubectl as admin that must succeed: a command that exits non-zero is an error naming it and
+  // quoting its output (kubectl() itself only fails when kubectl could not be run).
+  TestStatus kubectlOk(const std::vector<std::string>& args,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   // `kubectl apply` of a YAML or JSON manifest as admin; an error includes kubectl's output.
   TestStatus apply(const std::string& manifest) const;
 
