@@ -221,6 +221,13 @@ class ReplicaHttpServer::Impl {
       if (method != "POST") return methodNotAllowed(request, "POST");
       return sync(request, param("timeout_seconds"));
     }
+    static const std::set<std::string> kReadPaths = {
+        "/select",  "/count", "/parts", "/replica", std::string(kPartTransferPath),
+        "/healthz", "/readyz"};
+    // An unknown path is not found whatever the method (not "use GET").
+    if (!kReadPaths.contains(path)) {
+      return replyError(request, 404, "NOT_FOUND", fmt::format("no endpoint {}", path));
+    }
     if (method != "GET") return methodNotAllowed(request, "GET");
     if (path == "/select")
       return select(request, param("format"), param("where"), param("partition"), param("limit"),

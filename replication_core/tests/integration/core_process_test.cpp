@@ -300,6 +300,56 @@ TEST_F(CoreProcess, BadInputNamesRowAndColumnAndWritesNothing) {
   EXPECT_EQ(count(), 0u);
 }
 
+// Every refusal of the API is an HTTP status with a JSON error code and a message saying what to
+// change; none changes anything.
+TEST_F(CoreProcess, RefusedRequestsAnswerAStatusAndAnErrorCodeAndChangeNothing) {
+  ASSERT_NO_FATAL_FAILURE(startReplica());
+  ASSERT_EQ(insert(row(1) + row(2))["rows"], 2);
+  struct Case {
+    std::string method, target;
+    int status;
+    std::string error, in_message, allow;
+  };
+  const std::vector<Case> cases = {
+      {"GET", "/select?where=colour%3D1", 400, "BAD_WHERE", "colour", ""},
+      {"GET", "/count?where=id%3D%3D", 400, "BAD_WHERE", "", ""},
+      {"GET", "/select?limit=ten", 400, "BAD_LIMIT", "'ten' is not a whole number", ""},
+      {"GET", "/select?limit=-1", 400, "BAD_LIMIT", "", ""},
+      {"GET", "/select?format=Parquet", 400, "BAD_FORMAT", "Parquet", ""},
+      {"GET", "/insert", 405, "METHOD_NOT_ALLOWED", "use POST", "POST"},
+      {"GET", "/sync", 405, "METHOD_NOT_ALLOWED", "use POST", "POST"},
+      {"GET", "/drop_partition?partition=202612", 405, "METHOD_NOT_ALLOWED", "", "POST"},
+      {"POST", "/select", 405, "METHOD_NOT_ALLOWED", "use GET", "GET"},
+      {"POST", "/count", 405, "METHOD_NOT_ALLOWED", "", "GET"},
+      {"GET", "/tables", 404, "NOT_FOUND", "no endpoint /tables", ""},
+      {"POST", "/insert/extra", 404, "NOT_FOUND", "no endpoint /insert/extra", ""},
+      {"GET", "/select?table=other", 404, "UNKNOWN_TABLE", "not 'other'", ""},
+      {"POST", "/sync?timeout_seconds=soon", 400, "BAD_TIMEOUT", "from 0 to 3600", ""},
+      {"POST", "/sync?timeout_seconds=3601", 400, "BAD_TIMEOUT", "", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.method + " " + c.target);
+    auto response = c.method == "GET" ? replica_->get(c.target) : replica_->post(c.target, "");
+    ASSERT_TRUE(response) << response.error();
+    EXPECT_EQ(response->status, c.status) << response->body;
+    const json body = json::parse(response->body, nullptr, false);
+    ASSERT_TRUE(body.is_object()) << response->body;
+    EXPECT_EQ(body.value("error", ""), c.error) << response->body;
+    EXPECT_NE(body.value("message", "").find(c.in_message), std::string::npos) << response->body;
+    if (!c.allow.empty()) {
+      EXPECT_NE(response->headers.find("Allow: " + c.allow), std::string::npos)
+          << response->headers;
+    }
+  }
+  // /sync with a queue that drains answers once it has; the table is as it was.
+  auto synced = replica_->post("/sync?timeout_seconds=30", "");
+  ASSERT_TRUE(synced);
+  EXPECT_EQ(synced->status, 200) << synced->body;
+  EXPECT_EQ(json::parse(synced->body)["status"], "synced");
+  EXPECT_EQ(count(), 2u);
+  EXPECT_EQ(idCounts(), (std::map<uint64_t, int>{{1, 1}, {2, 1}}));
+}
+
 TEST_F(CoreProcess, TheWindowForgetsIdsByCount) {
   ASSERT_NO_FATAL_FAILURE(startReplica("{window: 3, windowSeconds: 3600}"));
   for (uint64_t id = 1; id <= 5; ++id) insert(row(id));
