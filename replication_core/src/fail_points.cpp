@@ -1,6 +1,9 @@
 #include "rtable/replication_core/fail_points.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <charconv>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -50,8 +53,48 @@ std::string_view failPointName(FailPoint op) {
       return "receive_head";
     case FailPoint::kReceiveBody:
       return "receive_body";
+    case FailPoint::kMerge:
+      return "merge";
   }
   return "unknown";
+}
+
+std::expected<Fault, std::string> parseStall(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return std::unexpected(
+        fmt::format("stall '{}': {} (expected OP[@PATH]:MS, e.g. receive_head:1500)", text, why));
+  };
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) return bad("no ':MS'");
+  std::string_view what = text.substr(0, colon);
+  const std::string_view ms = text.substr(colon + 1);
+  Fault fault;
+  fault.error = 0;
+  fault.times = -1;
+  if (const std::size_t at = what.find('@'); at != std::string_view::npos) {
+    fault.path_contains = std::string(what.substr(at + 1));
+    what = what.substr(0, at);
+  }
+  bool known = false;
+  for (FailPoint op :
+       {FailPoint::kOpen, FailPoint::kWrite, FailPoint::kFsync, FailPoint::kFdatasync,
+        FailPoint::kSyncfs, FailPoint::kRename, FailPoint::kMkdir, FailPoint::kResolve,
+        FailPoint::kConnect, FailPoint::kSend, FailPoint::kReceiveHead, FailPoint::kReceiveBody,
+        FailPoint::kMerge}) {
+    if (failPointName(op) == what) {
+      fault.op = op;
+      known = true;
+    }
+  }
+  if (!known) return bad(fmt::format("unknown operation '{}'", what));
+  int64_t millis = 0;
+  const auto [end, error] = std::from_chars(ms.data(), ms.data() + ms.size(), millis);
+  if (ms.empty() || error != std::errc() || end != ms.data() + ms.size() || millis < 1 ||
+      millis > 600'000) {
+    return bad(fmt::format("'{}' is not a number of milliseconds from 1 to 600000", ms));
+  }
+  fault.stall = std::chrono::milliseconds(millis);
+  return fault;
 }
 
 void injectFaultForTest(Fault fault) {

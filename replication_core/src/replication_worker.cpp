@@ -1259,6 +1259,10 @@ std::expected<void, std::string> ReplicationWorker::executeMerge(Keeper& keeper,
                                                                  const SelectedEntry& selected) {
   auto result = PartName::parse(selected.entry.new_part_name);
   if (!result) return std::unexpected(result.error());
+  // A test may hold (or fail) the merge here, its entry executing (fail_points.h).
+  if (int error = faultFor(FailPoint::kMerge, selected.entry.new_part_name)) {
+    return std::unexpected(fmt::format("merging: {}", errnoText(error)));
+  }
   auto sources = store_.mergeSources(*result, selected.entry.source_parts);
   if (!sources) return std::unexpected(sources.error());
   // Sources are in block order and each is sorted: a stable sort of their concatenation is the

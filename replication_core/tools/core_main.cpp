@@ -26,6 +26,7 @@
 #include "rtable/backup/open_destination.h"
 #include "rtable/backup/replica_backup_source.h"
 #include "rtable/common/version.h"
+#include "rtable/replication_core/fail_points.h"
 #include "rtable/replication_core/http_api.h"
 #include "rtable/replication_core/keeper_retry.h"
 #include "rtable/replication_core/table_host.h"
@@ -50,7 +51,9 @@ constexpr const char* kUsage =
     "are mounted, one folder each (default /etc/rtable/backup-credentials).\n"
     "--backup-volumes-dir: where the PersistentVolumeClaims a volume backup destination names\n"
     "are mounted, one folder each (default /var/lib/rtable-backup-volumes).\n"
-    "Each takes --flag VALUE or --flag=VALUE. --version prints the version.\n";
+    "Each takes --flag VALUE or --flag=VALUE. --version prints the version.\n"
+    "--test-stall OP[@PATH]:MS (repeatable, for tests only): every matching file or fetch step\n"
+    "stalls MS milliseconds (fail_points.h), e.g. receive_head:1500.\n";
 
 // The backup fail point of RTABLE_CORE_FAILPOINT, for the e2e tests of a replica killed or
 // stalled mid-backup: "backup:<replica>:<point>" ends this process at once, as a kill -9 would
@@ -163,6 +166,7 @@ int main(int argc, char** argv) {
   std::string config;
   rtable::backup::ReplicaMounts mounts;
   std::vector<std::pair<const Override*, std::string>> overrides;  // in command-line order
+  std::vector<rtable::core::Fault> stalls;                         // --test-stall
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -179,7 +183,7 @@ int main(int argc, char** argv) {
       if (name == o.flag) flag = &o;
     }
     const bool mount_flag = name == "--backup-credentials-dir" || name == "--backup-volumes-dir";
-    if (name != "--config" && !mount_flag && !flag) {
+    if (name != "--config" && name != "--test-stall" && !mount_flag && !flag) {
       fmt::print(stderr, "rtable-core: unknown argument '{}' (see --help)\n", arg);
       return kExitUsage;
     }
@@ -194,6 +198,13 @@ int main(int argc, char** argv) {
     }
     if (flag) {
       overrides.emplace_back(flag, value);
+    } else if (name == "--test-stall") {
+      auto stall = rtable::core::parseStall(value);
+      if (!stall) {
+        fmt::print(stderr, "rtable-core: --test-stall: {}\n", stall.error());
+        return kExitUsage;
+      }
+      stalls.push_back(std::move(*stall));
     } else if (mount_flag) {
       if (value.empty()) {
         fmt::print(stderr, "rtable-core: {} needs a value\n", name);
@@ -227,6 +238,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   rtable::core::ZooKeeperClient::silenceLibraryLog();
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  for (const auto& stall : stalls) {
+    spdlog::warn("test stall armed: every {} on a path containing '{}' waits {} ms",
+                 rtable::core::failPointName(stall.op), stall.path_contains, stall.stall.count());
+    rtable::core::injectFaultForTest(stall);
+  }
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;

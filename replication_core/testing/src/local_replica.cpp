@@ -96,9 +96,10 @@ LocalReplica::~LocalReplica() {
 }
 
 TestStatus LocalReplica::launch(std::chrono::milliseconds timeout) {
-  auto process = Subprocess::start(
-      {options_.binary.string(), "--config", (options_.work_dir / "spec.yaml").string()},
-      logFile());
+  std::vector<std::string> argv = {options_.binary.string(), "--config",
+                                   (options_.work_dir / "spec.yaml").string()};
+  for (const auto& stall : options_.test_stalls) argv.push_back("--test-stall=" + stall);
+  auto process = Subprocess::start(argv, logFile());
   if (!process) return std::unexpected(process.error());
   process_.emplace(std::move(*process));
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -75,6 +75,8 @@ class ReplicationCluster : public ::testing::Test {
     options.interserver_secret = secret;
     options.replication_settings = replication_settings;
     if (auto tls = tls_dirs_.find(name); tls != tls_dirs_.end()) options.tls_dir = tls->second;
+    if (auto stalls = stalls_.find(name); stalls != stalls_.end())
+      options.test_stalls = stalls->second;
     options.table_yaml = fmt::format(R"(table: {}
 columns:
   - {{name: id, type: UInt64}}
@@ -157,6 +159,8 @@ orderBy: [id]
   std::filesystem::path work_dir_;
   // A replica's TLS directory (spec tls.dir), set before addReplica; none: plain HTTP.
   std::map<std::string, std::filesystem::path> tls_dirs_;
+  // A replica's --test-stall values, set before addReplica.
+  std::map<std::string, std::vector<std::string>> stalls_;
   std::map<std::string, std::unique_ptr<testing::LocalReplica>> replicas_;
 };
 

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using common::testing::waitFor;
 
-constexpr std::string_view kSecret = "fault-secret";
+constexpr std::string_view kInjectionSecret = "fault-secret";
 
 // A listening socket whose backlog is full: connecting to it hangs, as to a peer that is cut off.
 class BlackHole {
@@ -71,7 +71,7 @@ class ReplicaFaults : public ::testing::Test {
     char pattern[] = "/tmp/rtable-faults-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     root_ = pattern;
-    common::testing::writeFile(root_ / "secret", std::string(kSecret) + "\n");
+    common::testing::writeFile(root_ / "secret", std::string(kInjectionSecret) + "\n");
   }
   void TearDown() override {
     clearFaultsForTest();

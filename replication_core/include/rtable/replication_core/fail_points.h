@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <expected>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,8 @@ enum class FailPoint {
   kSend,
   kReceiveHead,
   kReceiveBody,
+  // A merge, as it starts executing its queue entry: the path is the merged part's name.
+  kMerge,
 };
 std::string_view failPointName(FailPoint op);
 
@@ -43,6 +46,12 @@ struct Fault {
   int skip = 0;                        // matching calls let through before the first failure
   std::chrono::milliseconds stall{0};  // slept before the call fails (or proceeds, error 0)
 };
+
+// "OP[@PATH]:MS": every call of OP (a failPointName, e.g. "write" or "receive_head") on a path
+// containing PATH (any path without it) stalls MS milliseconds, then proceeds. rtable-core's
+// --test-stall arms these, so that a process test can hold a replica inside a fetch or a merge
+// long enough to kill it there. The error names what is wrong.
+std::expected<Fault, std::string> parseStall(std::string_view text);
 
 void injectFaultForTest(Fault fault);
 void clearFaultsForTest();

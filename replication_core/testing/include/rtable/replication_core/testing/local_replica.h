@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rtable/common/testing/http_client.h"
 #include "rtable/common/testing/subprocess.h"
@@ -39,6 +40,9 @@ struct LocalReplicaOptions {
   // TLS (spec tls.dir, cert-manager's layout); get() and post() then speak HTTPS, trusting the
   // directory's ca.crt. Empty: plain HTTP.
   std::filesystem::path tls_dir;
+  // rtable-core --test-stall values ("receive_head:1500"): hold the replica inside a fetch or a
+  // merge long enough for a test to kill it there.
+  std::vector<std::string> test_stalls = {};
 };
 
 class LocalReplica {
