@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -173,21 +175,55 @@ std::expected<CommandResult, std::string> runCommand(const std::vector<std::stri
   return result;
 }
 
-std::expected<int, std::string> findFreeLoopbackPort() {
+namespace {
+
+// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+int ephemeralPortsStart() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  int high = 0;
+  if (in >> low >> high && low > 1024) return low;
+  return 32768;
+}
+
+// Whether 127.0.0.1:`port` can be bound now (0: any; the bound port goes to *bound).
+bool bindsOnLoopback(int port, int* bound) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::unexpected(fmt::format("socket failed: {}", strerror(errno)));
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (ok && bound) *bound = ntohs(addr.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+std::expected<int, std::string> findFreeLoopbackPort() {
+  // Below the ephemeral range, from 10000 up (well-known and registered services sit lower).
+  const int end = ephemeralPortsStart();
+  constexpr int kFirst = 10000;
+  if (end > kFirst + 100) {
+    static std::mt19937 random(static_cast<uint32_t>(std::random_device{}()) ^
+                               static_cast<uint32_t>(getpid()));
+    static std::mutex mu;
+    std::lock_guard lock(mu);
+    std::uniform_int_distribution<int> pick(kFirst, end - 1);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = pick(random);
+      if (bindsOnLoopback(port, nullptr)) return port;
+    }
+  }
+  int bound = 0;
+  if (!bindsOnLoopback(0, &bound)) {
     return std::unexpected(fmt::format("bind to 127.0.0.1:0 failed: {}", strerror(errno)));
   }
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  return bound;
 }
 
 std::string tailOfFile(const std::filesystem::path& path, std::size_t max_bytes) {

@@ -7,8 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <set>
 #include <string>
 #include <thread>
+
+#include "rtable/common/testing/subprocess.h"
 
 namespace rtable::common::testing {
 namespace {
@@ -75,6 +79,30 @@ TEST(HttpRequest, AChunkedBodyWithoutItsLastChunkIsCutShort) {
   auto answer = httpRequest("127.0.0.1", server.port(), "GET", "/");
   ASSERT_FALSE(answer);
   EXPECT_NE(answer.error().find("cut short"), std::string::npos) << answer.error();
+}
+
+// Test servers get ports the kernel never hands out as the local end of an outgoing connection,
+// so one restarted on its old port finds it free (findFreeLoopbackPort).
+TEST(FindFreeLoopbackPort, GivesBindablePortsBelowTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int ephemeral_start = 0;
+  ASSERT_TRUE(range >> ephemeral_start);
+  std::set<int> ports;
+  for (int i = 0; i < 20; ++i) {
+    auto port = findFreeLoopbackPort();
+    ASSERT_TRUE(port) << port.error();
+    EXPECT_GE(*port, 10000);
+    EXPECT_LT(*port, ephemeral_start);
+    ports.insert(*port);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(*port));
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << *port;
+    ::close(fd);
+  }
+  EXPECT_GT(ports.size(), 15u);  // picked at random, not the same few
 }
 
 }  // namespace

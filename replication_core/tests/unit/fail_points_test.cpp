@@ -1,8 +1,8 @@
 // The stalls rtable-core's --test-stall arms (fail_points.h): parsed, applied only to their
 // operation and paths, and refused with a message naming what is wrong.
-#include <gtest/gtest.h>
-
 #include "rtable/replication_core/fail_points.h"
+
+#include <gtest/gtest.h>
 
 namespace rtable::core {
 namespace {

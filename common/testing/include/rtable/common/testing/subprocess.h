@@ -49,7 +49,10 @@ struct CommandResult {
 std::expected<CommandResult, std::string> runCommand(const std::vector<std::string>& argv,
                                                      std::chrono::milliseconds timeout);
 
-// A loopback TCP port that was free a moment ago (bind to port 0, read it, close).
+// A loopback TCP port that was free a moment ago (a bind to it succeeded), below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range): a server restarted on its old port (ZooKeeper,
+// a replica) must find it free again, and a port in the ephemeral range can meanwhile become the
+// local end of any process's outgoing connection (a CI flake: "address already in use").
 std::expected<int, std::string> findFreeLoopbackPort();
 
 // The last `max_bytes` of a file, for error messages about a server that would not start.
