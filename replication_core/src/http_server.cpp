@@ -433,6 +433,23 @@ std::string_view httpReasonPhrase(int status) {
   return "Unknown";
 }
 
+namespace {
+
+// One connection's requests, each handed to `handler`, until the connection ends.
+void serveOn(Transport& transport, int fd, const HttpServer::Handler& handler,
+             const HttpServerOptions& options) {
+  Connection connection(transport, options);
+  while (connection.readHead()) {
+    handler(connection);
+    if (!connection.responded()) connection.fail(500, "the request got no response");
+    if (!connection.keepAlive()) break;
+  }
+  transport.endWrites();
+  if (connection.unreadInput()) lingeringClose(fd);
+}
+
+}  // namespace
+
 class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
  public:
   Impl(int listen_fd, uint16_t port, Handler handler, HttpServerOptions options)
@@ -500,16 +517,7 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   }
 
   void serve(int fd) {
-    if (auto transport = open(fd)) {
-      Connection connection(*transport, options_);
-      while (connection.readHead()) {
-        handler_(connection);
-        if (!connection.responded()) connection.fail(500, "the request got no response");
-        if (!connection.keepAlive()) break;
-      }
-      transport->endWrites();
-      if (connection.unreadInput()) lingeringClose(fd);
-    }
+    if (auto transport = open(fd)) serveOn(*transport, fd, handler_, options_);
     std::lock_guard lock(mu_);
     connections_.erase(fd);
     ::close(fd);
@@ -542,6 +550,12 @@ class HttpServer::Impl : public std::enable_shared_from_this<HttpServer::Impl> {
   std::set<int> connections_;
   bool stopped_ = false;
 };
+
+void serveHttpConnection(int fd, const HttpServer::Handler& handler,
+                         const HttpServerOptions& options) {
+  Transport transport(fd);
+  serveOn(transport, fd, handler, options);
+}
 
 std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::start(
     const std::string& address, uint16_t port, Handler handler, HttpServerOptions options) {

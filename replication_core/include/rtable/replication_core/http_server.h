@@ -83,6 +83,12 @@ class HttpServer {
   std::shared_ptr<Impl> impl_;
 };
 
+// Serves the requests arriving on the connected socket `fd` (plain HTTP) with `handler` until
+// the connection ends, as the server serves each connection it accepts; `fd` stays open. The
+// request parser on bytes of one's choosing, without a listener (fuzz/fuzz_http_request.cpp).
+void serveHttpConnection(int fd, const HttpServer::Handler& handler,
+                         const HttpServerOptions& options = {});
+
 // "Continue", "OK", "Not Found", ... ("Unknown" for codes it does not know).
 std::string_view httpReasonPhrase(int status);
 
