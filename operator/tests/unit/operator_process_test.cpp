@@ -75,8 +75,11 @@ OperatorProcessOptions fastOptions(const std::string& identity) {
   OperatorProcessOptions o;
   o.leader_election.lease = kProcessLease;
   o.leader_election.identity = identity;
-  o.leader_election.lease_duration = 1s;
-  o.leader_election.renew_deadline = 600ms;
+  // Quick, yet with room: a leader starved of CPU for longer than renew_deadline (a loaded CI
+  // machine under a sanitizer) would give up its lease in the middle of a test. 2.5 s is four
+  // times the 600 ms these tests once had.
+  o.leader_election.lease_duration = 3s;
+  o.leader_election.renew_deadline = 2500ms;
   o.leader_election.retry_period = 100ms;
   o.health_probe_bind_address = "127.0.0.1:0";
   o.metrics_bind_address = "127.0.0.1:0";
@@ -125,7 +128,7 @@ TEST(OperatorProcessTest, OnlyTheLeaderRunsItsTasksAndAShutdownHandsOver) {
   // The follower is alive and ready, and does not run the leader's work.
   ASSERT_TRUE(eventually([&] { return status(b.healthProbePort(), "/readyz") == 200; }));
   EXPECT_EQ(status(b.healthProbePort(), "/healthz"), 200);
-  std::this_thread::sleep_for(1500ms);  // more than a lease time
+  std::this_thread::sleep_for(3500ms);  // more than a lease time
   EXPECT_EQ(task_b.starts(), 0);
   EXPECT_FALSE(b.leading());
   EXPECT_EQ(leaderMetric(a.metricsPort()), "1");
