@@ -49,8 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         }
         body_bytes += body.size();
         exchange.respond(200, {{"Content-Type", "text/plain"}},
-                         request.method + " " + request.path + " " +
-                             std::to_string(body.size()));
+                         request.method + " " + request.path + " " + std::to_string(body.size()));
       },
       options);
   close(fds[0]);
