@@ -703,8 +703,12 @@ std::optional<SpecError> checkReplicatedTableUpdate(const ReplicatedTableSpec& o
   if (new_spec.storage.storage_class_name != old_spec.storage.storage_class_name) {
     return SpecError{"spec.storage.storageClassName", "storageClassName is immutable"};
   }
-  if (new_spec.restore_from != old_spec.restore_from) {
+  // The CRD's two rules, worded alike: given or taken away after creation, or changed.
+  if (new_spec.restore_from.has_value() != old_spec.restore_from.has_value()) {
     return SpecError{"spec.restoreFrom", "restoreFrom can only be given when the table is created"};
+  }
+  if (new_spec.restore_from != old_spec.restore_from) {
+    return SpecError{"spec.restoreFrom", "restoreFrom is immutable"};
   }
   return std::nullopt;
 }
