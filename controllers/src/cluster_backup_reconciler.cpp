@@ -67,7 +67,6 @@ struct ResolvedTables {
   std::string zookeeper_root;
   std::vector<backup::BackupTableRef> tables;     // hosts and generation not yet filled in
   std::vector<core::ZooKeeperDigest> identities;  // of the tables that have one
-  bool every_table_has_identity = true;
 };
 
 // A session of the operator for a backup: timeouts as the replicas', the tables' identities.
@@ -386,7 +385,7 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
   std::string zookeeper_root;
   std::vector<std::string> table_roots;
   std::vector<std::string> names;
-  std::vector<core::ZooKeeperDigest> identities;
+  std::optional<core::ZooKeeperDigest> identity;  // the first table's: the request is in its tree
   for (const auto& item : object.value(json::json_pointer("/status/tables"), json::array())) {
     if (!item.is_string()) continue;
     const std::string name = item.get<std::string>();
@@ -404,9 +403,11 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
                table_spec->zookeeper.root != zookeeper_root) {
       continue;
     }
-    auto identity = readTableIdentity(client_, key.ns, name, *table_spec);
-    if (!identity) return std::unexpected(op::ReconcileError::retryable(identity.error()));
-    if (*identity) identities.push_back(**identity);
+    if (table_roots.empty()) {
+      auto read = readTableIdentity(client_, key.ns, name, *table_spec);
+      if (!read) return std::unexpected(op::ReconcileError::retryable(read.error()));
+      identity = *read;
+    }
     table_roots.push_back(table_spec->zookeeper.root + "/" + tableUid(key.ns, name));
     names.push_back(name);
   }
@@ -416,7 +417,9 @@ op::ReconcileOutcome ClusterBackupReconciler::finalize(const op::ObjectKey& key,
         "remove backups/{}/ there by hand (the next deletion there then removes its data files)",
         backupNameFor(key)));
   }
-  auto session = options_.new_session(sessionConfig(connect, identities));
+  std::vector<core::ZooKeeperDigest> identities;
+  if (identity) identities.push_back(*identity);
+  auto session = options_.new_session(sessionConfig(connect, std::move(identities)));
   if (!session) {
     return std::unexpected(op::ReconcileError::retryable(
         "ZooKeeper " + connect + " cannot be reached: " + session.error().toString()));
@@ -566,11 +569,7 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
     // The table's nodes refuse every session without its identity.
     auto identity = readTableIdentity(client_, key.ns, name, *table_spec);
     if (!identity) return wait("ZooKeeperCredentialsUnavailable", identity.error());
-    if (*identity) {
-      resolved.identities.push_back(**identity);
-    } else {
-      resolved.every_table_has_identity = false;
-    }
+    if (*identity) resolved.identities.push_back(**identity);
   }
 
   auto session = options_.new_session(sessionConfig(resolved.connect, resolved.identities));
@@ -616,7 +615,7 @@ op::ReconcileOutcome ClusterBackupReconciler::start(const op::ObjectKey& key, co
   // table not given one yet (made before ACLs, its Secret not written yet) reads and writes them
   // as before: open.
   core::ZooKeeperConfig initiator_session = sessionConfig(resolved.connect, resolved.identities);
-  if (resolved.every_table_has_identity) {
+  if (resolved.identities.size() == resolved.tables.size()) {
     core::SharedSubtree shared{paths.operation(), {}};
     for (const auto& identity : resolved.identities) {
       for (auto& id : core::digestAclIds(identity)) shared.ids.push_back(std::move(id));
