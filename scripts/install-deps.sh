@@ -37,6 +37,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # The fuzz targets (fuzz/, docs/fuzzing.md): clang-19 with libFuzzer and the sanitizer
   # runtimes; Debian's default clang 14 cannot compile libstdc++ 12's <expected>.
   packages+=(clang-19 libfuzzer-19-dev libclang-rt-19-dev)
+  # The partition tests (network_fault_tests): nftables rules that drop a test process's
+  # loopback packets by the uid that owns its sockets.
+  packages+=(nftables)
 fi
 
 missing=()

@@ -93,6 +93,13 @@ void LeaderElector::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::chrono::milliseconds electionRequestTimeout(common::Clock::Duration renew_deadline,
+                                                 common::Clock::Duration retry_period) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(renew_deadline - retry_period);
+  return std::max(left, std::chrono::milliseconds(100));
+}
+
 bool LeaderElector::isLeader() const {
   std::lock_guard lock(mu_);
   return leading_ && clock_.now() - last_renew_ < options_.renew_deadline;

@@ -293,8 +293,20 @@ int runOperatorMain(int argc, char** argv, const OperatorSetup& setup) {
   spdlog::info("rtable-operator {}: apiserver {} ({})", defaultUserAgent(), cluster->server,
                cluster->source);
 
+  // The Lease's own client: a renewal that gets no answer gives up in time for the elector to
+  // stop leading at the renew deadline (client-go bounds it by the same deadline).
+  HttpKubeClientOptions election_options;
+  election_options.request_timeout =
+      electionRequestTimeout(flags->renew_deadline, flags->retry_period);
+  auto election_client = HttpKubeClient::create(*cluster, std::move(election_options));
+  if (!election_client) {
+    spdlog::error("{}: {}", cluster->source, election_client.error().toString());
+    return 1;
+  }
+
   OperatorProcessOptions options;
   options.leader_elect = flags->leader_elect;
+  options.election_client = election_client->get();
   options.leader_election.lease = {
       flags->leader_election_namespace.empty() ? cluster->ns : flags->leader_election_namespace,
       flags->leader_election_id};

@@ -182,7 +182,8 @@ std::expected<void, std::string> OperatorProcess::start() {
       }
     };
     try {
-      elector_ = std::make_unique<LeaderElector>(client_, std::move(election));
+      elector_ = std::make_unique<LeaderElector>(
+          options_.election_client ? *options_.election_client : client_, std::move(election));
     } catch (const std::invalid_argument& e) {
       return std::unexpected(std::string(e.what()));
     }

@@ -24,7 +24,14 @@ void KeeperSession::install(std::shared_ptr<Keeper> session,
 std::shared_ptr<Keeper> KeeperSession::current() {
   std::lock_guard lock(mu_);
   if (closed_ || !keeper_) return nullptr;
-  if (!keeper_->expired()) return keeper_;
+  if (!keeper_->expired()) {
+    // Cut off from every server: read-only until the client finds one (requests would fail with
+    // connection loss, and an insert caught by one has an unknown outcome; refused now, it has
+    // none).
+    const bool connected = keeper_->connected();
+    metrics_.replica_readonly.Set(connected ? 0 : 1);
+    return connected ? keeper_ : nullptr;
+  }
   // One renewal at a time: callers wait for it rather than each opening a session.
   auto fresh = keeper_->startNewSession();
   if (!fresh) {

@@ -45,6 +45,7 @@ class MeasuredKeeper final : public Keeper {
     return measure("remove", [&] { return inner_->remove(path, version); });
   }
   bool expired() const override { return inner_->expired(); }
+  bool connected() const override { return inner_->connected(); }
   int64_t sessionId() const override { return inner_->sessionId(); }
   KeeperResult<std::unique_ptr<Keeper>> startNewSession() const override {
     auto fresh = inner_->startNewSession();

@@ -639,6 +639,11 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     return expired_;
   }
 
+  bool connected() const override {
+    std::lock_guard lock(mu_);
+    return connected_ && !expired_;
+  }
+
   int64_t sessionId() const override { return zoo_client_id(handle_)->client_id; }
 
   KeeperResult<std::unique_ptr<Keeper>> startNewSession() const override {
@@ -735,7 +740,9 @@ class ZooKeeperClientImpl final : public ZooKeeperClient {
     if (type != ZOO_SESSION_EVENT) return;
     auto* self = static_cast<ZooKeeperClientImpl*>(context);
     std::lock_guard lock(self->mu_);
-    if (state == ZOO_CONNECTED_STATE) self->connected_ = true;
+    // Every change of the connection comes here: CONNECTING after a loss, CONNECTED once a server
+    // took the session back.
+    self->connected_ = state == ZOO_CONNECTED_STATE;
     // A refused authentication (sent again after a reconnect) leaves the handle unusable, as
     // expiry does: a new session authenticates again, and says why if it cannot.
     if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) self->expired_ = true;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -30,7 +31,16 @@ std::vector<char*> toArgv(const std::vector<std::string>& args) {
 }
 
 // In the child, between fork and exec: only async-signal-safe calls.
-[[noreturn]] void execChild(const std::vector<char*>& argv, pid_t parent) {
+[[noreturn]] void execChild(const std::vector<char*>& argv, pid_t parent,
+                            std::optional<uid_t> run_as_uid) {
+  if (run_as_uid) {
+    const gid_t gid = static_cast<gid_t>(*run_as_uid);
+    if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(*run_as_uid, *run_as_uid, *run_as_uid) != 0) {
+      _exit(126);
+    }
+  }
+  // After the uid change, which clears the parent-death signal.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died before prctl
   execvp(argv[0], argv.data());
@@ -40,7 +50,8 @@ std::vector<char*> toArgv(const std::vector<std::string>& args) {
 }  // namespace
 
 std::expected<Subprocess, std::string> Subprocess::start(const std::vector<std::string>& args,
-                                                         const std::filesystem::path& log_file) {
+                                                         const std::filesystem::path& log_file,
+                                                         std::optional<uid_t> run_as_uid) {
   const int log_fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0)
     return std::unexpected(fmt::format("cannot open {}: {}", log_file.string(), strerror(errno)));
@@ -56,7 +67,7 @@ std::expected<Subprocess, std::string> Subprocess::start(const std::vector<std::
     dup2(log_fd, STDERR_FILENO);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     dup2(null_fd, STDIN_FILENO);
-    execChild(argv, parent);
+    execChild(argv, parent, run_as_uid);
   }
   ::close(log_fd);
   return Subprocess(pid);
@@ -130,7 +141,7 @@ std::expected<CommandResult, std::string> runCommand(const std::vector<std::stri
     dup2(err_pipe[1], STDERR_FILENO);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     dup2(null_fd, STDIN_FILENO);
-    execChild(argv, parent);
+    execChild(argv, parent, std::nullopt);
   }
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);

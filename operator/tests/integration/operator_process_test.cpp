@@ -19,6 +19,7 @@
 #include "../unit/http_get.h"
 #include "../unit/runtime_test_support.h"
 #include "rtable/common/testing/files.h"
+#include "rtable/common/testing/loopback_firewall.h"
 #include "rtable/operator/event_recorder.h"
 #include "rtable/operator/http_kube_client.h"
 #include "rtable/operator/kube_config.h"
@@ -117,6 +118,7 @@ class OperatorProcessTest : public ::testing::Test {
     }
     admin_.reset();
     plane_.reset();
+    if (!copies_dir_.empty()) std::filesystem::remove_all(copies_dir_);
   }
 
   void SetUp() override { ASSERT_TRUE(admin_) << "no control plane: " << start_error_; }
@@ -131,19 +133,29 @@ class OperatorProcessTest : public ::testing::Test {
     return fmt::format("{}ms", d.count());
   }
 
-  // Starts rtable-operator and waits for the log line with its ports.
-  static std::expected<OperatorRun, std::string> startOperator(const std::string& name) {
+  // Starts rtable-operator and waits for the log line with its ports. With `uid`, it runs as that
+  // uid from copies of its binary and kubeconfig that the uid can reach (accessibleCopies).
+  static std::expected<OperatorRun, std::string> startOperator(const std::string& name,
+                                                               std::optional<uid_t> uid = {}) {
     OperatorRun run;
     run.log = plane_->workDir() / (name + ".log");
+    std::filesystem::path binary = RTABLE_OPERATOR_BINARY;
+    std::filesystem::path kubeconfig = plane_->kubeconfigPath();
+    if (uid) {
+      auto copies = accessibleCopies();
+      if (!copies) return std::unexpected(copies.error());
+      binary = copies->first;
+      kubeconfig = copies->second;
+    }
     auto process = Subprocess::start(
-        {RTABLE_OPERATOR_BINARY, "--kubeconfig", plane_->kubeconfigPath().string(),
+        {binary.string(), "--kubeconfig", kubeconfig.string(),
          "--leader-election-namespace=" + kLeaseNamespace, "--leader-election-id=" + kLeaseName,
          "--leader-election-lease-duration=" + goDuration(kLease),
          "--leader-election-renew-deadline=" + goDuration(kRenewDeadline),
          "--leader-election-retry-period=" + goDuration(kRetry),
          "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
          "--log-level=debug"},
-        run.log);
+        run.log, uid);
     if (!process) return std::unexpected(process.error());
     run.process.emplace(std::move(*process));
     run.identity = fmt::format("{}_{}", hostName(), run.process->pid());
@@ -163,6 +175,30 @@ class OperatorProcessTest : public ::testing::Test {
     return run;
   }
 
+  // The operator binary and the admin kubeconfig copied to a folder every uid can enter (the
+  // build folder may sit in one only root can, as CI's clone does), once per test binary.
+  static std::expected<std::pair<std::filesystem::path, std::filesystem::path>, std::string>
+  accessibleCopies() {
+    if (copies_dir_.empty()) {
+      char pattern[] = "/tmp/rtable-operator-bin-XXXXXX";
+      if (!mkdtemp(pattern)) return std::unexpected("mkdtemp failed");
+      copies_dir_ = pattern;
+    }
+    const std::filesystem::path& dir = copies_dir_;
+    std::error_code ec;
+    std::filesystem::permissions(dir, std::filesystem::perms(0755), ec);
+    const auto binary = dir / "rtable-operator";
+    const auto kubeconfig = dir / "admin.kubeconfig";
+    using std::filesystem::copy_options;
+    std::filesystem::copy_file(RTABLE_OPERATOR_BINARY, binary, copy_options::skip_existing, ec);
+    if (!ec)
+      std::filesystem::copy_file(plane_->kubeconfigPath(), kubeconfig,
+                                 copy_options::overwrite_existing, ec);
+    if (!ec) std::filesystem::permissions(kubeconfig, std::filesystem::perms(0644), ec);
+    if (ec) return std::unexpected("copying to " + dir.string() + ": " + ec.message());
+    return std::make_pair(binary, kubeconfig);
+  }
+
   static std::string holder() {
     auto lease = admin_->get(resources::leases(), {kLeaseNamespace, kLeaseName});
     return lease ? LeaseRecord::fromLease(*lease).holder_identity : "";
@@ -171,6 +207,7 @@ class OperatorProcessTest : public ::testing::Test {
   static inline std::unique_ptr<testing::LocalControlPlane> plane_;
   static inline std::unique_ptr<HttpKubeClient> admin_;
   static inline std::string start_error_;
+  static inline std::filesystem::path copies_dir_;  // accessibleCopies
 };
 
 TEST_F(OperatorProcessTest, TwoProcessesElectOneLeaderAndHandOver) {
@@ -261,6 +298,76 @@ TEST_F(OperatorProcessTest, TwoProcessesElectOneLeaderAndHandOver) {
   const auto lost = third->process->stop(10s);
   ASSERT_TRUE(lost);
   EXPECT_TRUE(WIFEXITED(*lost) && WEXITSTATUS(*lost) == 1) << "wait status " << *lost;
+}
+
+// The leader cut from the kube-apiserver (its packets to the apiserver's port dropped: a
+// partition, each process its own uid): it stops leading once it could not renew within the renew
+// deadline, before the Lease expires for the standby, which then takes over. At no moment do
+// both lead.
+TEST_F(OperatorProcessTest, ALeaderCutFromTheApiServerStopsBeforeTheStandbyTakesOver) {
+  createNamespace(kLeaseNamespace);
+  const std::vector<uid_t> uids = common::testing::testUids(2);
+  auto first = startOperator("cut-operator-1", uids[0]);
+  ASSERT_TRUE(first) << first.error();
+  auto second = startOperator("cut-operator-2", uids[1]);
+  ASSERT_TRUE(second) << second.error();
+  std::array<OperatorRun*, 2> runs{&*first, &*second};
+  OperatorRun* leader = nullptr;
+  // An earlier test may have left the Lease held by another name: it expires first.
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (OperatorRun* r : runs) {
+          if (r->identity == holder() && r->leaderMetric() == "1") leader = r;
+        }
+        return leader != nullptr;
+      },
+      3 * kLease + 30s))
+      << "holder " << holder();
+  OperatorRun* standby = leader == runs[0] ? runs[1] : runs[0];
+  const uid_t leader_uid = leader == runs[0] ? uids[0] : uids[1];
+  ASSERT_TRUE(eventually([&] { return standby->leaderMetric() == "0"; }, 30s));
+
+  auto firewall = common::testing::LoopbackFirewall::create();
+  ASSERT_TRUE(firewall) << firewall.error();
+  const std::string url = plane_->serverUrl();
+  const int apiserver_port = std::stoi(url.substr(url.rfind(':') + 1));
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*firewall)->drop({leader_uid}, {apiserver_port}));
+  // Each round: first who holds the Lease, then whether the cut leader still leads. Once the
+  // standby holds it, the leader must already have stopped.
+  bool leader_stopped = false;
+  std::optional<std::chrono::milliseconds> stopped_after, taken_after;
+  const bool taken = eventually(
+      [&] {
+        const bool standby_holds = holder() == standby->identity;
+        const bool stopped = !leader->process->running() || leader->leaderMetric() != "1";
+        const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - cut);
+        if (stopped && !leader_stopped) stopped_after = since;
+        leader_stopped = leader_stopped || stopped;
+        if (standby_holds) {
+          EXPECT_TRUE(leader_stopped) << "the standby took the Lease while the cut leader led";
+          taken_after = since;
+        }
+        return standby_holds;
+      },
+      6 * kLease);
+  ASSERT_TRUE(taken) << "the standby never took over; holder " << holder() << "\n"
+                     << (*firewall)->describe();
+  ASSERT_TRUE(stopped_after);
+  fmt::print(
+      "cut leader stopped leading after {} ms, the standby took over after {} ms (lease {} "
+      "s, renew deadline {} s)\n",
+      stopped_after->count(), taken_after->count(), kLease.count(),
+      std::chrono::duration_cast<std::chrono::seconds>(kRenewDeadline).count());
+  EXPECT_LE(*stopped_after, *taken_after);
+  ASSERT_TRUE(eventually([&] { return standby->leaderMetric() == "1"; }, 10s));
+  EXPECT_TRUE((*firewall)->heal());
+  // The cut leader ended itself ("leader election lost"), or leads no more.
+  EXPECT_TRUE(
+      eventually([&] { return !leader->process->running() || leader->leaderMetric() == "0"; }, 30s))
+      << leader->logText();
+  EXPECT_EQ(holder(), standby->identity);
 }
 
 TEST_F(OperatorProcessTest, ABadFlagExitsTwoNamingIt) {

@@ -141,6 +141,16 @@ class LeaderElectionTest : public ::testing::Test {
   std::vector<std::unique_ptr<Candidate>> owned_;  // last: electors go before what they use
 };
 
+// A renewal that has not been answered by the time the next is due leaves room for the elector to
+// see the renew deadline pass: started at most a retry period after the last good one, it gives
+// up by the deadline.
+TEST(ElectionRequestTimeout, EndsARenewalByTheRenewDeadline) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(electionRequestTimeout(10s, 2s), 8000ms);  // client-go's defaults
+  EXPECT_EQ(electionRequestTimeout(3s, 1s), 2000ms);
+  EXPECT_EQ(electionRequestTimeout(1050ms, 1s), 100ms);  // never below 100 ms
+}
+
 TEST_F(LeaderElectionTest, OneOfTwoCandidatesLeads) {
   auto a = candidate("a");
   auto b = candidate("b");

@@ -44,6 +44,7 @@ class HookedKeeper final : public Keeper {
     return call({"remove", path}, [&] { return inner_->remove(path, version); });
   }
   bool expired() const override { return inner_->expired(); }
+  bool connected() const override { return !hooks_->disconnected && inner_->connected(); }
   int64_t sessionId() const override { return inner_->sessionId(); }
   KeeperResult<std::unique_ptr<Keeper>> startNewSession() const override {
     auto fresh = inner_->startNewSession();

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <thread>
@@ -99,7 +100,19 @@ TestStatus LocalReplica::launch(std::chrono::milliseconds timeout) {
   std::vector<std::string> argv = {options_.binary.string(), "--config",
                                    (options_.work_dir / "spec.yaml").string()};
   for (const auto& stall : options_.test_stalls) argv.push_back("--test-stall=" + stall);
-  auto process = Subprocess::start(argv, logFile());
+  if (options_.run_as_uid) {
+    // The replica's own files, made here by root, become its uid's.
+    std::error_code ec;
+    std::filesystem::create_directories(data_dir_, ec);
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(options_.work_dir, ec)) {
+      if (::chown(entry.path().c_str(), *options_.run_as_uid, *options_.run_as_uid) != 0) {
+        return std::unexpected("cannot chown " + entry.path().string());
+      }
+    }
+    if (ec || ::chown(options_.work_dir.c_str(), *options_.run_as_uid, *options_.run_as_uid) != 0)
+      return std::unexpected("cannot give " + options_.work_dir.string() + " to its uid");
+  }
+  auto process = Subprocess::start(argv, logFile(), options_.run_as_uid);
   if (!process) return std::unexpected(process.error());
   process_.emplace(std::move(*process));
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -1,8 +1,13 @@
 #include "rtable/replication_core/testing/local_zookeeper.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zookeeper/zookeeper.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -54,6 +59,23 @@ std::expected<std::unique_ptr<LocalZooKeeper>, std::string> LocalZooKeeper::star
   if (ec)
     return std::unexpected(
         fmt::format("cannot create {}: {}", zk->work_dir_.string(), ec.message()));
+  if (options.run_as_uid) {
+    // The server writes its data and its config's dynamic file here as its own uid.
+    std::filesystem::permissions(zk->work_dir_, std::filesystem::perms(0755), ec);
+    for (const auto& path : {zk->work_dir_, zk->dataDir(), zk->work_dir_ / "conf"}) {
+      if (::chown(path.c_str(), *options.run_as_uid, *options.run_as_uid) != 0) {
+        return std::unexpected(fmt::format("cannot chown {}: {}", path.string(), strerror(errno)));
+      }
+    }
+  }
+  if (options.client_port != 0) {
+    // An ensemble member: its ports are the ensemble's; it serves once a quorum runs.
+    zk->port_ = options.client_port;
+    if (auto written = zk->writeConfig(); !written) return std::unexpected(written.error());
+    if (auto launched = zk->launch(/*wait_until_serving=*/false); !launched)
+      return std::unexpected(launched.error());
+    return zk;
+  }
   // The port is free when we look; another process may take it before ZooKeeper binds, so a few
   // tries with fresh ports.
   std::string last_error;
@@ -83,7 +105,7 @@ std::string LocalZooKeeper::connectString() const {
 
 TestStatus LocalZooKeeper::writeConfig() {
   std::ofstream cfg(work_dir_ / "conf" / "zoo.cfg");
-  cfg << "tickTime=" << tick_time_ms_ << "\n"
+  cfg << "tickTime=" << options_.tick_time_ms << "\n"
       << "initLimit=10\nsyncLimit=5\n"
       << "dataDir=" << dataDir().string() << "\n"
       << "clientPort=" << port_ << "\n"
@@ -91,19 +113,26 @@ TestStatus LocalZooKeeper::writeConfig() {
       << "admin.enableServer=false\n"
       << "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n"
       << "maxClientCnxns=0\n";
+  for (const auto& line : options_.ensemble_lines) cfg << line << "\n";
   if (!cfg) return std::unexpected("cannot write " + (work_dir_ / "conf" / "zoo.cfg").string());
+  if (options_.server_id != 0) {
+    std::ofstream myid(dataDir() / "myid");
+    myid << options_.server_id << "\n";
+    if (!myid) return std::unexpected("cannot write " + (dataDir() / "myid").string());
+  }
   return {};
 }
 
-TestStatus LocalZooKeeper::launch() {
+TestStatus LocalZooKeeper::launch(bool wait_until_serving) {
   std::vector<std::string> argv = {javaBinary()};
-  for (auto& flag : jvmFlags(production_jvm_)) argv.push_back(flag);
+  for (auto& flag : jvmFlags(options_.production_jvm)) argv.push_back(flag);
   argv.insert(argv.end(), {"-cp", serverClassPath(work_dir_ / "conf"),
                            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                            (work_dir_ / "conf" / "zoo.cfg").string()});
-  auto process = Subprocess::start(argv, logFile());
+  auto process = Subprocess::start(argv, logFile(), options_.run_as_uid);
   if (!process) return std::unexpected(process.error());
   process_.emplace(std::move(*process));
+  if (!wait_until_serving) return {};
   // Ready means a session can be established, not just that the port is open.
   const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -130,9 +159,50 @@ TestStatus LocalZooKeeper::stop() {
   return {};
 }
 
-TestStatus LocalZooKeeper::restart() {
+void LocalZooKeeper::kill9() {
+  if (process_) process_->kill();
+  process_.reset();
+}
+
+TestStatus LocalZooKeeper::restart(bool wait_until_serving) {
   if (auto stopped = stop(); !stopped) return stopped;
-  return launch();
+  return launch(wait_until_serving);
+}
+
+std::expected<std::string, std::string> LocalZooKeeper::fourLetterWord(
+    const std::string& word) const {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::unexpected(fmt::format("socket: {}", strerror(errno)));
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port_));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::send(fd, word.data(), word.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(word.size())) {
+    const int error = errno;
+    ::close(fd);
+    return std::unexpected(fmt::format("{} on port {}: {}", word, port_, strerror(error)));
+  }
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, n);
+  ::close(fd);
+  return answer;
+}
+
+std::expected<std::string, std::string> LocalZooKeeper::mode() const {
+  auto answer = fourLetterWord("srvr");
+  if (!answer) return answer;
+  const auto at = answer->find("Mode: ");
+  if (at == std::string::npos) {
+    // "This ZooKeeper instance is not currently serving requests" while it has no quorum.
+    return std::unexpected(fmt::format("port {}: {}", port_, answer->substr(0, 200)));
+  }
+  const auto end = answer->find('\n', at);
+  return answer->substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
 }
 
 TestStatus LocalZooKeeper::setSequentialCounter(const std::string& path, int32_t counter) {
@@ -181,6 +251,102 @@ TestStatus LocalZooKeeper::expireSession(const SessionCredentials& credentials) 
 }
 
 KeeperResult<std::unique_ptr<ZooKeeperClient>> LocalZooKeeper::connect(
+    std::chrono::milliseconds session_timeout) const {
+  return ZooKeeperClient::connect(
+      ZooKeeperConfig{connectString(), session_timeout, std::chrono::seconds(10)});
+}
+
+std::expected<std::unique_ptr<LocalZooKeeperEnsemble>, std::string> LocalZooKeeperEnsemble::start(
+    LocalZooKeeperEnsembleOptions options) {
+  std::unique_ptr<LocalZooKeeperEnsemble> ensemble(new LocalZooKeeperEnsemble());
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "rtable-zk-ensemble-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) return std::unexpected("mkdtemp failed for " + pattern);
+  ensemble->work_dir_ = pattern;
+  std::error_code ec;
+  // Members running as their own uids reach their folders through this one.
+  std::filesystem::permissions(ensemble->work_dir_, std::filesystem::perms(0755), ec);
+  std::vector<int> client_ports;
+  std::vector<std::string> lines;
+  for (int i = 0; i < options.servers; ++i) {
+    std::vector<int> ports;
+    for (int k = 0; k < 3; ++k) {
+      auto port = findFreeLoopbackPort();
+      if (!port) return std::unexpected(port.error());
+      ports.push_back(*port);
+    }
+    client_ports.push_back(ports[0]);
+    ensemble->peer_ports_.push_back({ports[1], ports[2]});
+    lines.push_back(fmt::format("server.{}=127.0.0.1:{}:{}", i + 1, ports[1], ports[2]));
+  }
+  for (int i = 0; i < options.servers; ++i) {
+    LocalZooKeeperOptions member;
+    member.work_dir = ensemble->work_dir_ / fmt::format("zk{}", i + 1);
+    member.tick_time_ms = options.tick_time_ms;
+    if (static_cast<std::size_t>(i) < options.uids.size()) member.run_as_uid = options.uids[i];
+    member.server_id = i + 1;
+    member.ensemble_lines = lines;
+    member.client_port = client_ports[i];
+    auto server = LocalZooKeeper::start(member);
+    if (!server) return std::unexpected(server.error());
+    ensemble->servers_.push_back(std::move(*server));
+  }
+  if (auto leader = ensemble->waitUntilServing(kStartTimeout); !leader)
+    return std::unexpected(leader.error());
+  return ensemble;
+}
+
+LocalZooKeeperEnsemble::~LocalZooKeeperEnsemble() {
+  servers_.clear();
+  if (!std::getenv("RTABLE_KEEP_TEST_DIRS")) {
+    std::error_code ec;
+    std::filesystem::remove_all(work_dir_, ec);
+  }
+}
+
+std::string LocalZooKeeperEnsemble::connectString() const {
+  std::string connect;
+  for (const auto& server : servers_) {
+    connect += (connect.empty() ? "" : ",") + server->connectString();
+  }
+  return connect;
+}
+
+std::expected<std::size_t, std::string> LocalZooKeeperEnsemble::waitUntilServing(
+    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    std::optional<std::size_t> leader;
+    bool all = true;
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+      if (!servers_[i]->running()) continue;
+      auto mode = servers_[i]->mode();
+      if (!mode || (*mode != "leader" && *mode != "follower")) all = false;
+      if (mode && *mode == "leader") leader = i;
+    }
+    if (all && leader) {
+      // Serving by srvr is not yet taking sessions everywhere: one session through the lot.
+      if (connect(std::chrono::seconds(4))) return *leader;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return std::unexpected(fmt::format("the ZooKeeper ensemble does not serve after {} ms: {}",
+                                         timeout.count(), describe()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+std::string LocalZooKeeperEnsemble::describe() const {
+  std::string text;
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    auto mode = servers_[i]->mode();
+    text += fmt::format("{}server {} ({}): {}", text.empty() ? "" : "; ", i + 1,
+                        servers_[i]->connectString(), mode ? *mode : mode.error());
+  }
+  return text;
+}
+
+KeeperResult<std::unique_ptr<ZooKeeperClient>> LocalZooKeeperEnsemble::connect(
     std::chrono::milliseconds session_timeout) const {
   return ZooKeeperClient::connect(
       ZooKeeperConfig{connectString(), session_timeout, std::chrono::seconds(10)});

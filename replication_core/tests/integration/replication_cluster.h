@@ -68,9 +68,10 @@ class ReplicationCluster : public ::testing::Test {
                                     const std::string& replication_settings = "",
                                     const std::string& more_table_yaml = "") {
     testing::LocalReplicaOptions options;
-    options.binary = RTABLE_CORE_BINARY;
+    options.binary = binary_;
     options.work_dir = work_dir_ / name;
-    options.zookeeper = zookeeper().connectString();
+    options.zookeeper = zookeeperConnect();
+    if (auto uid = uids_.find(name); uid != uids_.end()) options.run_as_uid = uid->second;
     options.replica = name;
     options.interserver_secret = secret;
     options.replication_settings = replication_settings;
@@ -155,8 +156,14 @@ orderBy: [id]
     return *last.begin()->second;
   }
 
+  // The ZooKeeper the replicas use: this binary's own standalone one unless a fixture says.
+  virtual std::string zookeeperConnect() { return zookeeper().connectString(); }
+
   std::string table_;
   std::filesystem::path work_dir_;
+  std::filesystem::path binary_ = RTABLE_CORE_BINARY;
+  // A replica's uid (LocalReplicaOptions::run_as_uid), set before addReplica; none: this one's.
+  std::map<std::string, uid_t> uids_;
   // A replica's TLS directory (spec tls.dir), set before addReplica; none: plain HTTP.
   std::map<std::string, std::filesystem::path> tls_dirs_;
   // A replica's --test-stall values, set before addReplica.

@@ -10,8 +10,10 @@
 #include <prometheus/registry.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "rtable/common/testing/files.h"
 #include "rtable/common/testing/subprocess.h"
@@ -328,6 +330,38 @@ TEST_F(ReplicaFaults, AFetchOfACorruptPartFailsUntilTheSourceIsWholeAgain) {
 // One source cut off (connect hangs) beside one that has the part: the fetch gives up on the cut
 // one after the connect timeout and takes the part from the other in the same attempt; the next
 // fetch tries the other first.
+// A session that lost its connection (a replica cut off from every ZooKeeper server; the session
+// may still live) makes the replica read-only: an insert is refused at once as unavailable, with a
+// known outcome (nothing written), instead of failing mid-commit with an unknown one. Connected
+// again, it takes inserts.
+TEST_F(ReplicaFaults, ADisconnectedSessionMakesTheReplicaReadOnlyUntilItReconnects) {
+  TableReplica& r2 = open("r2", {}, /*hooked=*/true);
+  insert(r2, 1);
+  hooks_->disconnected = true;
+  EXPECT_TRUE(r2.state().readonly);
+  std::atomic<std::size_t> requests{0};  // the insert's own, not the background threads'
+  hooks_->before = [&, inserter = std::this_thread::get_id()](
+                       const testing::KeeperCall&) -> std::optional<KeeperError> {
+    if (std::this_thread::get_id() == inserter) ++requests;
+    return std::nullopt;
+  };
+  Block block = r2.spec().schema.emptyBlock();
+  std::get<std::vector<uint16_t>>(block.columns[0].values).push_back(*parseDate("2026-12-01"));
+  std::get<std::vector<uint64_t>>(block.columns[1].values).push_back(2);
+  std::get<std::vector<std::string>>(block.columns[2].values).push_back("v2");
+  auto pending = r2.beginInsert({});
+  ASSERT_TRUE(pending->add(std::move(block)));
+  auto refused = r2.commit(*pending);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().kind, InsertError::Kind::kUnavailable) << refused.error().message;
+  EXPECT_EQ(requests, 0u) << "a request was sent on a disconnected session";
+  hooks_->before = nullptr;
+  hooks_->disconnected = false;
+  EXPECT_FALSE(r2.state().readonly);
+  insert(r2, 3);
+  EXPECT_EQ(r2.state().rows, 2u);
+}
+
 TEST_F(ReplicaFaults, AnUnreachableSourceIsTriedAfterTheOthersOnceItFailed) {
   BlackHole cut_off;
   TableReplicaOptions source;

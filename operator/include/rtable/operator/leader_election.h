@@ -75,6 +75,12 @@ struct LeaseRecord {
 // "<hostname>_<pid>": unique per process, and readable in `kubectl get lease`.
 std::string defaultLeaderIdentity();
 
+// The longest a Lease request may wait for its answer: a renewal starts at most retry_period
+// after the last good one, so one that gives up by then leaves the elector to notice the renew
+// deadline on time, before the Lease expires for the others. At least 100 ms.
+std::chrono::milliseconds electionRequestTimeout(common::Clock::Duration renew_deadline,
+                                                 common::Clock::Duration retry_period);
+
 class LeaderElector {
  public:
   // Throws std::invalid_argument for a missing lease name or inconsistent timings (start-up

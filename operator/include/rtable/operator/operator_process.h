@@ -74,6 +74,11 @@ struct OperatorProcessOptions {
   // The Lease (namespace and name), identity and timings. release_on_cancel is always on; the
   // callbacks belong to the process.
   LeaderElectionOptions leader_election;
+  // The client the Lease is renewed through; null: the process's own. Its requests must time out
+  // within renew deadline - retry period (electionRequestTimeout): a renewal that hangs on a
+  // silent apiserver (a partition) would otherwise keep the process leading past the renew
+  // deadline, after the Lease has expired for the standby.
+  KubeClient* election_client = nullptr;
   std::string health_probe_bind_address = ":8081";  // "0": no probe server
   std::string metrics_bind_address = ":8080";       // "0": no metrics server
   // How long stopping the leader tasks may take on a requested shutdown (controller-runtime's

@@ -166,6 +166,10 @@ class Keeper {
   // True once the server expired this session: every request now fails with kSessionExpired and
   // the caller must start a new session.
   virtual bool expired() const = 0;
+  // False while the client has lost its connection and not found a server again: the session may
+  // live on, but nothing can be read or written meanwhile. The replica counts as read-only then,
+  // as ClickHouse's does (its client ends the session on any connection loss).
+  virtual bool connected() const { return !expired(); }
   virtual int64_t sessionId() const = 0;
   // A fresh session to the same servers, with the same settings.
   virtual KeeperResult<std::unique_ptr<Keeper>> startNewSession() const = 0;

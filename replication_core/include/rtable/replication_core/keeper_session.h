@@ -28,7 +28,8 @@ class KeeperSession {
   void install(std::shared_ptr<Keeper> session, std::function<KeeperStatus(Keeper&)> activate);
 
   // The current session, replaced (and made live) if it expired; nullptr if ZooKeeper cannot be
-  // reached now, or before install(). No request to ZooKeeper while the session lives, so
+  // reached now (a new session cannot be made, or the live one has lost its connection and not
+  // found a server again), or before install(). No request to ZooKeeper while the session lives, so
   // callers may ask often.
   std::shared_ptr<Keeper> current();
   // Closes the session (its ephemeral nodes go); current() answers nullptr from now on.

@@ -18,9 +18,14 @@ using TestStatus = std::expected<void, std::string>;
 
 class Subprocess {
  public:
-  // Starts argv (argv[0] looked up in PATH) with stdout and stderr appended to `log_file`.
+  // Starts argv (argv[0] looked up in PATH) with stdout and stderr appended to `log_file`. With
+  // `run_as_uid` (the caller must be root), the child runs as that uid and gid with no
+  // supplementary groups: its sockets are then its own to match in firewall rules (`meta skuid`),
+  // which is how the partition tests cut one process's links and not another's. Every folder on
+  // argv[0]'s path, and the files it opens, must then be reachable by that uid.
   static std::expected<Subprocess, std::string> start(const std::vector<std::string>& argv,
-                                                      const std::filesystem::path& log_file);
+                                                      const std::filesystem::path& log_file,
+                                                      std::optional<uid_t> run_as_uid = {});
   Subprocess(Subprocess&& other) noexcept;
   Subprocess& operator=(Subprocess&& other) noexcept;
   ~Subprocess();  // kills a child that is still running

@@ -7,6 +7,7 @@
 // clear a hook while the replica's threads call through it (each call takes a copy).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,9 @@ struct KeeperHooks {
   SharedHook<std::optional<KeeperError>(const KeeperCall&)> before;
   // After the request returned (whatever it returned).
   SharedHook<void(const KeeperCall&)> after;
+  // While set, the session says it lost its connection (Keeper::connected), as a client cut off
+  // from every server does; requests still go through `before`.
+  std::atomic<bool> disconnected{false};
 };
 
 std::unique_ptr<Keeper> hookKeeper(std::shared_ptr<Keeper> session,

@@ -43,6 +43,10 @@ struct LocalReplicaOptions {
   // rtable-core --test-stall values ("receive_head:1500"): hold the replica inside a fetch or a
   // merge long enough for a test to kill it there.
   std::vector<std::string> test_stalls = {};
+  // Runs rtable-core as this uid (Subprocess::start), its work folder given to it, so that a
+  // partition test's firewall rules can name its sockets. `binary` and every folder above
+  // work_dir must then be reachable by that uid.
+  std::optional<uid_t> run_as_uid = {};
 };
 
 class LocalReplica {
@@ -54,6 +58,7 @@ class LocalReplica {
   int httpPort() const { return http_port_; }
   int metricsPort() const { return metrics_port_; }
   const std::filesystem::path& dataDir() const { return data_dir_; }
+  const std::string& name() const { return options_.replica; }
   std::filesystem::path logFile() const { return options_.work_dir / "replica.log"; }
 
   std::expected<HttpResponse, std::string> get(const std::string& target) const;
