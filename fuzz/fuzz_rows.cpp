@@ -2,12 +2,15 @@
 // into a table with a column of every type, plain and Nullable. Beyond "no crash, no sanitizer
 // report": the answer (the rows, or the error with its row and column) must not depend on how
 // the body is cut into chunks, nor, for JSONEachRow, on whether simdjson's pass reads it or the
-// own scanner alone (row_format.h). A difference aborts, and libFuzzer keeps the input.
+// own scanner alone (row_format.h); and rows that parse, written back in each of the three formats
+// by writeRows (as /select answers), must read back as the same rows. A difference aborts, and
+// libFuzzer keeps the input.
 //
 // Input: byte 0 picks the format, byte 1 where the body is cut, the rest is the body.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +55,41 @@ std::string answer(RowFormat format, std::string_view body, std::size_t cut, boo
   return out;
 }
 
+// The rows of `body` in `format` as one JSONEachRow text, or nothing when it does not parse.
+std::optional<std::string> rowsAsJson(RowFormat format, std::string_view body,
+                                      std::vector<Block>* blocks = nullptr) {
+  RowParser parser(schema(), format, /*max_block_rows=*/7, true);
+  std::string out;
+  auto collect = [&](Block&& block) {
+    rtable::core::writeRows(block, RowFormat::kJSONEachRow, out);
+    if (blocks) blocks->push_back(std::move(block));
+  };
+  if (!parser.feed(body, collect) || !parser.finish(collect)) return std::nullopt;
+  return out;
+}
+
+// Rows that parse, written in each format by writeRows (what /select answers), parse back to the
+// same rows.
+void checkRoundTrip(RowFormat format, std::string_view body) {
+  std::vector<Block> blocks;
+  const auto rows = rowsAsJson(format, body, &blocks);
+  if (!rows) return;
+  for (RowFormat written_as :
+       {RowFormat::kJSONEachRow, RowFormat::kTabSeparated, RowFormat::kCSV}) {
+    std::string text;
+    for (const Block& block : blocks) rtable::core::writeRows(block, written_as, text);
+    const auto again = rowsAsJson(written_as, text);
+    if (again != rows) {
+      std::fprintf(stderr,
+                   "rows written as %d do not read back (format %d):\nrows:\n%s\nwritten:\n%s\n"
+                   "read back:\n%s\n",
+                   static_cast<int>(written_as), static_cast<int>(format), rows->c_str(),
+                   text.c_str(), again ? again->c_str() : "(an error)");
+      std::abort();
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -71,5 +109,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
                  static_cast<int>(format), cut, whole.c_str(), in_two.c_str(), scanner.c_str());
     std::abort();
   }
+  checkRoundTrip(format, body);
   return 0;
 }

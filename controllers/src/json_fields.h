@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -41,14 +43,30 @@ inline std::string indexPath(std::string_view path, std::size_t index) {
   return fmt::format("{}[{}]", path, index);
 }
 
-// An integral JSON number (5 or 5.0), else nullopt.
+// An integral JSON number that fits an int64 (5 or 5.0), else nullopt. (A double outside the
+// int64 range must not be cast: undefined behaviour, found by fuzz_crd_specs.)
 inline std::optional<int64_t> integralValue(const nlohmann::json& value) {
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number_float()) {
     const double d = value.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    // [-2^63, 2^63): every double there converts exactly when it is integral.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return std::nullopt;
+    if (d == std::trunc(d)) return static_cast<int64_t>(d);
   }
   return std::nullopt;
+}
+
+// Any integral JSON number, in the int64 range or not (5, 5.0, 1e23, 2^64 - 1).
+inline bool wholeNumber(const nlohmann::json& value) {
+  if (value.is_number_integer()) return true;
+  if (!value.is_number_float()) return false;
+  const double d = value.get<double>();
+  return std::isfinite(d) && d == std::trunc(d);
 }
 
 inline void checkPattern(const std::string& path, const std::string& value,
@@ -97,6 +115,11 @@ class JsonFields {
     const nlohmann::json* value = find(key);
     if (!value) return std::nullopt;
     auto number = integralValue(*value);
+    if (!number && wholeNumber(*value)) {  // beyond int64: out of any range asked for
+      fail(at(key), fmt::format("must be from {} to {}, got {}", min, max,
+                                value->is_number_float() ? fmt::format("{}", value->get<double>())
+                                                         : value->dump()));
+    }
     if (!number) fail(at(key), fmt::format("expected an integer, got {}", jsonTypeName(*value)));
     if (*number < min || *number > max) {
       fail(at(key), fmt::format("must be from {} to {}, got {}", min, max, *number));

@@ -145,6 +145,11 @@ TEST(ReplicatedTableSpec, ErrorsNameTheField) {
       {"/replicas", 0, "spec.replicas: must be from 1 to 100, got 0"},
       {"/replicas", "3", "spec.replicas: expected an integer, got string"},
       {"/replicas", 2.5, "spec.replicas: expected an integer, got number"},
+      // Beyond int64 (found by fuzz_crd_specs: the cast of 1e23 was undefined behaviour).
+      {"/replicas", 1e23, "spec.replicas: must be from 1 to 100, got 1e+23"},
+      {"/replicas", 18446744073709551615ULL,
+       "spec.replicas: must be from 1 to 100, got 18446744073709551615"},
+      {"/replicas", -9.3e18, "spec.replicas: must be from 1 to 100, got -9.3e+18"},
       {"/columns/0/type", "Foo", "spec.columns[0].type: unknown type 'Foo'"},
       {"/columns/1",
        {{"name", "id"}, {"type", "String"}},
