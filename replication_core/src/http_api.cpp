@@ -29,7 +29,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kBodyChunk = 256 * 1024;
-constexpr std::size_t kMaxQueuedRequests = 1024;
 
 void replyJson(HttpExchange& request, int status, const json& body,
                const std::vector<std::pair<std::string, std::string>>& headers = {}) {
@@ -87,10 +86,11 @@ struct ServedTables {
 
 class ReplicaHttpServer::Impl {
  public:
-  Impl(ServedTables tables, std::size_t workers)
+  Impl(ServedTables tables, std::size_t workers, std::size_t max_queued)
       : tables_(std::move(tables)),
         spec_(tables_.spec),
-        workers_(std::max<std::size_t>(1, workers)) {}
+        workers_(std::max<std::size_t>(1, workers)),
+        max_queued_(max_queued) {}
 
   std::expected<void, std::string> open(const std::string& address, uint16_t port) {
     HttpServerOptions options;
@@ -119,7 +119,7 @@ class ReplicaHttpServer::Impl {
   }
 
  private:
-  // At most `workers_` requests run at once; the rest wait their turn, up to kMaxQueuedRequests.
+  // At most `workers_` requests run at once; the rest wait their turn, up to max_queued_.
   // Part transfers never wait: a quorum insert running here waits for other replicas to fetch.
   void handle(HttpExchange& request) {
     const bool part_transfer = request.request().path == kPartTransferPath;
@@ -132,7 +132,7 @@ class ReplicaHttpServer::Impl {
     Turn turn{*this, false};
     {
       std::unique_lock lock(mu_);
-      if (in_flight_ >= workers_ + kMaxQueuedRequests) {
+      if (in_flight_ >= workers_ + max_queued_) {
         lock.unlock();
         return replyError(request, 503, "OVERLOADED", "too many requests queued", json::object(),
                           {{"Retry-After", "1"}});
@@ -751,6 +751,7 @@ class ReplicaHttpServer::Impl {
   const ServedTables tables_;
   const TableSpec& spec_;
   const std::size_t workers_;
+  const std::size_t max_queued_;
   std::unique_ptr<HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::mutex mu_;
@@ -769,8 +770,9 @@ ReplicaHttpServer::~ReplicaHttpServer() {
 namespace {
 
 std::expected<std::unique_ptr<ReplicaHttpServer::Impl>, std::string> openImpl(
-    ServedTables tables, const std::string& listen_address, uint16_t port, std::size_t workers) {
-  auto impl = std::make_unique<ReplicaHttpServer::Impl>(std::move(tables), workers);
+    ServedTables tables, const std::string& listen_address, uint16_t port, std::size_t workers,
+    std::size_t max_queued) {
+  auto impl = std::make_unique<ReplicaHttpServer::Impl>(std::move(tables), workers, max_queued);
   if (auto opened = impl->open(listen_address, port); !opened)
     return std::unexpected(opened.error());
   return impl;
@@ -779,7 +781,8 @@ std::expected<std::unique_ptr<ReplicaHttpServer::Impl>, std::string> openImpl(
 }  // namespace
 
 std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
-    TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers) {
+    TableReplica& table, const std::string& listen_address, uint16_t port, std::size_t workers,
+    std::size_t max_queued) {
   // Not owned: the caller keeps the replica alive longer than the server.
   std::shared_ptr<TableReplica> one(&table, [](TableReplica*) {});
   ServedTables tables{
@@ -789,13 +792,14 @@ std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer
         return ServedTables::Admitted{nullptr, one};
       },
       [] { return std::string(); }};
-  auto impl = openImpl(std::move(tables), listen_address, port, workers);
+  auto impl = openImpl(std::move(tables), listen_address, port, workers, max_queued);
   if (!impl) return std::unexpected(impl.error());
   return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(*impl)));
 }
 
 std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer::start(
-    TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers) {
+    TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers,
+    std::size_t max_queued) {
   ServedTables tables{
       host.spec(), [&host] { return host.serving(); },
       [&host](int64_t generation) { return host.generation(generation); },
@@ -809,7 +813,7 @@ std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> ReplicaHttpServer
         return ServedTables::Admitted{held, held->shared()};
       },
       [&host] { return host.swapState(); }};
-  auto impl = openImpl(std::move(tables), listen_address, port, workers);
+  auto impl = openImpl(std::move(tables), listen_address, port, workers, max_queued);
   if (!impl) return std::unexpected(impl.error());
   return std::unique_ptr<ReplicaHttpServer>(new ReplicaHttpServer(std::move(*impl)));
 }

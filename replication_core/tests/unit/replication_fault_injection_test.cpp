@@ -13,9 +13,11 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "rtable/common/testing/files.h"
+#include "rtable/common/testing/http_client.h"
 #include "rtable/common/testing/subprocess.h"
 #include "rtable/common/testing/wait.h"
 #include "rtable/replication_core/fail_points.h"
@@ -360,6 +362,73 @@ TEST_F(ReplicaFaults, ADisconnectedSessionMakesTheReplicaReadOnlyUntilItReconnec
   EXPECT_FALSE(r2.state().readonly);
   insert(r2, 3);
   EXPECT_EQ(r2.state().rows, 2u);
+}
+
+// Requests beyond the API's queue are refused at once with 503 OVERLOADED and Retry-After, and
+// not run: one worker held inside an insert's commit (its ZooKeeper request waits for the test),
+// one insert waiting its turn, a third refused. Released, the two run; the refused one's row is
+// nowhere.
+TEST_F(ReplicaFaults, ARequestBeyondTheQueueIsRefusedOverloadedAndNotRun) {
+  TableReplica& r2 = open("r2", {}, /*hooked=*/true);
+  std::unique_ptr<ReplicaHttpServer> server;
+  uint16_t port = 0;
+  for (int attempt = 0; attempt < 5 && !server; ++attempt) {
+    auto free_port = common::testing::findFreeLoopbackPort();
+    ASSERT_TRUE(free_port) << free_port.error();
+    auto started = ReplicaHttpServer::start(r2, "127.0.0.1", static_cast<uint16_t>(*free_port),
+                                            /*workers=*/1, /*max_queued=*/1);
+    if (started) {
+      server = std::move(*started);
+      port = static_cast<uint16_t>(*free_port);
+    }
+  }
+  ASSERT_TRUE(server);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> held{0};
+  hooks_->before = [&, released](const testing::KeeperCall& call) -> std::optional<KeeperError> {
+    // An insert's commit: its multi creates a block number lock.
+    bool allocates = false;
+    for (const Op& op : call.ops ? *call.ops : std::vector<Op>{}) {
+      const auto* create = std::get_if<op::Create>(&op);
+      allocates = allocates || (create && create->path.find("block_numbers") != std::string::npos);
+    }
+    if (allocates) {
+      ++held;
+      released.wait();
+    }
+    return std::nullopt;
+  };
+  auto insert = [&](uint64_t x) {
+    return common::testing::httpRequest("127.0.0.1", port, "POST", "/insert?format=TSV",
+                                        fmt::format("2026-12-01\t{}\tv{}\n", x, x), 30s);
+  };
+  auto first = std::async(std::launch::async, insert, 1);
+  ASSERT_TRUE(waitFor([&] { return held.load() == 1; }, 10s)) << "the first insert never committed";
+  // Two more: one waits its turn, the other finds the queue full and is answered at once.
+  auto second = std::async(std::launch::async, insert, 2);
+  auto third = std::async(std::launch::async, insert, 3);
+  const bool one_answered = waitFor(
+      [&] {
+        return second.wait_for(0s) == std::future_status::ready ||
+               third.wait_for(0s) == std::future_status::ready;
+      },
+      10s);
+  release.set_value();
+  ASSERT_TRUE(one_answered) << "neither waiting insert was refused";
+  const bool second_refused = second.wait_for(0s) == std::future_status::ready;
+  auto refused = (second_refused ? second : third).get();
+  auto queued = (second_refused ? third : second).get();
+  auto ran = first.get();
+  ASSERT_TRUE(refused) << refused.error();
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_NE(refused->body.find("\"OVERLOADED\""), std::string::npos) << refused->body;
+  EXPECT_NE(refused->headers.find("Retry-After: 1"), std::string::npos) << refused->headers;
+  ASSERT_TRUE(ran && queued);
+  EXPECT_EQ(ran->status, 200) << ran->body;
+  EXPECT_EQ(queued->status, 200) << queued->body;
+  hooks_->before = nullptr;
+  EXPECT_EQ(r2.state().rows, 2u) << "the refused insert ran, or an accepted one did not";
 }
 
 TEST_F(ReplicaFaults, AnUnreachableSourceIsTriedAfterTheOthersOnceItFailed) {

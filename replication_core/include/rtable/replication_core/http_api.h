@@ -13,8 +13,9 @@
 // whose serving generation may change under a table swap (each request asks for it anew).
 //
 // Errors are JSON {"error": CODE, "message": ...} with the fitting status. At most `workers`
-// requests are served at once (others wait their turn; past 1024 waiting: 503 OVERLOADED); other
-// replicas' part fetches never wait, as a quorum insert being served waits for them.
+// requests are served at once (others wait their turn; past `max_queued` waiting: 503 OVERLOADED
+// with Retry-After, the request not run); other replicas' part fetches never wait, as a quorum
+// insert being served waits for them.
 //
 // Thread safety: start() and drain() from one thread; requests are served concurrently.
 #pragma once
@@ -32,13 +33,16 @@ namespace rtable::core {
 
 class TableHost;
 
+inline constexpr std::size_t kDefaultMaxQueuedRequests = 1024;
+
 class ReplicaHttpServer {
  public:
   static std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> start(
       TableReplica& table, const std::string& listen_address, uint16_t port,
-      std::size_t workers = 8);
+      std::size_t workers = 8, std::size_t max_queued = kDefaultMaxQueuedRequests);
   static std::expected<std::unique_ptr<ReplicaHttpServer>, std::string> start(
-      TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers = 8);
+      TableHost& host, const std::string& listen_address, uint16_t port, std::size_t workers = 8,
+      std::size_t max_queued = kDefaultMaxQueuedRequests);
   ~ReplicaHttpServer();
 
   // Graceful stop: /readyz turns 503 and new requests get 503, except other replicas' part
