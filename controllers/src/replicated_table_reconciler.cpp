@@ -886,11 +886,19 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
                              .count();
   std::vector<ReplicaQueueStatus> queues;
   std::vector<std::string> stuck;
+  std::vector<std::string> full;
   for (const auto& replica : staying) {
     auto summary = core::summarizeReplicaQueue(**keeper, paths, replica);
     if (!summary)
       return fail("reading the queue of replica " + replica + ": " + summary.error().toString());
     ReplicaQueueStatus queue{replica, summary->active, static_cast<int64_t>(summary->size), {}, {}};
+    if (summary->disk_full) {
+      full.push_back(
+          fmt::format("replica {}'s data volume is full ({}): it refuses inserts (507) "
+                      "and cannot fetch or merge until space is freed or the volume "
+                      "grown",
+                      replica, *summary->disk_full));
+    }
     if (summary->oldest_node) {
       queue.oldest_entry =
           summary->oldest_entry
@@ -910,6 +918,13 @@ std::optional<std::string> ReplicatedTableReconciler::reconcileZooKeeper(
     queues.push_back(std::move(queue));
   }
   status.replica_queues = std::move(queues);
+  // A full volume first: it is the cause, a queue that stopped moving its effect.
+  if (!full.empty()) {
+    const std::string message = fmt::format("{}", fmt::join(full, "; "));
+    setCondition(status.conditions, condition("Replicating", false, "ReplicaDiskFull", message));
+    event(table, op::EventType::kWarning, "ReplicaDiskFull", message);
+    return std::nullopt;
+  }
   if (!stuck.empty()) {
     const std::string message = fmt::format("{}", fmt::join(stuck, "; "));
     setCondition(status.conditions,

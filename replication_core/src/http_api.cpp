@@ -385,6 +385,7 @@ class ReplicaHttpServer::Impl {
     if (auto finished = parser.finish(sink); !finished) return badInput(request, finished.error());
     if (!add_error.empty()) {
       if (isOutOfSpace(add_error)) {
+        table.noteOutOfSpace(add_error);
         return replyError(request, 507, "INSUFFICIENT_STORAGE",
                           "staging the insert: " + add_error +
                               "; this replica's data volume is full, "

@@ -224,6 +224,10 @@ KeeperResult<ReplicaQueueSummary> summarizeReplicaQueue(Keeper& keeper, const Ta
   auto lost = keeper.get(of.isLost());
   if (!lost && lost.error().code != KeeperCode::kNoNode) return std::unexpected(lost.error());
   summary.lost = lost && lost->data == "1";
+  auto disk_full = keeper.get(of.diskFull());
+  if (!disk_full && disk_full.error().code != KeeperCode::kNoNode)
+    return std::unexpected(disk_full.error());
+  if (disk_full) summary.disk_full = disk_full->data;
   auto queue = keeper.children(of.queue());
   if (!queue) {
     if (queue.error().code == KeeperCode::kNoNode) return summary;

@@ -665,6 +665,8 @@ void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOu
       if (execution->epoch() != queue_epoch_) continue;
       const SelectedEntry& selected = execution->selected();
       if (done) {
+        if (selected.action == QueueAction::kFetch || selected.action == QueueAction::kMerge)
+          notePartWritten();
         auto removed = queue_.finish(selected.node_name);
         pointless.insert(pointless.end(), removed.begin(), removed.end());
       } else if (done.error().gave_way) {
@@ -674,6 +676,7 @@ void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOu
                      queueActionName(selected.action), selected.entry.new_part_name,
                      done.error().message);
         queue_.fail(selected.node_name, done.error().message, clock_.now());
+        if (isOutOfSpace(done.error().message)) noteOutOfSpace(done.error().message);
       }
     }
     metrics_.queue_size.Set(static_cast<double>(queue_.size()));
@@ -684,6 +687,47 @@ void ReplicationWorker::reportOutcomes(std::vector<std::pair<Execution*, EntryOu
   // The queue's gauges follow each finished entry, not only the background round.
   updateQueueMetrics();
   queue_changed_.notify_all();
+}
+
+void ReplicationWorker::noteOutOfSpace(const std::string& message) {
+  std::lock_guard lock(disk_mu_);
+  out_of_space_at_ = clock_.now();
+  out_of_space_message_ = message;
+}
+
+void ReplicationWorker::notePartWritten() {
+  std::lock_guard lock(disk_mu_);
+  out_of_space_at_.reset();
+}
+
+void ReplicationWorker::publishDiskState(Keeper& keeper) {
+  std::string message;
+  int64_t published;
+  {
+    std::lock_guard lock(disk_mu_);
+    if (out_of_space_at_ && clock_.now() - *out_of_space_at_ >= options_.disk_full_window)
+      out_of_space_at_.reset();
+    if (out_of_space_at_) message = out_of_space_message_;
+    published = disk_full_session_;
+  }
+  const bool full = !message.empty();
+  // Up in this session already, or down: nothing to do. (A new session lost the ephemeral node.)
+  if (full == (published == keeper.sessionId())) return;
+  if (full) {
+    auto created = keeper.create(paths_.diskFull(), message, CreateMode::kEphemeral);
+    if (!created && created.error().code == KeeperCode::kNodeExists) {
+      (void)keeper.remove(paths_.diskFull());  // the last session's, not yet expired
+      created = keeper.create(paths_.diskFull(), message, CreateMode::kEphemeral);
+    }
+    if (!created) return;  // tried again next round
+    spdlog::warn("the data volume is full: {}", message);
+  } else {
+    auto removed = keeper.remove(paths_.diskFull());
+    if (!removed && removed.error().code != KeeperCode::kNoNode) return;
+    spdlog::info("the data volume takes parts again");
+  }
+  std::lock_guard lock(disk_mu_);
+  disk_full_session_ = full ? keeper.sessionId() : 0;
 }
 
 void ReplicationWorker::noteFetchSource(const std::string& replica, bool failed) {
@@ -1536,6 +1580,7 @@ void ReplicationWorker::backgroundLoop() {
       last_full_round = now;
       std::shared_ptr<Keeper> keeper = session_.current();
       if (keeper) {
+        publishDiskState(*keeper);
         resolveUncertainParts(*keeper);
         allocator_.releaseLostLocks(*keeper);
         allocator_.releaseIdleReserves(*keeper, options_.reserve_idle);

@@ -127,7 +127,14 @@ std::expected<void, std::string> TableReplica::start() {
   async_inserts_ = std::make_unique<AsyncInsertQueue>(
       spec_.async_inserts,
       [this](std::vector<InsertPiece> pieces, const InsertOptions& options) {
-        return inserts_->commitPieces(std::move(pieces), options);
+        auto outcomes = inserts_->commitPieces(std::move(pieces), options);
+        for (const auto& outcome : outcomes) {
+          if (outcome.error && outcome.error->kind == InsertError::Kind::kStorageFull) {
+            worker_->noteOutOfSpace(outcome.error->message);
+            break;
+          }
+        }
+        return outcomes;
       },
       metrics_);
 

@@ -504,6 +504,32 @@ TEST_F(ReconcilerWithZooKeeper, AReplicaWhoseQueueDoesNotProgressIsShownWithItsE
   EXPECT_EQ(condition("Replicating")["status"], "True");
 }
 
+// A replica whose data volume is full says so in ZooKeeper (its ephemeral disk_full, the error it
+// met): Replicating names it and the error, before any queue that stopped moving; the node gone,
+// Replicating again.
+TEST_F(ReconcilerWithZooKeeper, AReplicaWhoseVolumeIsFullIsNamedWithTheError) {
+  ASSERT_TRUE(client_.create(replicatedTables(), table(2)));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  auto r0 = startReplica("events-0");
+  auto r1 = startReplica("events-1");
+  ASSERT_TRUE(r1->create(replica("events-1").diskFull(),
+                         "writing 202612_5_5_0/x.bin: No space left on device",
+                         core::CreateMode::kEphemeral));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Replicating")["status"], "False");
+  EXPECT_EQ(condition("Replicating")["reason"], "ReplicaDiskFull");
+  const std::string message = condition("Replicating")["message"];
+  EXPECT_NE(message.find("replica events-1's data volume is full (writing 202612_5_5_0/x.bin: No "
+                         "space left on device)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("events-0"), std::string::npos) << message;
+
+  ASSERT_TRUE(r1->remove(replica("events-1").diskFull()));
+  ASSERT_TRUE(reconciler_->reconcile({"analytics", "events"}));
+  EXPECT_EQ(condition("Replicating")["status"], "True");
+}
+
 // A scaled-down replica whose pod is gone but whose parts no remaining replica has yet keeps its
 // ZooKeeper node: removing it would make those acknowledged rows unfetchable for good.
 TEST_F(ReconcilerWithZooKeeper, AScaledDownReplicaHoldingTheOnlyCopyOfAPartIsKept) {

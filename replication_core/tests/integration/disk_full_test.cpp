@@ -28,6 +28,7 @@ namespace {
 using common::testing::waitFor;
 using nlohmann::json;
 using testing::LocalReplica;
+using namespace std::chrono_literals;
 
 constexpr std::size_t kRowBytes = 24 << 10;  // about the rows of the report in issue 26
 constexpr auto kConvergeWithin = std::chrono::seconds(120);
@@ -224,6 +225,14 @@ TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) 
     auto ready = r2.get("/replica");
     ASSERT_TRUE(ready) << ready.error();
     EXPECT_EQ(ready->status, 200);
+    // ... and says so in ZooKeeper, where the operator reads it for the table's status.
+    auto keeper = zookeeper().connect();
+    ASSERT_TRUE(keeper) << keeper.error().toString();
+    const std::string disk_full = fmt::format("/rtable/tables/{}/1/replicas/r2/disk_full", table_);
+    KeeperResult<GetResult> said = std::unexpected(KeeperError{});
+    EXPECT_TRUE(waitFor([&] { return (said = (*keeper)->get(disk_full)).has_value(); }, 15s))
+        << "r2 never published " << disk_full;
+    if (said) std::printf("r2's %s: %s\n", disk_full.c_str(), said->data.c_str());
 
     std::filesystem::remove(ballast);
     const auto freed = std::chrono::steady_clock::now();
@@ -249,6 +258,14 @@ TEST_F(DiskFull, AFullReplicaRefusesInsertsClearlyAndConvergesOnceSpaceReturns) 
                run + 1, took, c1 ? c1->rows : 0, c2 ? c2->rows : 0, acknowledged_.size(),
                state ? summarizeState(state->body) : state.error())
         << volumeListing(volume);
+    // A part written again: the node goes.
+    EXPECT_TRUE(waitFor(
+        [&] {
+          auto node = (*keeper)->exists(disk_full);
+          return node && !node->has_value();
+        },
+        20s))
+        << disk_full << " stayed after space returned";
     // Every acknowledged row exactly once, on both.
     const std::multiset<uint64_t> expected(acknowledged_.begin(), acknowledged_.end());
     EXPECT_EQ(idsOn(r1), expected);

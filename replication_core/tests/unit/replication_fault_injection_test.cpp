@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <system_error>
 #include <thread>
 
 #include "rtable/common/testing/files.h"
@@ -429,6 +430,37 @@ TEST_F(ReplicaFaults, ARequestBeyondTheQueueIsRefusedOverloadedAndNotRun) {
   EXPECT_EQ(queued->status, 200) << queued->body;
   hooks_->before = nullptr;
   EXPECT_EQ(r2.state().rows, 2u) << "the refused insert ran, or an accepted one did not";
+}
+
+// A fetch that meets a full volume (ENOSPC on every write under r2's folder) makes r2 say so in
+// ZooKeeper, in an ephemeral <replica>/disk_full holding the error (the operator shows it in the
+// table's status); once a part is written again, the node goes.
+TEST_F(ReplicaFaults, AFullVolumeIsSaidInZooKeeperUntilAPartIsWrittenAgain) {
+  TableReplicaOptions source;
+  source.background = false;
+  TableReplica& r1 = open("r1", source, /*hooked=*/false);
+  insert(r1, 1);
+  injectFaultForTest(fault(FailPoint::kWrite, (root_ / "r2").string(), ENOSPC));
+  TableReplicaOptions options;
+  options.replication.merge_min_parts = 1000;  // fetches only
+  TableReplica& r2 = open("r2", options, /*hooked=*/false);
+  auto keeper = server_->connect();
+  const std::string node = r2.paths().diskFull();
+  KeeperResult<GetResult> said = std::unexpected(KeeperError{});
+  ASSERT_TRUE(waitFor([&] { return (said = keeper->get(node)).has_value(); }, 20s))
+      << "r2 never said its volume is full";
+  EXPECT_NE(said->data.find(std::generic_category().message(ENOSPC)), std::string::npos)
+      << said->data;
+  EXPECT_NE(said->stat.ephemeral_owner, 0);
+  clearFaultsForTest();
+  expectRecovered(r2);
+  EXPECT_TRUE(waitFor(
+      [&] {
+        auto gone = keeper->exists(node);
+        return gone && !gone->has_value();
+      },
+      20s))
+      << "r2's disk_full stayed after a part was written";
 }
 
 TEST_F(ReplicaFaults, AnUnreachableSourceIsTriedAfterTheOthersOnceItFailed) {

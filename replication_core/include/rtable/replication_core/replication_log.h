@@ -110,6 +110,8 @@ struct ReplicaQueueSummary {
   std::optional<std::string> oldest_node;  // queue-NNNNNNNNNN
   std::optional<LogEntry> oldest_entry;    // when its text parses
   int64_t oldest_queued_ms = 0;            // its ctime, ms since the epoch (ZooKeeper's clock)
+  // The replica's data volume is full: the out-of-space error it last met (its disk_full node).
+  std::optional<std::string> disk_full;
 };
 KeeperResult<ReplicaQueueSummary> summarizeReplicaQueue(Keeper& keeper, const TablePaths& paths,
                                                         const std::string& replica);

@@ -63,6 +63,9 @@ struct ReplicationOptions {
   // A block number reserved by a commit for the next insert into its partition (insert_protocol.h)
   // is given up after this long unused: until then merges cannot cover it.
   std::chrono::milliseconds reserve_idle{1000};
+  // How long an out-of-space error keeps the replica's disk_full node (noteOutOfSpace) when no
+  // part is written meanwhile.
+  std::chrono::milliseconds disk_full_window{60000};
 };
 
 // Where an `attach` entry's part may already be on this replica's disk: a part of the generation
@@ -110,6 +113,12 @@ class ReplicationWorker {
   // Makes a committed part visible, to readers and to the queue at once.
   void publish(const PartName& name, PartChecksums checksums, uint64_t rows,
                std::shared_ptr<const PartImage> image);
+  // An out-of-space error on the data volume (an insert's staging or commit, a fetch, a merge):
+  // the background round says so in ZooKeeper, an ephemeral `<replica>/disk_full` holding the
+  // message, which the operator shows in the table's status. It goes once a part is written
+  // again, or disk_full_window after the last such error.
+  void noteOutOfSpace(const std::string& message);
+  void notePartWritten();
   // A log entry this replica wrote: the pull takes it from memory.
   void rememberLogEntry(const std::string& path, std::string data);
   // Asks ZooKeeper about parts whose commit got no answer (all, or the one named): made visible,
@@ -335,6 +344,12 @@ class ReplicationWorker {
   // Fetch sources that failed lately (replica -> when), tried after the others.
   std::mutex sources_mu_;
   std::map<std::string, std::chrono::steady_clock::time_point> failed_sources_;
+  // noteOutOfSpace / notePartWritten, and the disk_full node (publishDiskState).
+  void publishDiskState(Keeper& keeper);
+  std::mutex disk_mu_;
+  std::optional<std::chrono::steady_clock::time_point> out_of_space_at_;  // since the last write
+  std::string out_of_space_message_;
+  int64_t disk_full_session_ = 0;  // the session whose disk_full node is up; 0: none (background)
   std::mutex background_mu_;
   std::condition_variable background_wake_;
   bool wake_requested_ = false;  // a new log entry, or an entry finished

@@ -46,6 +46,8 @@ struct TablePaths {
   std::string host() const { return replicaRoot() + "/host"; }
   std::string isActive() const { return replicaRoot() + "/is_active"; }
   std::string isLost() const { return replicaRoot() + "/is_lost"; }
+  // Ephemeral, while the replica's data volume is full (ReplicationWorker::noteOutOfSpace).
+  std::string diskFull() const { return replicaRoot() + "/disk_full"; }
   std::string logPointer() const { return replicaRoot() + "/log_pointer"; }
   std::string queue() const { return replicaRoot() + "/queue"; }
   std::string parts() const { return replicaRoot() + "/parts"; }

@@ -90,8 +90,13 @@ class TableReplica {
     return inserts_->begin(std::move(options));
   }
   std::expected<InsertResult, InsertError> commit(PendingInsert& insert) {
-    return inserts_->commit(insert);
+    auto committed = inserts_->commit(insert);
+    if (!committed && committed.error().kind == InsertError::Kind::kStorageFull)
+      worker_->noteOutOfSpace(committed.error().message);
+    return committed;
   }
+  // An insert's staging found the data volume full (ReplicationWorker::noteOutOfSpace).
+  void noteOutOfSpace(const std::string& message) { worker_->noteOutOfSpace(message); }
   // An async insert (async_insert.h): the pieces join the buffer; `hold` is kept until they are
   // committed. The ticket tells the outcome.
   std::expected<std::shared_ptr<AsyncInsertTicket>, InsertError> enqueueAsync(
