@@ -301,16 +301,20 @@ TEST(PodSandbox, RunsAsTheUserOnAReadOnlyRoot) {
   fs::create_directories(dir / "vol");
   ASSERT_EQ(::chown((dir / "vol").c_str(), 0, 10001), 0);
   fs::permissions(dir / "vol", fs::perms::owner_all | fs::perms::group_all);
+  // A name nothing else on the machine uses: the check below looks for it on the host.
+  const std::string probe = fmt::format("/tmp/rtable-sandbox-probe-{}", getpid());
+  const std::string script = fmt::format(
+      "echo $(id -u):$(id -g):$(id -G);"
+      " touch {} 2>/dev/null || echo tmp-read-only;"
+      " touch /etc/x 2>/dev/null || echo etc-read-only;"
+      " touch /x 2>/dev/null || echo root-read-only;"
+      " echo kept > /data/f && echo volume-written;"
+      " echo gone > /dev/null && echo dev-null-written",
+      probe);
   const json spec = {
       {"root", (dir / "root").string()},
       {"mounts", json::array({{{"source", (dir / "vol").string()}, {"target", "/data"}}})},
-      {"argv", json::array({"sh", "-c",
-                            "echo $(id -u):$(id -g):$(id -G);"
-                            " touch /tmp/x 2>/dev/null || echo tmp-read-only;"
-                            " touch /etc/x 2>/dev/null || echo etc-read-only;"
-                            " touch /x 2>/dev/null || echo root-read-only;"
-                            " echo kept > /data/f && echo volume-written;"
-                            " echo gone > /dev/null && echo dev-null-written"})},
+      {"argv", json::array({"sh", "-c", script})},
       {"env", json::array({"PATH=/usr/bin:/bin"})},
       {"user", {{"uid", 10001}, {"gid", 10002}, {"groups", json::array({10001})}}},
       {"read_only_root", true},
@@ -327,7 +331,7 @@ TEST(PodSandbox, RunsAsTheUserOnAReadOnlyRoot) {
   struct stat st{};
   ASSERT_EQ(::stat((dir / "vol" / "f").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 10001u);
-  EXPECT_FALSE(fs::exists("/tmp/x"));
+  EXPECT_FALSE(fs::exists(probe));
   fs::remove_all(dir);
 }
 
