@@ -218,16 +218,15 @@ KeeperResult<ReplicaQueueSummary> summarizeReplicaQueue(Keeper& keeper, const Ta
   TablePaths of = paths;
   of.replica = replica;
   ReplicaQueueSummary summary;
-  auto active = keeper.exists(of.isActive());
-  if (!active) return std::unexpected(active.error());
-  summary.active = active->has_value();
-  auto lost = keeper.get(of.isLost());
-  if (!lost && lost.error().code != KeeperCode::kNoNode) return std::unexpected(lost.error());
-  summary.lost = lost && lost->data == "1";
-  auto disk_full = keeper.get(of.diskFull());
-  if (!disk_full && disk_full.error().code != KeeperCode::kNoNode)
-    return std::unexpected(disk_full.error());
-  if (disk_full) summary.disk_full = disk_full->data;
+  // The three small nodes in one round trip (the operator asks this of every replica of every
+  // table each poll).
+  auto nodes = keeper.getMany({of.isActive(), of.isLost(), of.diskFull()});
+  for (const auto& node : nodes) {
+    if (!node && node.error().code != KeeperCode::kNoNode) return std::unexpected(node.error());
+  }
+  summary.active = nodes[0].has_value();
+  summary.lost = nodes[1] && nodes[1]->data == "1";
+  if (nodes[2]) summary.disk_full = nodes[2]->data;
   auto queue = keeper.children(of.queue());
   if (!queue) {
     if (queue.error().code == KeeperCode::kNoNode) return summary;
