@@ -32,6 +32,11 @@ bool retryWatchAfter(const KubeError& error) {
 
 }  // namespace
 
+void stripManagedFields(nlohmann::json& object) {
+  auto metadata = object.find("metadata");
+  if (metadata != object.end() && metadata->is_object()) metadata->erase("managedFields");
+}
+
 Informer::Informer(KubeClient& client, InformerOptions options)
     : client_(client),
       options_(std::move(options)),
@@ -137,6 +142,7 @@ bool Informer::list() {
     // shape whichever way an object came in.
     if (!item.contains("kind")) item["kind"] = options_.type.kind;
     if (!item.contains("apiVersion")) item["apiVersion"] = options_.type.apiVersion();
+    if (options_.transform) options_.transform(item);
     objects.push_back(std::make_shared<const nlohmann::json>(std::move(item)));
   }
   const auto changes = store_.replace(std::move(objects));
@@ -254,6 +260,11 @@ Informer::WatchOutcome Informer::consume(uint64_t generation, common::Clock::Tim
 
 void Informer::handleEvent(WatchEvent event) {
   std::string rv = event.resourceVersion();
+  if (options_.transform &&
+      (event.type == WatchEventType::kAdded || event.type == WatchEventType::kModified ||
+       event.type == WatchEventType::kDeleted)) {
+    options_.transform(event.object);
+  }
   switch (event.type) {
     case WatchEventType::kAdded:
     case WatchEventType::kModified: {

@@ -5,18 +5,17 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "string_field.h"
+
 namespace rtable::op {
+using detail::stringField;
+
 namespace {
 
 using nlohmann::json;
 
 // An error body that is not a Status (a proxy's HTML page) is cut to keep messages readable.
 constexpr std::size_t kMaxRawMessage = 512;
-
-std::string stringField(const json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 std::optional<std::chrono::seconds> parseSeconds(std::string_view text) {
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);

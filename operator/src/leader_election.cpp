@@ -8,15 +8,13 @@
 #include <stdexcept>
 
 #include "rtable/common/rfc3339.h"
+#include "string_field.h"
 
 namespace rtable::op {
 
-namespace {
+using detail::stringField;
 
-std::string stringField(const nlohmann::json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
+namespace {
 
 int64_t intField(const nlohmann::json& object, const char* name) {
   auto it = object.find(name);

@@ -71,7 +71,14 @@ struct InformerOptions {
   // Called on the informer's thread for every failed list or watch, including a 410.
   std::function<void(const KubeError& error)> on_error;
   std::string name;  // for logs; default the type's groupResource
+  // Applied to every object before it is stored and handed to the handlers (client-go's
+  // TransformFunc), e.g. stripManagedFields: what the cache does not need costs memory per object.
+  std::function<void(nlohmann::json& object)> transform;
 };
+
+// For InformerOptions::transform: drops metadata.managedFields (server-side apply's bookkeeping,
+// often the larger part of a small object), which readers of the cache never look at.
+void stripManagedFields(nlohmann::json& object);
 
 class Informer {
  public:
@@ -88,6 +95,9 @@ class Informer {
   const Store& store() const { return store_; }
   // InformerOptions::name, or the type's groupResource.
   const std::string& name() const { return options_.name; }
+  const ResourceType& type() const { return options_.type; }
+  // The namespace it watches ("": every namespace).
+  const std::string& watchNamespace() const { return options_.ns; }
 
   void start();
   // Idempotent. When it returns no handler runs or will run again.
