@@ -73,8 +73,14 @@ class WorkQueue::Metrics {
 };
 
 struct WorkQueue::State {
-  std::deque<std::string> queue;
+  std::deque<std::string> queue;  // added by add(): a change to act on
+  // Due keys of addAfter and addRateLimited (polls, retries), handed out when `queue` is empty.
+  // Lazily cleaned: an entry whose key is not in `later_keys` (promoted by an add(), or already
+  // handed out) is skipped.
+  std::deque<std::string> later;
+  std::set<std::string> later_keys;
   std::set<std::string> dirty;       // queued, or to be queued again at done()
+  std::set<std::string> urgent;      // dirty keys an add() asked for: queued again in `queue`
   std::set<std::string> processing;  // handed to a worker, done() not called yet
   std::map<std::string, common::Clock::TimePoint> waiting_by_key;
   std::set<std::pair<common::Clock::TimePoint, std::string>> waiting;  // ordered by ready time
@@ -106,24 +112,39 @@ WorkQueue::~WorkQueue() {
   if (metrics_thread_.joinable()) metrics_thread_.join();
 }
 
-// client-go Type.Add, under the lock. Returns whether a key joined the queue.
-bool WorkQueue::addLocked(const std::string& key, common::Clock::TimePoint now) {
+// client-go Type.Add, under the lock, with a priority: `urgent` for add(), not for a delay that
+// has passed. Returns whether a key joined a queue.
+bool WorkQueue::addLocked(const std::string& key, common::Clock::TimePoint now, bool urgent) {
   State& s = *state_;
-  if (s.shutting_down || s.dirty.contains(key)) return false;
+  if (s.shutting_down) return false;
+  if (s.dirty.contains(key)) {
+    if (!urgent || s.urgent.contains(key)) return false;
+    // Waiting behind the polls: a change makes it urgent.
+    s.urgent.insert(key);
+    if (s.later_keys.erase(key) == 0) return false;  // being processed: queued again at done()
+    s.queue.push_back(key);
+    return true;
+  }
   if (metrics_) {
     metrics_->depth->Increment();
     metrics_->adds->Increment();
   }
   s.added_at.try_emplace(key, now);
   s.dirty.insert(key);
+  if (urgent) s.urgent.insert(key);
   if (s.processing.contains(key)) return false;  // queued again at done()
-  s.queue.push_back(key);
+  if (urgent) {
+    s.queue.push_back(key);
+  } else {
+    s.later.push_back(key);
+    s.later_keys.insert(key);
+  }
   return true;
 }
 
 void WorkQueue::add(const std::string& key) {
   std::lock_guard lock(mu_);
-  if (addLocked(key, clock_.now())) {
+  if (addLocked(key, clock_.now(), /*urgent=*/true)) {
     cv_.notify_all();
   }
 }
@@ -181,13 +202,18 @@ std::optional<std::string> WorkQueue::getImpl(std::optional<common::Clock::TimeP
       const std::string key = s.waiting.begin()->second;
       s.waiting.erase(s.waiting.begin());
       s.waiting_by_key.erase(key);
-      addLocked(key, now);
+      addLocked(key, now, /*urgent=*/false);
     }
-    if (!s.queue.empty()) {
-      std::string key = std::move(s.queue.front());
-      s.queue.pop_front();
+    // Skip the entries of `later` that were promoted or handed out.
+    while (!s.later.empty() && !s.later_keys.contains(s.later.front())) s.later.pop_front();
+    if (!s.queue.empty() || !s.later.empty()) {
+      std::deque<std::string>& from = !s.queue.empty() ? s.queue : s.later;
+      std::string key = std::move(from.front());
+      from.pop_front();
+      s.later_keys.erase(key);
       s.processing.insert(key);
       s.dirty.erase(key);
+      s.urgent.erase(key);
       if (metrics_) {
         metrics_->depth->Decrement();
         if (auto it = s.added_at.find(key); it != s.added_at.end()) {
@@ -220,7 +246,12 @@ void WorkQueue::done(const std::string& key) {
     s.started_at.erase(it);
   }
   if (s.dirty.contains(key)) {
-    s.queue.push_back(key);
+    if (s.urgent.contains(key)) {
+      s.queue.push_back(key);
+    } else {
+      s.later.push_back(key);
+      s.later_keys.insert(key);
+    }
     cv_.notify_all();
   }
 }
@@ -248,7 +279,7 @@ std::size_t WorkQueue::len() const {
     if (ready > now) break;
     if (!s.dirty.contains(key) && !s.processing.contains(key)) ++due;
   }
-  return s.queue.size() + due;
+  return s.queue.size() + s.later_keys.size() + due;
 }
 
 std::size_t WorkQueue::waitingLen() const {

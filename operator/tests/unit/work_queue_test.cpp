@@ -42,6 +42,42 @@ TEST(WorkQueueTest, DeduplicatesQueuedKeys) {
   EXPECT_EQ(getNow(q, clock), std::nullopt);
 }
 
+// A change (add) goes before the polls and retries whose delay has passed: with a thousand tables
+// polled every 15 s, a new table is served next, not behind every poll that is due.
+TEST(WorkQueueTest, AddedKeysGoBeforeDueDelayedOnes) {
+  FakeClock clock;
+  WorkQueue q(options(clock));
+  for (const char* key : {"poll-1", "poll-2", "poll-3"}) q.addAfter(key, 1s);
+  clock.advance(2s);
+  EXPECT_EQ(q.len(), 3u);
+  q.add("new");
+  q.add("poll-3");  // a change to a key waiting behind the polls moves it up
+  EXPECT_EQ(q.len(), 4u);
+  EXPECT_EQ(getNow(q, clock), "new");
+  EXPECT_EQ(getNow(q, clock), "poll-3");
+  EXPECT_EQ(getNow(q, clock), "poll-1");
+  // A change while the polls wait still goes first.
+  q.add("newer");
+  EXPECT_EQ(getNow(q, clock), "newer");
+  EXPECT_EQ(getNow(q, clock), "poll-2");
+  EXPECT_EQ(getNow(q, clock), std::nullopt);  // poll-3 was handed out once only
+  for (const char* key : {"new", "poll-3", "poll-1", "newer", "poll-2"}) q.done(key);
+
+  // Processing: a due poll queues it again behind the changes, an add() before them.
+  q.add("busy");
+  ASSERT_EQ(getNow(q, clock), "busy");
+  q.addAfter("busy", 1s);
+  clock.advance(2s);
+  q.add("other");
+  EXPECT_EQ(getNow(q, clock), "other");
+  q.done("busy");
+  q.add("third");
+  EXPECT_EQ(getNow(q, clock), "third");
+  EXPECT_EQ(getNow(q, clock), "busy");
+  q.done("busy");
+  ASSERT_EQ(getNow(q, clock), std::nullopt);
+}
+
 TEST(WorkQueueTest, KeyAddedWhileProcessingIsRequeuedAtDone) {
   FakeClock clock;
   WorkQueue q(options(clock));

@@ -3,8 +3,12 @@
 //
 // Invariants: a key is queued at most once (an add while queued is merged); a key is handed to at
 // most one worker at a time (an add while it is being processed queues it again at done(), so
-// the change is not lost). After shutDown() get() returns nullopt at once, even with keys
-// queued: the operator stops promptly and the next leader re-lists everything (level-based).
+// the change is not lost). Keys come out in the order they were added, with one priority: a key
+// of add() (a change an informer saw) goes before every key whose addAfter or addRateLimited
+// delay has passed (a poll, a retry), so that a new table is not served behind the periodic polls
+// of a thousand others; an add() of a key waiting there moves it up. After shutDown() get() returns
+// nullopt at once, even with keys queued: the operator stops promptly and the next leader re-lists
+// everything (level-based).
 //
 // Thread safety: every method may be called from any thread. The queue must outlive its users.
 #pragma once
@@ -76,7 +80,7 @@ class WorkQueue {
 
  private:
   struct State;
-  bool addLocked(const std::string& key, common::Clock::TimePoint now);
+  bool addLocked(const std::string& key, common::Clock::TimePoint now, bool urgent);
   std::optional<std::string> getImpl(std::optional<common::Clock::TimePoint> deadline);
   void refreshMetricsLoop();
 
