@@ -53,8 +53,6 @@ TableMetrics::Table& TableMetrics::table(const std::string& ns, const std::strin
     t.generation = &generation_.Add(labels);
     t.running = &running_.Add(labels);
     t.started = &started_.Add(labels);
-    t.duration = &duration_.Add(labels, kDurationBuckets);
-    t.write_pause = &write_pause_.Add(labels, kPauseBuckets);
     // Both results from 0: increase() over a window sees the first swap of either.
     for (const char* result : {"Succeeded", "Aborted"}) {
       t.swaps[result] = &swaps_.Add({{"namespace", ns}, {"table", name}, {"result", result}});
@@ -115,6 +113,11 @@ void TableMetrics::swapEnded(const std::string& ns, const std::string& name,
              .first;
   }
   it->second->Increment();
+  if (!t.duration) {
+    const Labels labels{{"namespace", ns}, {"table", name}};
+    t.duration = &duration_.Add(labels, kDurationBuckets);
+    t.write_pause = &write_pause_.Add(labels, kPauseBuckets);
+  }
   if (duration_seconds) t.duration->Observe(*duration_seconds);
   if (write_pause_seconds) t.write_pause->Observe(*write_pause_seconds);
 }
@@ -127,8 +130,8 @@ void TableMetrics::forget(const std::string& ns, const std::string& name) {
   generation_.Remove(t.generation);
   running_.Remove(t.running);
   started_.Remove(t.started);
-  duration_.Remove(t.duration);
-  write_pause_.Remove(t.write_pause);
+  if (t.duration) duration_.Remove(t.duration);
+  if (t.write_pause) write_pause_.Remove(t.write_pause);
   for (auto& [result, counter] : t.swaps) swaps_.Remove(counter);
   for (auto& [key, gauges] : t.counters) {
     headroom_.Remove(gauges.first);
