@@ -1,5 +1,6 @@
 #include "rtable/controllers/replicated_table_controller.h"
 
+#include "rtable/operator/cached_kube_client.h"
 #include "rtable/operator/controller.h"
 #include "rtable/operator/event_handlers.h"
 #include "rtable/operator/informer.h"
@@ -61,8 +62,11 @@ std::expected<void, std::string> addReplicatedTableController(
   if (!options.reconciler.events) options.reconciler.events = &process.eventRecorder();
   if (!options.reconciler.registry) options.reconciler.registry = &process.registry();
 
-  auto reconciler =
-      std::make_shared<ReplicatedTableReconciler>(process.client(), options.reconciler);
+  // The reconciler reads through its informers' caches and skips applies that would change
+  // nothing (CachedKubeClient): with a thousand tables polled every 15 s, the apiserver is asked
+  // only for what changed.
+  auto cached = std::make_shared<op::CachedKubeClient>(process.client(), &process.registry());
+  auto reconciler = std::make_shared<ReplicatedTableReconciler>(*cached, options.reconciler);
   op::ControllerOptions controller_options;
   controller_options.name = "replicatedtable";
   controller_options.max_concurrent_reconciles = options.workers;
@@ -74,24 +78,40 @@ std::expected<void, std::string> addReplicatedTableController(
   op::InformerOptions tables_options;
   tables_options.type = replicatedTables();
   tables_options.ns = options.watch_namespace;
+  tables_options.transform = op::stripManagedFields;
   auto tables = std::make_shared<op::Informer>(process.client(), tables_options);
   tables->addHandlers(op::enqueueObject(controller->queue()));
-
-  op::InformerOptions sets_options;
-  sets_options.type = op::resources::statefulSets();
-  sets_options.ns = options.watch_namespace;
-  sets_options.label_selector = "app.kubernetes.io/managed-by=rtable-operator";
-  auto sets = std::make_shared<op::Informer>(process.client(), sets_options);
-  sets->addHandlers(
-      op::enqueueOwner(controller->queue(), op::OwnerFilter{"rtable.io", "ReplicatedTable"}));
-
   process.addInformer(*tables);
-  process.addInformer(*sets);
+  cached->serveFrom(*tables);
+
+  // The objects a table owns, as renderTableObjects makes them (all carry the managed-by label):
+  // a change to one enqueues its table (controller-runtime's Owns()), and the reconciler's reads
+  // and applies of them are answered from here. Not Secrets: listing them would let the operator
+  // read every Secret of the cluster (docs/helm.md), so their reads and the interserver Secret's
+  // apply go to the apiserver.
+  std::vector<std::shared_ptr<op::Informer>> owned;
+  for (const op::ResourceType& type :
+       {op::resources::statefulSets(), op::resources::configMaps(), op::resources::services(),
+        op::resources::podDisruptionBudgets(), op::resources::networkPolicies()}) {
+    op::InformerOptions owned_options;
+    owned_options.type = type;
+    owned_options.ns = options.watch_namespace;
+    owned_options.label_selector = "app.kubernetes.io/managed-by=rtable-operator";
+    owned_options.transform = op::stripManagedFields;
+    auto informer = std::make_shared<op::Informer>(process.client(), owned_options);
+    informer->addHandlers(
+        op::enqueueOwner(controller->queue(), op::OwnerFilter{"rtable.io", "ReplicatedTable"}));
+    process.addInformer(*informer);
+    cached->serveFrom(*informer);
+    owned.push_back(std::move(informer));
+  }
   process.addController(*controller);
-  // Destroyed newest first: the controller (its workers use the reconciler) before the reconciler.
-  process.adopt(reconciler);
+  // Destroyed newest first: the controller (its workers use the reconciler) before the
+  // reconciler, the reconciler before the client it reads through, that before its informers.
   process.adopt(tables);
-  process.adopt(sets);
+  for (auto& informer : owned) process.adopt(informer);
+  process.adopt(cached);
+  process.adopt(reconciler);
   process.adopt(controller);
   return {};
 }
