@@ -229,6 +229,7 @@ int fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, into a file too
   if (rtable::bench::wantsHelp(argc, argv)) {
     std::printf(
         "usage: rtable-operator-scale-bench [--tables 1000] [--probes 50] [--settle 30] "
@@ -257,6 +258,8 @@ int main(int argc, char** argv) {
   rtable::core::ZooKeeperClient::silenceLibraryLog();
   rtable::op::testing::LocalControlPlaneOptions plane_options;
   plane_options.controller_manager = true;  // the StatefulSets' pods exist, Pending
+  // A ClusterIP for each table's client Service: the test plane's /24 holds 254.
+  plane_options.extra_apiserver_flags.push_back("--service-cluster-ip-range=10.0.0.0/16");
   auto plane = rtable::op::testing::LocalControlPlane::start(plane_options);
   if (!plane) return fail(plane.error());
   for (const char* crd : {"rtable.io_replicatedtables.yaml", "rtable.io_clusterbackups.yaml",
